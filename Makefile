@@ -1,0 +1,58 @@
+# raid10-csi Makefile. `make help` lists every target.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+CACHE ?= $(HOME)/.cache/raid10-csi
+export RAID10_CACHE := $(CACHE)
+
+GOLANGCI_VERSION ?= v2.15.0
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List every target with a line of text.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install Debian packages and build the pinned test tools (cached under ~/.cache/raid10-csi).
+	bash hack/install-deps.sh
+
+.PHONY: build
+build: ## Build the binaries into ./bin.
+	$(GO) build -o $(BIN)/raid10-csi ./cmd/raid10-csi
+	$(GO) build -o $(BIN)/kubectl-raid10 ./cmd/kubectl-raid10
+
+.PHONY: test
+test: deps ## Run every test: unit, real NBD clients, the QEMU VM and the real kube-apiserver.
+	source hack/tool-env.sh && $(GO) test -race -count=1 -timeout 60m ./... 2>&1 | tee /tmp/raid10-csi-test.log; exit $${PIPESTATUS[0]}
+
+.PHONY: unit
+unit: ## Run only the fast host tests (no VM, no kube-apiserver).
+	RAID10_SKIP_HEAVY=1 $(GO) test -race -count=1 -short ./...
+
+.PHONY: e2e
+e2e: deps ## Run the end-to-end tests: the QEMU VM (kernel nbd/md) and the real kube-apiserver.
+	source hack/tool-env.sh && $(GO) test -count=1 -timeout 60m -v ./test/...
+
+.PHONY: bench
+bench: ## Run the benchmarks (ratios against a reference measured in the same run).
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+.PHONY: lint
+lint: ## Run golangci-lint (v2, explicit linter list), installed from its Go module.
+	GOBIN=$(CACHE)/golangci-lint-$(GOLANGCI_VERSION) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	$(CACHE)/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint run ./...
+
+.PHONY: verify
+verify: ## Check formatting, vet, go.mod tidiness and that generated files are current.
+	@test -z "$$(gofmt -l cmd pkg test hack 2>/dev/null)" || { gofmt -l cmd pkg test hack; echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+	bash hack/verify-generated.sh
+
+.PHONY: demo
+demo: ## The main job on the embedded default: 4 file-backed disks, one RAID10 volume over NBD, fail and rebuild a disk.
+	bash hack/demo.sh
+
+.PHONY: clean
+clean: ## Remove build outputs (the tool cache in ~/.cache/raid10-csi is kept).
+	rm -rf $(BIN)

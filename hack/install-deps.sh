@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine, idempotently:
+#   1. Debian packages (QEMU and a kernel for the VM tests, real NBD clients, mkfs tools).
+#   2. Tools built from pinned Go modules, cached under ~/.cache/raid10-csi keyed by version
+#      (hack/build-tools.sh), so a second run, even from a fresh clone, skips them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PACKAGES=(
+  # VM harness: a real kernel with nbd, md raid10, brd, null_blk.
+  qemu-system-x86 linux-image-amd64 busybox-static cpio kmod
+  # Real NBD clients and the reference server.
+  libnbd-bin qemu-utils fio nbdkit nbd-client
+  # Filesystems and block tools used by the node plugin and the tests.
+  e2fsprogs xfsprogs util-linux mdadm
+)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing Debian packages: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: Debian packages present"
+fi
+
+if [[ -x hack/build-tools.sh ]]; then
+  bash hack/build-tools.sh
+fi

@@ -1,0 +1,8 @@
+# Sourced by the Makefile: points the tests at the cached tool binaries.
+# shellcheck shell=bash
+RAID10_CACHE=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
+export RAID10_CACHE
+if [[ -f "$RAID10_CACHE/env.sh" ]]; then
+  # written by hack/build-tools.sh: RAID10_KUBE_BIN_DIR and friends
+  source "$RAID10_CACHE/env.sh"
+fi
