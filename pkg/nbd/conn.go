@@ -1,0 +1,291 @@
+package nbd
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	readBufferSize  = 128 << 10
+	writeBufferSize = 256 << 10
+	zeroChunk       = 1 << 20
+)
+
+// errDrained ends the transmission phase of a connection that Shutdown drains.
+var errDrained = errors.New("nbd: connection drained")
+
+// request is one slot of a connection's in-flight table. Slots are allocated once per
+// connection and recycled through conn.free.
+type request struct {
+	handle uint64
+	off    uint64
+	length uint32
+	cmd    Command
+	flags  CommandFlags
+	buf    []byte // payload of a WRITE, data of a READ; from the server's pool
+	errno  Errno
+}
+
+// conn is one client connection (or one socket of the kernel attach).
+type conn struct {
+	srv *Server
+	nc  net.Conn
+	exp *export
+	br  *bufio.Reader
+
+	free chan *request // idle slots: the reader blocks here at MaxInflight
+	work chan *request // read requests, to the workers
+	done chan *request // executed requests, to the writer
+
+	draining atomic.Bool
+}
+
+// drain makes the reader stop at the next request; what is in flight completes.
+func (c *conn) drain() {
+	c.draining.Store(true)
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// transmit runs the transmission phase until the client disconnects, the connection breaks
+// or the server drains it. Every request read is replied to before transmit returns, unless
+// the socket itself failed.
+func (c *conn) transmit() error {
+	o := &c.srv.opts
+	if c.br == nil {
+		c.br = bufio.NewReaderSize(c.nc, readBufferSize)
+	}
+	slots := make([]request, o.MaxInflight)
+	c.free = make(chan *request, o.MaxInflight)
+	c.work = make(chan *request, o.MaxInflight)
+	c.done = make(chan *request, o.MaxInflight)
+	for i := range slots {
+		c.free <- &slots[i]
+	}
+	var workers sync.WaitGroup
+	for range o.Workers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for r := range c.work {
+				c.execute(r)
+				c.done <- r
+			}
+		}()
+	}
+	werrc := make(chan error, 1)
+	go func() { werrc <- c.writeReplies() }()
+
+	rerr := c.readRequests()
+	close(c.work)
+	workers.Wait()
+	close(c.done)
+	werr := <-werrc
+	if rerr == nil || isClosed(rerr) && werr != nil {
+		return werr
+	}
+	return rerr
+}
+
+// readRequests decodes requests and hands them to the workers. It returns nil on
+// NBD_CMD_DISC.
+func (c *conn) readRequests() error {
+	o := &c.srv.opts
+	var h [requestHeaderSize]byte
+	for {
+		if _, err := io.ReadFull(c.br, h[:]); err != nil {
+			if c.draining.Load() {
+				return errDrained
+			}
+			return err
+		}
+		if m := binary.BigEndian.Uint32(h[0:]); m != magicRequest {
+			return fmt.Errorf("%w: bad request magic %#x", ErrProtocol, m)
+		}
+		r := <-c.free
+		r.flags = CommandFlags(binary.BigEndian.Uint16(h[4:]))
+		r.cmd = Command(binary.BigEndian.Uint16(h[6:]))
+		r.handle = binary.BigEndian.Uint64(h[8:])
+		r.off = binary.BigEndian.Uint64(h[16:])
+		r.length = binary.BigEndian.Uint32(h[24:])
+		r.errno = ErrnoNone
+		r.buf = nil
+		switch r.cmd {
+		case CmdDisc:
+			c.free <- r
+			return nil
+		case CmdRead, CmdWrite:
+			if int64(r.length) > int64(o.MaxRequestSize) {
+				r.errno = ErrnoInval
+				if r.cmd == CmdWrite {
+					if err := c.skip(int64(r.length)); err != nil {
+						c.free <- r
+						return err
+					}
+				}
+				c.done <- r
+				continue
+			}
+			r.buf = c.srv.pool.Get(int(r.length))
+			if r.buf == nil {
+				c.free <- r
+				return ErrServerClosed
+			}
+			if r.cmd == CmdWrite {
+				if _, err := io.ReadFull(c.br, r.buf); err != nil {
+					c.srv.pool.Put(r.buf)
+					r.buf = nil
+					c.free <- r
+					if c.draining.Load() {
+						return errDrained
+					}
+					return err
+				}
+			}
+		}
+		c.work <- r
+	}
+}
+
+// skip reads and drops n bytes of payload with a fixed buffer.
+func (c *conn) skip(n int64) error {
+	for n > 0 {
+		k, err := c.br.Discard(int(min(n, 1<<30)))
+		n -= int64(k)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// execute runs one request against the backend and sets r.errno.
+func (c *conn) execute(r *request) {
+	x := c.exp
+	end := r.off + uint64(r.length)
+	inRange := end >= r.off && end <= uint64(x.size)
+	fua := r.flags&CmdFlagFUA != 0
+	switch r.cmd {
+	case CmdRead:
+		if !inRange {
+			r.errno = ErrnoInval
+			return
+		}
+		n, err := x.Backend.ReadAt(r.buf, int64(r.off))
+		if err != nil && !(errors.Is(err, io.EOF) && n == len(r.buf)) {
+			r.errno = errnoOf(err)
+		}
+	case CmdWrite:
+		switch {
+		case x.ReadOnly:
+			r.errno = ErrnoPerm
+		case !inRange:
+			r.errno = ErrnoNoSpc
+		case fua && x.fua != nil:
+			_, err := x.fua.WriteAtFUA(r.buf, int64(r.off))
+			r.errno = errnoOf(err)
+		default:
+			_, err := x.Backend.WriteAt(r.buf, int64(r.off))
+			if err == nil && fua {
+				err = x.Backend.Flush()
+			}
+			r.errno = errnoOf(err)
+		}
+	case CmdFlush:
+		r.errno = errnoOf(x.Backend.Flush())
+	case CmdTrim:
+		switch {
+		case x.ReadOnly:
+			r.errno = ErrnoPerm
+		case !inRange:
+			r.errno = ErrnoInval
+		default:
+			var err error
+			if x.disc != nil {
+				err = x.disc.Discard(int64(r.off), int64(r.length))
+			}
+			if err == nil && fua {
+				err = x.Backend.Flush()
+			}
+			r.errno = errnoOf(err)
+		}
+	case CmdWriteZeroes:
+		switch {
+		case x.ReadOnly:
+			r.errno = ErrnoPerm
+		case !inRange:
+			r.errno = ErrnoNoSpc
+		default:
+			var err error
+			if x.zero != nil {
+				err = x.zero.WriteZeroes(int64(r.off), int64(r.length))
+			} else {
+				err = c.writeZeroes(int64(r.off), int64(r.length))
+			}
+			if err == nil && fua {
+				err = x.Backend.Flush()
+			}
+			r.errno = errnoOf(err)
+		}
+	default:
+		r.errno = ErrnoInval
+	}
+}
+
+// writeZeroes zeroes a range of a backend that has no ZeroWriter, in pooled chunks.
+func (c *conn) writeZeroes(off, length int64) error {
+	buf := c.srv.pool.Get(int(min(length, zeroChunk)))
+	if buf == nil {
+		return ErrServerClosed
+	}
+	defer c.srv.pool.Put(buf)
+	clear(buf)
+	for length > 0 {
+		n := min(length, int64(len(buf)))
+		if _, err := c.exp.Backend.WriteAt(buf[:n], off); err != nil {
+			return err
+		}
+		off += n
+		length -= n
+	}
+	return nil
+}
+
+// writeReplies sends the replies of executed requests in completion order and recycles
+// their slots. It flushes the socket whenever no further reply is waiting. After a write
+// error it closes the connection (which stops the reader) and only recycles.
+func (c *conn) writeReplies() error {
+	bw := bufio.NewWriterSize(c.nc, writeBufferSize)
+	var h [replyHeaderSize]byte
+	binary.BigEndian.PutUint32(h[0:], magicReply)
+	var werr error
+	for r := range c.done {
+		if werr == nil {
+			binary.BigEndian.PutUint32(h[4:], uint32(r.errno))
+			binary.BigEndian.PutUint64(h[8:], r.handle)
+			_, werr = bw.Write(h[:])
+			if werr == nil && r.cmd == CmdRead && r.errno == ErrnoNone {
+				_, werr = bw.Write(r.buf)
+			}
+			if werr == nil && len(c.done) == 0 {
+				werr = bw.Flush()
+			}
+			if werr != nil {
+				c.nc.Close()
+			}
+		}
+		c.srv.pool.Put(r.buf)
+		r.buf = nil
+		c.free <- r
+	}
+	if werr == nil {
+		werr = bw.Flush()
+	}
+	return werr
+}

@@ -1,0 +1,60 @@
+// Package nbd is the data path of a volume: a Network Block Device server that serves a
+// Backend (the RAID10 engine, or a plain file in tests) over a unix socket, to the kernel's
+// nbd driver or to any userspace NBD client.
+//
+// # Wire format
+//
+// All integers are big-endian. Only the fixed-newstyle handshake is spoken; the old-style
+// handshake, TLS and structured replies are refused (clients fall back to simple replies).
+//
+//	server greeting (18 bytes)
+//	+----------------------+----------------------+-------------+
+//	| "NBDMAGIC" (u64)     | "IHAVEOPT" (u64)     | flags (u16) |   FIXED_NEWSTYLE|NO_ZEROES
+//	+----------------------+----------------------+-------------+
+//	client flags (u32)                                              FIXED_NEWSTYLE[|NO_ZEROES]
+//
+//	option request (16 + len bytes)          option reply (20 + len bytes)
+//	+------------+--------+---------+        +----------------+--------+---------+---------+
+//	| IHAVEOPT   | id u32 | len u32 | data   | 0x3e889045565a9| id u32 | typ u32 | len u32 | data
+//	+------------+--------+---------+        +----------------+--------+---------+---------+
+//
+// Options served: GO and INFO (export size, transmission flags, block sizes, name,
+// description), LIST, ABORT, EXPORT_NAME (for old clients). Every other option gets
+// ERR_UNSUP and the negotiation goes on; malformed option data gets ERR_INVALID; option data
+// over 64 KiB gets ERR_TOO_BIG (the data is skipped, never buffered).
+//
+//	request (28 bytes + payload for WRITE)         simple reply (16 bytes + payload for READ)
+//	+----------+-----------+----------+            +----------+-----------+
+//	| magic u32| flags u16 | type u16 |            | magic u32| error u32 |
+//	+----------+-----------+----------+            +----------+-----------+
+//	| handle u64                      |            | handle u64           |
+//	+---------------------------------+            +----------------------+
+//	| offset u64                      |
+//	+----------------------+----------+
+//	| length u32           |
+//	+----------------------+
+//
+// # Transmission
+//
+// Each connection has one reader goroutine, a fixed set of workers and one writer goroutine.
+// The reader decodes a request into a preallocated slot (at most Options.MaxInflight slots
+// per connection: when all are busy the reader stops reading the socket, which is the
+// back-pressure), takes a buffer from the server-wide BufferPool (bounded by
+// Options.MemoryLimit: when it is exhausted the reader waits) and hands the slot to a
+// worker. Workers call the Backend and hand the slot to the writer, which writes the replies
+// in completion order (so out of order with respect to the requests, matched by handle) and
+// flushes the socket when no further reply is ready. Nothing is allocated per request once
+// the pool is warm.
+//
+// A failed request gets an error reply (EIO, ENOSPC, EINVAL, EPERM); the connection stays
+// up. Only a broken framing (bad request magic, a short read) closes the connection.
+//
+// Every export advertises FLUSH, FUA, TRIM, WRITE_ZEROES and CAN_MULTI_CONN: all
+// connections of an export share one Backend, and FLUSH calls Backend.Flush, which makes
+// durable every write the Backend has completed, whichever connection it came from.
+//
+// Shutdown stops accepting, stops reading new requests, lets every request in flight finish
+// and its reply reach the socket, then closes the connections.
+//
+// The kernel attach (generic netlink) lives in the subpackage kernel.
+package nbd

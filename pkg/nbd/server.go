@@ -1,0 +1,308 @@
+package nbd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"k8s.io/klog/v2"
+)
+
+// Sentinel errors of the package.
+var (
+	// ErrServerClosed is returned by Serve after Shutdown or Close.
+	ErrServerClosed = errors.New("nbd: server closed")
+	// ErrUnknownExport is returned when a connection asks for an export that does not exist.
+	ErrUnknownExport = errors.New("nbd: unknown export")
+	// ErrProtocol wraps every violation of the protocol by the peer.
+	ErrProtocol = errors.New("nbd: protocol error")
+	// ErrNotPrivate is returned by Listen when the socket directory is reachable by others.
+	ErrNotPrivate = errors.New("nbd: socket directory is not private")
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxRequestSize = 32 << 20
+	DefaultMaxInflight    = 128
+	DefaultWorkers        = 16
+	DefaultMemoryLimit    = 128 << 20
+	DefaultBlockSize      = 4096
+)
+
+// Export is one block device a Server offers under a name.
+type Export struct {
+	// Name is what clients ask for; "" is the default export.
+	Name string
+	// Description is shown by nbdinfo and OPT_LIST.
+	Description string
+	// Backend serves the data.
+	Backend Backend
+	// ReadOnly refuses writes, trims and zeroes with EPERM and advertises READ_ONLY.
+	ReadOnly bool
+}
+
+// Options tune a Server. The zero value takes every default.
+type Options struct {
+	// MaxRequestSize is the largest read or write accepted (advertised as the maximum block
+	// size); larger ones get EINVAL (a write's payload is read and dropped). At most 32 MiB.
+	MaxRequestSize int
+	// MaxInflight bounds the requests read from one connection and not yet replied to.
+	MaxInflight int
+	// Workers is the number of goroutines per connection that call the Backend.
+	Workers int
+	// MemoryLimit bounds the bytes of request buffers across all connections.
+	MemoryLimit int64
+	// BlockSize is the preferred block size advertised; the minimum is 1.
+	BlockSize int
+}
+
+func (o *Options) withDefaults() Options {
+	r := *o
+	if r.MaxRequestSize <= 0 || r.MaxRequestSize > 1<<maxBufferShift {
+		r.MaxRequestSize = DefaultMaxRequestSize
+	}
+	if r.MaxInflight <= 0 {
+		r.MaxInflight = DefaultMaxInflight
+	}
+	if r.Workers <= 0 {
+		r.Workers = DefaultWorkers
+	}
+	if r.Workers > r.MaxInflight {
+		r.Workers = r.MaxInflight
+	}
+	if r.MemoryLimit < int64(r.MaxRequestSize) {
+		r.MemoryLimit = max(DefaultMemoryLimit, int64(r.MaxRequestSize))
+	}
+	if r.BlockSize <= 0 {
+		r.BlockSize = DefaultBlockSize
+	}
+	return r
+}
+
+// Server serves a set of exports on unix sockets and on connected sockets handed to it (the
+// server ends of the kernel attach).
+type Server struct {
+	opts    Options
+	pool    *BufferPool
+	exports map[string]*export
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	closing   bool
+	wg        sync.WaitGroup
+}
+
+// export is an Export with what every connection to it shares.
+type export struct {
+	Export
+	size  int64
+	flags TransmissionFlags
+	fua   FUAWriter
+	disc  Discarder
+	zero  ZeroWriter
+}
+
+// NewServer returns a server for the given exports.
+func NewServer(opts Options, exports ...Export) (*Server, error) {
+	o := opts.withDefaults()
+	s := &Server{
+		opts:      o,
+		pool:      NewBufferPool(o.MemoryLimit),
+		exports:   make(map[string]*export, len(exports)),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*conn]struct{}),
+	}
+	for _, e := range exports {
+		if e.Backend == nil {
+			return nil, fmt.Errorf("nbd: export %q has no backend", e.Name)
+		}
+		if _, dup := s.exports[e.Name]; dup {
+			return nil, fmt.Errorf("nbd: export %q given twice", e.Name)
+		}
+		x := &export{Export: e, size: e.Backend.Size()}
+		x.fua, _ = e.Backend.(FUAWriter)
+		x.disc, _ = e.Backend.(Discarder)
+		x.zero, _ = e.Backend.(ZeroWriter)
+		x.flags = FlagHasFlags | FlagSendFlush | FlagSendFUA | FlagSendTrim |
+			FlagSendWriteZeroes | FlagCanMultiConn
+		if e.ReadOnly {
+			x.flags |= FlagReadOnly
+		}
+		s.exports[e.Name] = x
+	}
+	return s, nil
+}
+
+// Flags returns the transmission flags an export advertises (for NBD_ATTR_SERVER_FLAGS).
+func (s *Server) Flags(name string) (TransmissionFlags, error) {
+	x, ok := s.exports[name]
+	if !ok {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownExport, name)
+	}
+	return x.flags, nil
+}
+
+// Listen creates a unix socket with mode 0600 at path. The directory holding it must exist
+// and must not be writable or searchable by group or others (0700 or stricter); a stale
+// socket at path is removed.
+func Listen(path string) (*net.UnixListener, error) {
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("nbd: socket directory: %w", err)
+	}
+	if !st.IsDir() || st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s has mode %v", ErrNotPrivate, dir, st.Mode().Perm())
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("nbd: remove stale socket: %w", err)
+	}
+	// The umask makes the socket 0600 from its creation on, with no window in which a
+	// looser mode is visible; the private directory covers the rest.
+	old := syscall.Umask(0o177)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("nbd: listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("nbd: chmod socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(true)
+	return ln, nil
+}
+
+// Serve accepts connections on ln until Shutdown or Close, negotiates with each and serves
+// it. It always returns a non-nil error; ErrServerClosed after Shutdown or Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+	}()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("nbd: accept: %w", err)
+		}
+		c := s.newConn(nc)
+		if c == nil {
+			return ErrServerClosed
+		}
+		go func() {
+			defer s.release(c)
+			if err := c.negotiate(); err != nil {
+				if !errors.Is(err, errAborted) && !isClosed(err) {
+					klog.V(2).InfoS("NBD negotiation ended", "err", err)
+				}
+				return
+			}
+			if err := c.transmit(); err != nil && !isClosed(err) {
+				klog.V(2).InfoS("NBD connection ended", "export", c.exp.Name, "err", err)
+			}
+		}()
+	}
+}
+
+// ServeAttached serves nc, the server end of a socket whose other end the kernel got through
+// netlink: the handshake is skipped and the transmission phase starts at once. It returns
+// when the connection ends.
+func (s *Server) ServeAttached(nc net.Conn, exportName string) error {
+	x, ok := s.exports[exportName]
+	if !ok {
+		nc.Close()
+		return fmt.Errorf("%w: %q", ErrUnknownExport, exportName)
+	}
+	c := s.newConn(nc)
+	if c == nil {
+		return ErrServerClosed
+	}
+	defer s.release(c)
+	c.exp = x
+	return c.transmit()
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		nc.Close()
+		return nil
+	}
+	c := &conn{srv: s, nc: nc}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	return c
+}
+
+func (s *Server) release(c *conn) {
+	c.nc.Close()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// Shutdown stops accepting, lets every connection finish the requests it has read and send
+// their replies, then closes the connections. If ctx ends first, the connections are closed
+// at once and ctx's error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.drain()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close closes every listener and connection at once, without draining.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closing = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.pool.Close()
+	return nil
+}
