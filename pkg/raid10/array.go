@@ -1,0 +1,727 @@
+package raid10
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// nBuckets is the number of barrier buckets; array chunk c uses bucket
+// c mod nBuckets (md hashes its 64 MiB barrier units the same way).
+const (
+	nBuckets   = 1024
+	bucketMask = nBuckets - 1
+)
+
+// bucket is one barrier bucket, padded to its own cache line. pending counts
+// requests inside the bucket; barrier is raised by a sync operation (or a
+// read-error fix) that needs the chunks of this bucket to itself. The
+// request counters live here too: the line is touched anyway.
+type bucket struct {
+	pending atomic.Int32
+	barrier atomic.Int32
+	rOps    atomic.Uint64
+	wOps    atomic.Uint64
+	rBytes  atomic.Uint64
+	wBytes  atomic.Uint64
+	_       [24]byte
+}
+
+// memberRef pairs a member with its identity; a slot's ref changes when the
+// member is replaced, so a late error of the old member cannot fail the new.
+type memberRef struct {
+	m    Member
+	uuid [16]byte
+}
+
+// slot is one raid disk position. The fast path reads state and ref with
+// atomic loads and updates the counters with atomic adds; every state
+// change happens under Array.metaMu.
+type slot struct {
+	idx      int
+	ref      atomic.Pointer[memberRef]
+	state    atomic.Int32 // MemberState
+	inflight atomic.Int64
+	headPos  atomic.Int64 // member offset just after the last read
+
+	readErrs, writeErrs atomic.Uint64
+	readOps, writeOps   atomic.Uint64
+	readBytes, wrBytes  atomic.Uint64
+
+	// under metaMu
+	sbSeq    uint64
+	fullSync bool // recovery must copy every chunk, not only dirty regions
+	_        [64]byte
+}
+
+func (s *slot) live() *memberRef {
+	st := MemberState(s.state.Load())
+	if st == MemberInSync || st == MemberRecovering {
+		return s.ref.Load()
+	}
+	return nil
+}
+
+func (s *slot) inSync() *memberRef {
+	if MemberState(s.state.Load()) == MemberInSync {
+		return s.ref.Load()
+	}
+	return nil
+}
+
+type opKind uint8
+
+const (
+	opWrite opKind = iota
+	opDiscard
+	opZeroes
+)
+
+// wreq is the preallocated, pooled request that hands one copy of a write
+// to a worker, so both copies are written concurrently without a goroutine
+// or an allocation per request.
+type wreq struct {
+	s      *slot
+	ref    *memberRef
+	op     opKind
+	p      []byte
+	off    int64
+	length int64
+	fua    bool
+	err    error
+	done   chan struct{}
+}
+
+// Array is a RAID10 (near=2) array. Its I/O methods are safe for concurrent
+// use and take no lock on the fast path; see the package documentation.
+type Array struct {
+	geo   geometry
+	uuid  [16]byte
+	opts  Options
+	ctime uint64
+	slots []*slot
+
+	buckets        []bucket
+	barrierMu      sync.Mutex
+	barrierCond    *sync.Cond
+	barrierWaiters atomic.Int32
+	raiseMu        sync.Mutex    // one barrier raiser at a time
+	syncWake       chan struct{} // a raiser waits here for pending to drain
+
+	closed atomic.Bool
+	work   chan *wreq
+	reqs   sync.Pool
+
+	bm *bitmap
+
+	// metaMu serialises superblock writes and member state changes.
+	metaMu        sync.Mutex
+	events        uint64
+	eventsCleared uint64
+	sbBuf         []byte
+
+	// resync: regions whose copies may differ (after an unclean shutdown or
+	// a create without AssumeClean). Reads there use the first copy.
+	resyncActive atomic.Bool
+	resyncNeed   []atomic.Uint64 // one bit per region
+
+	syncRun sync.Mutex // held by the daemon and scrubs while they run
+	kick    chan struct{}
+	stop    chan struct{}
+	bg      sync.WaitGroup
+	workers sync.WaitGroup
+
+	progMu    sync.Mutex
+	prog      SyncProgress
+	syncStart time.Time
+	lastFg    uint64
+}
+
+func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
+	if opts.SyncRateMin == 0 {
+		opts.SyncRateMin = DefaultSyncRateMin
+	}
+	if opts.SyncRateMax == 0 {
+		opts.SyncRateMax = DefaultSyncRateMax
+	}
+	if opts.BitmapClearDelay <= 0 {
+		opts.BitmapClearDelay = 5 * time.Second
+	}
+	a := &Array{
+		geo:        geo,
+		uuid:       uuid,
+		opts:       opts,
+		slots:      make([]*slot, geo.n),
+		buckets:    make([]bucket, nBuckets),
+		syncWake:   make(chan struct{}, 1),
+		work:       make(chan *wreq, 256),
+		kick:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		sbBuf:      AlignedBuffer(sbSize),
+		resyncNeed: make([]atomic.Uint64, (geo.regions+63)/64),
+	}
+	a.barrierCond = sync.NewCond(&a.barrierMu)
+	a.reqs.New = func() any { return &wreq{done: make(chan struct{}, 1)} }
+	for i := range a.slots {
+		s := &slot{idx: i}
+		s.state.Store(int32(MemberMissing))
+		a.slots[i] = s
+	}
+	a.bm = newBitmap(a)
+	return a
+}
+
+// start launches the write workers, the sync daemon and the bitmap sweeper.
+func (a *Array) start() {
+	nw := max(8, 2*runtime.GOMAXPROCS(0)) * a.geo.n
+	for range nw {
+		a.workers.Add(1)
+		go a.worker()
+	}
+	a.bg.Add(2)
+	go a.syncDaemon()
+	go a.bm.sweeper()
+	a.kickSync()
+}
+
+func (a *Array) worker() {
+	defer a.workers.Done()
+	for r := range a.work {
+		r.err = a.memberWrite(r.s, r.ref, r.op, r.p, r.off, r.length, r.fua)
+		r.done <- struct{}{}
+	}
+}
+
+// Size is the usable size of the array in bytes.
+func (a *Array) Size() int64 { return a.geo.size }
+
+// ChunkSize is the chunk size in bytes.
+func (a *Array) ChunkSize() int64 { return a.geo.chunk }
+
+// UUID is the array UUID.
+func (a *Array) UUID() [16]byte { return a.uuid }
+
+func (a *Array) check(off, n int64) error {
+	if off < 0 || n < 0 || off%BlockSize != 0 || n%BlockSize != 0 {
+		return invalidf("request [%d,+%d) not aligned to %d", off, n, BlockSize)
+	}
+	if off+n > a.geo.size {
+		return invalidf("request [%d,+%d) beyond the array size %d", off, n, a.geo.size)
+	}
+	return nil
+}
+
+// enter admits a request into the bucket of chunk c. Without a raised
+// barrier it is one atomic add and one load on the bucket's cache line.
+func (a *Array) enter(c int64) (*bucket, error) {
+	bk := &a.buckets[c&bucketMask]
+	for {
+		bk.pending.Add(1)
+		if bk.barrier.Load() == 0 {
+			if a.closed.Load() {
+				a.exit(bk)
+				return nil, ErrClosed
+			}
+			return bk, nil
+		}
+		a.exit(bk)
+		a.barrierMu.Lock()
+		a.barrierWaiters.Add(1)
+		for bk.barrier.Load() != 0 {
+			a.barrierCond.Wait()
+		}
+		a.barrierWaiters.Add(-1)
+		a.barrierMu.Unlock()
+	}
+}
+
+// exit leaves the bucket; it wakes a raiser only if one waits for it.
+func (a *Array) exit(bk *bucket) {
+	if bk.pending.Add(-1) == 0 && bk.barrier.Load() != 0 {
+		select {
+		case a.syncWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// raise takes the barrier of chunk c's bucket and waits until no request is
+// inside it. Only sync operations and read-error fixes call it.
+func (a *Array) raise(c int64) *bucket {
+	a.raiseMu.Lock()
+	bk := &a.buckets[c&bucketMask]
+	bk.barrier.Add(1)
+	if bk.pending.Load() != 0 {
+		t := time.NewTimer(time.Millisecond)
+		for bk.pending.Load() != 0 {
+			select {
+			case <-a.syncWake:
+			case <-t.C:
+				t.Reset(time.Millisecond)
+			}
+		}
+		t.Stop()
+	}
+	return bk
+}
+
+func (a *Array) lower(bk *bucket) {
+	bk.barrier.Add(-1)
+	a.raiseMu.Unlock()
+	if a.barrierWaiters.Load() > 0 {
+		a.barrierMu.Lock()
+		a.barrierCond.Broadcast()
+		a.barrierMu.Unlock()
+	}
+}
+
+// ReadAt reads len(p) bytes at off. off and len(p) must be multiples of
+// BlockSize. A read error on one copy is served from the other copy, which
+// is then written back over the bad one.
+func (a *Array) ReadAt(p []byte, off int64) (int, error) {
+	if err := a.check(off, int64(len(p))); err != nil {
+		return 0, err
+	}
+	done := 0
+	for done < len(p) {
+		aoff := off + int64(done)
+		n := int(min(int64(len(p)-done), a.geo.chunk-aoff&(a.geo.chunk-1)))
+		if err := a.readPiece(p[done:done+n], aoff); err != nil {
+			return done, err
+		}
+		done += n
+	}
+	return done, nil
+}
+
+func (a *Array) regionNeedsResync(r int64) bool {
+	return a.resyncNeed[r>>6].Load()&(1<<(r&63)) != 0
+}
+
+// readPiece reads within one chunk.
+func (a *Array) readPiece(p []byte, aoff int64) error {
+	c := aoff >> a.geo.chunkShift
+	bk, err := a.enter(c)
+	if err != nil {
+		return err
+	}
+	bk.rOps.Add(1)
+	bk.rBytes.Add(uint64(len(p)))
+	within := aoff & (a.geo.chunk - 1)
+	d0, d1, o0, o1 := a.geo.mapChunk(c)
+	s0, s1 := a.slots[d0], a.slots[d1]
+	o0 += within
+	o1 += within
+	r0, r1 := s0.inSync(), s1.inSync()
+	if r0 != nil && r1 != nil {
+		// Prefer the less loaded copy, then the one whose head is nearer.
+		swap := false
+		if a.resyncActive.Load() && a.regionNeedsResync(aoff/a.geo.region) {
+			swap = false // copies may differ: always the first
+		} else if i0, i1 := s0.inflight.Load(), s1.inflight.Load(); i1 < i0 {
+			swap = true
+		} else if i1 == i0 && absDist(s1.headPos.Load(), o1) < absDist(s0.headPos.Load(), o0) {
+			swap = true
+		}
+		if swap {
+			s0, s1, r0, r1, o0, o1 = s1, s0, r1, r0, o1, o0
+		}
+	} else if r0 == nil {
+		s0, s1, r0, r1, o0, o1 = s1, s0, r1, r0, o1, o0
+	}
+	if r0 == nil {
+		a.exit(bk)
+		return fmt.Errorf("%w: no in-sync copy of chunk %d", ErrIO, c)
+	}
+	err = a.memberRead(s0, r0, p, o0)
+	if err == nil {
+		a.exit(bk)
+		return nil
+	}
+	a.exit(bk)
+	return a.fixRead(p, aoff, c, s0, r0, o0, s1, o1, err)
+}
+
+func absDist(a, b int64) int64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
+func (a *Array) memberRead(s *slot, r *memberRef, p []byte, off int64) error {
+	s.inflight.Add(1)
+	n, err := r.m.ReadAt(p, off)
+	s.inflight.Add(-1)
+	s.headPos.Store(off + int64(n))
+	s.readOps.Add(1)
+	s.readBytes.Add(uint64(n))
+	if err == nil && n != len(p) {
+		err = fmt.Errorf("short read %d of %d", n, len(p))
+	}
+	return err
+}
+
+// fixRead is the slow path after a read error on bad: with the bucket's
+// barrier raised (no write can race), read the other copy and write it over
+// the bad one. A bad copy that cannot be rewritten fails its member.
+func (a *Array) fixRead(p []byte, aoff, c int64, bad *slot, badRef *memberRef, badOff int64, good *slot, goodOff int64, rerr error) error {
+	bad.readErrs.Add(1)
+	klog.V(2).InfoS("raid10: read error, trying the other copy", "member", bad.idx, "offset", badOff, "err", rerr)
+	bk := a.raise(c)
+	defer a.lower(bk)
+	goodRef := good.inSync()
+	if goodRef == nil {
+		// The only copy failed to read; try it once more under the barrier.
+		if err := a.memberRead(bad, badRef, p, badOff); err != nil {
+			return fmt.Errorf("%w: %w", ErrIO, &memberError{slot: bad.idx, op: "read", err: err})
+		}
+		return nil
+	}
+	if err := a.memberRead(good, goodRef, p, goodOff); err != nil {
+		good.readErrs.Add(1)
+		if err2 := a.memberRead(bad, badRef, p, badOff); err2 == nil {
+			return nil
+		}
+		return fmt.Errorf("%w: both copies of chunk %d failed: %w", ErrIO, c, &memberError{slot: good.idx, op: "read", err: err})
+	}
+	if bad.ref.Load() == badRef && MemberState(bad.state.Load()) == MemberInSync {
+		if err := a.bm.startWrite(aoff / a.geo.region); err == nil {
+			if werr := a.memberWrite(bad, badRef, opWrite, p, badOff, 0, false); werr != nil {
+				a.memberFailed(bad, badRef, "rewrite", werr)
+			}
+			a.bm.endWrite(aoff / a.geo.region)
+		}
+	}
+	return nil
+}
+
+// WriteAt writes p at off to every live copy concurrently and returns when
+// all have it. off and len(p) must be multiples of BlockSize.
+func (a *Array) WriteAt(p []byte, off int64) (int, error) {
+	return a.write(opWrite, p, off, int64(len(p)), false)
+}
+
+// WriteAtFUA is WriteAt followed by a flush of the members written, so the
+// data is durable on every live copy before it returns.
+func (a *Array) WriteAtFUA(p []byte, off int64) (int, error) {
+	return a.write(opWrite, p, off, int64(len(p)), true)
+}
+
+// Discard passes a discard of [off, off+length) to the members. The range
+// reads back as unspecified data (zeroes on file members).
+func (a *Array) Discard(off, length int64) error {
+	_, err := a.write(opDiscard, nil, off, length, false)
+	return err
+}
+
+// WriteZeroes makes [off, off+length) read back as zeroes on every copy.
+func (a *Array) WriteZeroes(off, length int64) error {
+	_, err := a.write(opZeroes, nil, off, length, false)
+	return err
+}
+
+func (a *Array) write(op opKind, p []byte, off, length int64, fua bool) (int, error) {
+	if err := a.check(off, length); err != nil {
+		return 0, err
+	}
+	var done int64
+	for done < length {
+		aoff := off + done
+		n := min(length-done, a.geo.chunk-aoff&(a.geo.chunk-1))
+		var q []byte
+		if p != nil {
+			q = p[done : done+n]
+		}
+		if err := a.writePiece(op, q, aoff, n, fua); err != nil {
+			return int(done), err
+		}
+		done += n
+	}
+	return int(done), nil
+}
+
+func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) error {
+	c := aoff >> a.geo.chunkShift
+	bk, err := a.enter(c)
+	if err != nil {
+		return err
+	}
+	defer a.exit(bk)
+	bk.wOps.Add(1)
+	bk.wBytes.Add(uint64(length))
+	region := aoff / a.geo.region
+	if err := a.bm.startWrite(region); err != nil {
+		return err
+	}
+	defer a.bm.endWrite(region)
+	within := aoff & (a.geo.chunk - 1)
+	d0, d1, o0, o1 := a.geo.mapChunk(c)
+	s0, s1 := a.slots[d0], a.slots[d1]
+	o0 += within
+	o1 += within
+	r0, r1 := s0.live(), s1.live()
+	// in-sync status at submission: only those copies count for the ack.
+	sync0 := r0 != nil && MemberState(s0.state.Load()) == MemberInSync
+	sync1 := r1 != nil && MemberState(s1.state.Load()) == MemberInSync
+	var e0, e1 error
+	switch {
+	case r0 != nil && r1 != nil:
+		req := a.reqs.Get().(*wreq)
+		req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = s1, r1, op, p, o1, length, fua
+		a.work <- req
+		e0 = a.memberWrite(s0, r0, op, p, o0, length, fua)
+		<-req.done
+		e1 = req.err
+		req.s, req.ref, req.p, req.err = nil, nil, nil, nil
+		a.reqs.Put(req)
+	case r0 != nil:
+		e0 = a.memberWrite(s0, r0, op, p, o0, length, fua)
+	case r1 != nil:
+		e1 = a.memberWrite(s1, r1, op, p, o1, length, fua)
+	}
+	ok := false
+	if r0 != nil {
+		if e0 != nil {
+			a.memberFailed(s0, r0, "write", e0)
+		} else if sync0 {
+			ok = true
+		}
+	}
+	if r1 != nil {
+		if e1 != nil {
+			a.memberFailed(s1, r1, "write", e1)
+		} else if sync1 {
+			ok = true
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%w: no in-sync copy of chunk %d took the write", ErrIO, c)
+	}
+	return nil
+}
+
+func (a *Array) memberWrite(s *slot, r *memberRef, op opKind, p []byte, off, length int64, fua bool) error {
+	s.inflight.Add(1)
+	var err error
+	switch op {
+	case opWrite:
+		var n int
+		n, err = r.m.WriteAt(p, off)
+		if err == nil && n != len(p) {
+			err = fmt.Errorf("short write %d of %d", n, len(p))
+		}
+	case opDiscard:
+		err = r.m.Discard(off, length)
+	case opZeroes:
+		err = r.m.WriteZeroes(off, length)
+	}
+	if err == nil && fua {
+		err = r.m.Flush()
+	}
+	s.inflight.Add(-1)
+	s.writeOps.Add(1)
+	s.wrBytes.Add(uint64(length))
+	if err != nil {
+		s.writeErrs.Add(1)
+	}
+	return err
+}
+
+// Flush makes every acknowledged write durable on every live member. A
+// member whose flush fails is failed; Flush fails only if some chunk is
+// left without a durable in-sync copy.
+func (a *Array) Flush() error {
+	if a.closed.Load() {
+		return ErrClosed
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(a.slots))
+	refs := make([]*memberRef, len(a.slots))
+	for i, s := range a.slots {
+		r := s.live()
+		if r == nil {
+			continue
+		}
+		refs[i] = r
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.m.Flush()
+		}()
+	}
+	wg.Wait()
+	for i, s := range a.slots {
+		if errs[i] != nil {
+			a.memberFailed(s, refs[i], "flush", errs[i])
+		}
+	}
+	if a.State() == ArrayFailed {
+		return fmt.Errorf("%w: array failed", ErrIO)
+	}
+	return nil
+}
+
+// memberFailed marks the slot faulty (unless its member was replaced
+// meanwhile) and records it in the superblocks of the remaining members
+// before returning, so a write acknowledged on one copy can never be read
+// back from the stale one after a crash.
+func (a *Array) memberFailed(s *slot, r *memberRef, op string, err error) {
+	a.metaMu.Lock()
+	defer a.metaMu.Unlock()
+	if s.ref.Load() != r {
+		return
+	}
+	st := MemberState(s.state.Load())
+	if st == MemberFaulty || st == MemberMissing {
+		return
+	}
+	s.state.Store(int32(MemberFaulty))
+	klog.ErrorS(err, "raid10: member failed", "member", s.idx, "op", op, "state", a.stateLocked().String())
+	a.writeSuperblocksLocked(true, false)
+}
+
+// FailMember marks slot faulty, as mdadm --fail does.
+func (a *Array) FailMember(slot int) error {
+	if slot < 0 || slot >= len(a.slots) {
+		return invalidf("slot %d of %d", slot, len(a.slots))
+	}
+	s := a.slots[slot]
+	r := s.ref.Load()
+	if r == nil {
+		return nil
+	}
+	a.memberFailed(s, r, "fail", fmt.Errorf("raid10: failed by request"))
+	return nil
+}
+
+// State is the array state now.
+func (a *Array) State() ArrayState {
+	if a.closed.Load() {
+		return ArrayClosed
+	}
+	return a.stateLocked()
+}
+
+func (a *Array) stateLocked() ArrayState {
+	st := ArrayOptimal
+	for _, s := range a.slots {
+		if MemberState(s.state.Load()) != MemberInSync {
+			st = ArrayDegraded
+		}
+	}
+	if st == ArrayOptimal {
+		return st
+	}
+	for _, p := range a.geo.pairs() {
+		if MemberState(a.slots[p[0]].state.Load()) != MemberInSync && MemberState(a.slots[p[1]].state.Load()) != MemberInSync {
+			return ArrayFailed
+		}
+	}
+	return st
+}
+
+func (a *Array) allInSync() bool {
+	for _, s := range a.slots {
+		if MemberState(s.state.Load()) != MemberInSync {
+			return false
+		}
+	}
+	return true
+}
+
+// Status returns a snapshot of the array.
+func (a *Array) Status() Status {
+	st := Status{
+		UUID:       a.uuid,
+		State:      a.State(),
+		Size:       a.geo.size,
+		ChunkSize:  a.geo.chunk,
+		RegionSize: a.geo.region,
+		RaidDisks:  a.geo.n,
+	}
+	a.metaMu.Lock()
+	st.Events = a.events
+	a.metaMu.Unlock()
+	for i := range a.buckets {
+		b := &a.buckets[i]
+		st.ReadOps += b.rOps.Load()
+		st.WriteOps += b.wOps.Load()
+		st.ReadBytes += b.rBytes.Load()
+		st.WriteBytes += b.wBytes.Load()
+	}
+	for _, s := range a.slots {
+		ms := MemberStatus{
+			Slot:        s.idx,
+			State:       MemberState(s.state.Load()),
+			ReadErrors:  s.readErrs.Load(),
+			WriteErrors: s.writeErrs.Load(),
+			ReadOps:     s.readOps.Load(),
+			WriteOps:    s.writeOps.Load(),
+			ReadBytes:   s.readBytes.Load(),
+			WriteBytes:  s.wrBytes.Load(),
+			InFlight:    s.inflight.Load(),
+		}
+		if r := s.ref.Load(); r != nil {
+			ms.UUID = r.uuid
+		}
+		st.Members = append(st.Members, ms)
+	}
+	st.DirtyRegions = a.bm.dirtyCount()
+	st.Sync = a.progress()
+	return st
+}
+
+// Close waits for the requests in flight, stops the background work,
+// flushes the members, clears the bitmap if the array is in sync, marks the
+// superblocks clean and closes the members. It is idempotent.
+func (a *Array) Close() error {
+	if !a.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	for i := range a.buckets {
+		for a.buckets[i].pending.Load() != 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	close(a.stop)
+	a.bg.Wait()
+	close(a.work)
+	a.workers.Wait()
+	a.syncRun.Lock()
+	defer a.syncRun.Unlock()
+	var firstErr error
+	for _, s := range a.slots {
+		if r := s.live(); r != nil {
+			if err := r.m.Flush(); err != nil {
+				a.memberFailed(s, r, "flush", err)
+			}
+		}
+	}
+	a.bm.clearAllIfClean()
+	a.metaMu.Lock()
+	clean := !a.resyncPending()
+	a.writeSuperblocksLocked(true, clean)
+	a.metaMu.Unlock()
+	for _, s := range a.slots {
+		if r := s.ref.Load(); r != nil {
+			if err := r.m.Close(); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return firstErr
+}
+
+func (a *Array) resyncPending() bool {
+	for i := range a.resyncNeed {
+		if a.resyncNeed[i].Load() != 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,291 @@
+package raid10
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Region state word: bit 31 = the region's bit is set on disk, bit 30 =
+// clear candidate (idle since the last sweep), bits 0..29 = writes in
+// flight in the region.
+const (
+	bmOnDisk uint32 = 1 << 31
+	bmCand   uint32 = 1 << 30
+)
+
+// bitmap is the in-memory write-intent bitmap. The fast path is one atomic
+// add per write on the region's state word (and one at the end); the mutex
+// is taken only for the first write into a clean region and by the sweeper.
+type bitmap struct {
+	a  *Array
+	st []atomic.Uint32
+
+	mu    sync.Mutex
+	image []byte // on-disk bits, bmBitsPerBlock per block, LSB first
+	buf   []byte // aligned block buffer
+}
+
+func newBitmap(a *Array) *bitmap {
+	blocks := (a.geo.regions + bmBitsPerBlock - 1) / bmBitsPerBlock
+	return &bitmap{
+		a:     a,
+		st:    make([]atomic.Uint32, a.geo.regions),
+		image: make([]byte, blocks*bmBitsPerBlock/8),
+		buf:   AlignedBuffer(sbSize),
+	}
+}
+
+// startWrite must precede every write into region r; endWrite follows it.
+// The first write into a clean region persists its bit on every live
+// member (write + flush) before the data write may start.
+func (b *bitmap) startWrite(r int64) error {
+	st := &b.st[r]
+	v := st.Add(1)
+	if v&bmOnDisk != 0 {
+		if v&bmCand != 0 {
+			st.And(^bmCand)
+		}
+		return nil
+	}
+	if err := b.persist(r); err != nil {
+		st.Add(^uint32(0))
+		return err
+	}
+	return nil
+}
+
+func (b *bitmap) endWrite(r int64) { b.st[r].Add(^uint32(0)) }
+
+func (b *bitmap) persist(r int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := &b.st[r]
+	if st.Load()&bmOnDisk != 0 {
+		st.And(^bmCand)
+		return nil
+	}
+	b.image[r/8] |= 1 << (r % 8)
+	if err := b.writeBlocks(map[int64]bool{r / bmBitsPerBlock: true}); err != nil {
+		b.image[r/8] &^= 1 << (r % 8)
+		return err
+	}
+	st.Or(bmOnDisk)
+	st.And(^bmCand)
+	return nil
+}
+
+// writeBlocks writes the given bitmap blocks to every live member and
+// flushes them. Caller holds b.mu. It fails only if no in-sync member took
+// the blocks; members that fail are failed.
+func (b *bitmap) writeBlocks(blocks map[int64]bool) error {
+	a := b.a
+	var refs [MaxMembers]*memberRef
+	for i, s := range a.slots {
+		refs[i] = s.live()
+	}
+	for blk := range blocks {
+		lo := blk * bmBitsPerBlock / 8
+		marshalBitmapBlock(b.buf, uint32(blk), b.image[lo:lo+bmBitsPerBlock/8])
+		for i, s := range a.slots {
+			if refs[i] == nil {
+				continue
+			}
+			if _, err := refs[i].m.WriteAt(b.buf, bitmapOffset+blk*sbSize); err != nil {
+				a.memberFailed(s, refs[i], "bitmap write", err)
+				refs[i] = nil
+			}
+		}
+	}
+	ok := false
+	for i, s := range a.slots {
+		if refs[i] == nil {
+			continue
+		}
+		if err := refs[i].m.Flush(); err != nil {
+			a.memberFailed(s, refs[i], "bitmap flush", err)
+			continue
+		}
+		if MemberState(s.state.Load()) == MemberInSync {
+			ok = true
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%w: bitmap could not be written to any in-sync member", ErrIO)
+	}
+	return nil
+}
+
+// writeAll writes the whole image (Create, Close). Caller holds b.mu.
+func (b *bitmap) writeAll() error {
+	blocks := make(map[int64]bool)
+	for blk := int64(0); blk < int64(len(b.image))*8/bmBitsPerBlock; blk++ {
+		blocks[blk] = true
+	}
+	return b.writeBlocks(blocks)
+}
+
+// setAll marks every region dirty in memory (Create without AssumeClean).
+func (b *bitmap) setAll() {
+	for r := range b.st {
+		b.st[r].Store(bmOnDisk)
+		b.image[r/8] |= 1 << (r % 8)
+	}
+}
+
+// load ORs the on-disk bitmap of m into the image; corrupt or unreadable
+// blocks count as all ones. It returns the number of bad blocks.
+func (b *bitmap) load(m Member) int {
+	bad := 0
+	buf := getBounce(sbSize)
+	defer putBounce(buf)
+	blocks := int64(len(b.image)) * 8 / bmBitsPerBlock
+	for blk := int64(0); blk < blocks; blk++ {
+		lo := blk * bmBitsPerBlock / 8
+		dst := b.image[lo : lo+bmBitsPerBlock/8]
+		var bits []byte
+		_, err := m.ReadAt((*buf)[:sbSize], bitmapOffset+blk*sbSize)
+		if err == nil {
+			bits, err = unmarshalBitmapBlock((*buf)[:sbSize], uint32(blk))
+		}
+		if err != nil {
+			bad++
+			for i := range dst {
+				dst[i] = 0xff
+			}
+			continue
+		}
+		for i := range dst {
+			dst[i] |= bits[i]
+		}
+	}
+	for r := range b.st {
+		if b.image[r/8]&(1<<(r%8)) != 0 {
+			b.st[r].Store(bmOnDisk)
+		}
+	}
+	// Bits past the last region stay clear so the image is canonical.
+	for r := b.a.geo.regions; r < int64(len(b.image))*8; r++ {
+		b.image[r/8] &^= 1 << (r % 8)
+	}
+	return bad
+}
+
+// dirtyRegions returns the regions whose bit is set now.
+func (b *bitmap) dirtyRegions() []int64 {
+	var rs []int64
+	for r := range b.st {
+		if b.st[r].Load()&bmOnDisk != 0 {
+			rs = append(rs, int64(r))
+		}
+	}
+	return rs
+}
+
+func (b *bitmap) dirtyCount() int64 {
+	var n int64
+	for r := range b.st {
+		if b.st[r].Load()&bmOnDisk != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func (b *bitmap) sweeper() {
+	defer b.a.bg.Done()
+	t := time.NewTicker(b.a.opts.BitmapClearDelay / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.a.stop:
+			return
+		case <-t.C:
+			b.sweep()
+		}
+	}
+}
+
+// sweep clears lazily: a region idle at the previous sweep (candidate) and
+// untouched since is cleared after a flush of every member made its data
+// durable; idle regions become candidates for the next sweep. Nothing is
+// cleared while a slot is not in sync (a returning member needs the bits)
+// or a resync is pending.
+func (b *bitmap) sweep() {
+	a := b.a
+	if !a.allInSync() || a.resyncActive.Load() {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var cands []int64
+	for r := range b.st {
+		st := &b.st[r]
+		switch v := st.Load(); v {
+		case bmOnDisk | bmCand:
+			cands = append(cands, int64(r))
+		case bmOnDisk:
+			st.CompareAndSwap(bmOnDisk, bmOnDisk|bmCand)
+		}
+	}
+	if len(cands) == 0 {
+		return
+	}
+	for _, s := range a.slots {
+		if r := s.live(); r != nil {
+			if err := r.m.Flush(); err != nil {
+				a.memberFailed(s, r, "flush", err)
+				return
+			}
+		}
+	}
+	a.metaMu.Lock()
+	if a.eventsCleared != a.events {
+		a.eventsCleared = a.events
+		a.writeSuperblocksLocked(false, false)
+	}
+	a.metaMu.Unlock()
+	blocks := make(map[int64]bool)
+	for _, r := range cands {
+		if b.st[r].CompareAndSwap(bmOnDisk|bmCand, 0) {
+			b.image[r/8] &^= 1 << (r % 8)
+			blocks[r/bmBitsPerBlock] = true
+		}
+	}
+	if len(blocks) > 0 {
+		if err := b.writeBlocks(blocks); err != nil {
+			klog.ErrorS(err, "raid10: clearing bitmap bits failed")
+		}
+	}
+}
+
+// clearAllIfClean clears every bit at Close when the array is in sync and
+// no resync is pending (the members were flushed just before).
+func (b *bitmap) clearAllIfClean() {
+	a := b.a
+	if !a.allInSync() || a.resyncPending() {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	dirty := false
+	for r := range b.st {
+		if b.st[r].Swap(0)&bmOnDisk != 0 {
+			dirty = true
+		}
+	}
+	if !dirty {
+		return
+	}
+	clear(b.image)
+	a.metaMu.Lock()
+	a.eventsCleared = a.events
+	a.writeSuperblocksLocked(false, false)
+	a.metaMu.Unlock()
+	if err := b.writeAll(); err != nil {
+		klog.ErrorS(err, "raid10: clearing bitmap at close failed")
+	}
+}

@@ -1,0 +1,125 @@
+// Package raid10 is an in-process RAID10 engine with the semantics of Linux
+// md raid10 in its default near=2 layout: every chunk has two copies on
+// neighbouring members, odd member counts included (see geometry in
+// layout.go for the mapping, taken from md's __raid10_find_phys).
+//
+// # I/O
+//
+// An Array implements ReadAt, WriteAt, WriteAtFUA, Flush, Discard,
+// WriteZeroes, Size, Close and Status for the NBD server and the pool.
+// Offsets and lengths are multiples of BlockSize (4096); other requests fail
+// with an error that matches syscall.EINVAL. A request is split at chunk
+// boundaries. Reads go to one in-sync copy, the one with fewer requests in
+// flight, then the one whose last read ended nearer. A read error is served
+// from the other copy, which is then written over the bad one (under the
+// chunk's barrier, so no write races the fix). Writes go to every live copy
+// at once and return when all have answered; a member that errors is failed
+// (recorded in the other members' superblocks before the write is
+// acknowledged) and the write succeeds while one in-sync copy took it. When
+// both copies of a chunk are gone the array is Failed and I/O on that chunk
+// fails with an error that matches syscall.EIO.
+//
+// # The fast path
+//
+// No lock is taken on the I/O path. A request costs:
+//
+//   - barrier: one atomic add on the pending counter of its bucket (chunk
+//     number mod 1024, one cache line each) and one load of the bucket's
+//     barrier counter; a resync, recovery or scrub raises the barrier of the
+//     single bucket it is copying and waits for pending to drain. Leaving
+//     wakes the raiser only if the barrier is up; a raiser lowering its
+//     barrier broadcasts only if some request waits (no wake-ups of empty
+//     queues).
+//   - bitmap: one atomic add on the region's state word at the start and one
+//     at the end. Only the first write into a clean region takes the bitmap
+//     mutex to persist the bit.
+//   - member selection: atomic loads of the slot state and member pointer;
+//     in-flight counters are per member.
+//   - the second copy of a write is handed to a long-lived worker in a pooled
+//     request struct (sync.Pool) with a preallocated completion channel:
+//     no goroutine and no allocation per request.
+//
+// State changes (member failed, recovery done) take Array.metaMu and write
+// the superblocks; they never happen on the fast path of a healthy array.
+//
+// # On-disk format
+//
+// Every member starts with 8 KiB of superblock, then the write-intent
+// bitmap, then the data, all little-endian:
+//
+//	member offset   size  content
+//	0               4096  superblock copy A (written when seq is even)
+//	4096            4096  superblock copy B (written when seq is odd)
+//	8192            B     bitmap: B/4096 blocks
+//	dataOffset      D     data: D/chunk device chunks (dataOffset is 1 MiB aligned)
+//
+// Superblock (4096 bytes):
+//
+//	off  size  field
+//	0    8     magic "R10SUPER"
+//	8    4     version, 1
+//	12   4     flags: bit 0 = clean (no resync needed)
+//	16   16    array UUID
+//	32   16    member UUID
+//	48   4     role: this member's slot, 0..raidDisks-1
+//	52   4     raidDisks N (2..256)
+//	56   4     layout: near copies, 2
+//	60   4     chunk size in bytes (power of two >= 4096)
+//	64   8     data offset in bytes
+//	72   8     data size per member in bytes (multiple of the chunk size)
+//	80   8     array size in bytes
+//	88   8     events: bumped by every state change
+//	96   8     seq: bumped by every write of this member's superblock
+//	104  8     bitmap offset (8192)
+//	112  8     bitmap bytes reserved (multiple of 4096)
+//	120  8     bitmap region size in bytes (multiple of the chunk size)
+//	128  8     events when bitmap bits were last cleared
+//	136  8     recovery offset: 2^64-1 = in sync, else the member is stale
+//	144  8     creation time, Unix nanoseconds
+//	152  8     reserved, zero
+//	160  256   slot table: one byte per slot, 0 active, 1 faulty,
+//	           2 missing, 3 recovering (only the first N are meaningful)
+//	416  3676  reserved, zero
+//	4092 4     CRC32C (Castagnoli) of bytes 0..4091
+//
+// The valid copy (magic, checksum, version and field checks) with the
+// higher seq wins, so a torn superblock write loses nothing. A version other
+// than 1 is rejected; a later version will bump it and keep the magic.
+//
+// Bitmap block (4096 bytes), block i covering regions 32672*i onwards:
+//
+//	off  size  field
+//	0    4     magic "R10B"
+//	4    4     block index i
+//	8    4084  bits, region r at byte (r mod 32672)/8, bit r mod 8 (LSB first)
+//	4092 4     CRC32C of bytes 0..4091
+//
+// A block with a bad magic, index or checksum (a torn write) counts as all
+// ones: its regions are resynced, never trusted.
+//
+// # Durability order
+//
+//   - Write: the region's bit is written to every live member and flushed
+//     before the first data write into the region; then the data.
+//   - Bit clear (lazy, after two idle sweeps, only while every slot is in
+//     sync): flush every member, then write the cleared block. If events
+//     moved since the last clear, the superblocks carrying the new
+//     events-cleared mark are written (and flushed) first.
+//   - Superblock: written to every live member, then each is flushed. A
+//     member failure is in the superblocks before the write that found it
+//     is acknowledged.
+//   - Close: flush the members, clear the bitmap (in sync only), write the
+//     superblocks with the clean flag.
+//
+// # Assembly and recovery
+//
+// Assemble reads every member's superblock, rejects mixtures of arrays,
+// disagreeing geometry, corrupt superblocks and slots claimed twice, and
+// takes the member with the highest events as the array's view. A member
+// with fewer events, a non-active slot entry or an unfinished recovery is
+// stale: it is rebuilt, from the dirty bitmap regions only when its events
+// are at least the events-cleared mark (nothing it missed can have been
+// cleared), else fully. If the freshest superblock is not clean, the
+// regions with bits set are resynced (first copy over the second); reads in
+// such a region use the first copy until it is done.
+package raid10

@@ -1,0 +1,382 @@
+package raid10
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+func newUUID() [16]byte {
+	var u [16]byte
+	_, _ = rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+func roundUp(v, to int64) int64 { return (v + to - 1) / to * to }
+
+// Create writes fresh metadata to every member and returns the running
+// array. Members are slots 0..N-1 in order; N >= 2 (odd counts are fine).
+// Without opts.AssumeClean the whole array is resynced in the background
+// (reads stay correct meanwhile: they use the first copy).
+func Create(members []Member, opts CreateOptions) (*Array, error) {
+	n := len(members)
+	if n < 2 {
+		return nil, fmt.Errorf("%w: %d members, need at least 2", ErrTooFewMembers, n)
+	}
+	if n > MaxMembers {
+		return nil, invalidf("%d members, at most %d", n, MaxMembers)
+	}
+	chunk := opts.ChunkSize
+	if chunk == 0 {
+		chunk = DefaultChunkSize
+	}
+	if chunk < BlockSize || chunk&(chunk-1) != 0 || chunk > 1<<30 {
+		return nil, invalidf("chunk size %d is not a power of two in [4 KiB, 1 GiB]", chunk)
+	}
+	region := opts.RegionSize
+	if region == 0 {
+		region = roundUp(max(DefaultRegionSize, chunk), chunk)
+	}
+	if region <= 0 || region%chunk != 0 {
+		return nil, invalidf("region size %d is not a multiple of the chunk size %d", region, chunk)
+	}
+	minSize := int64(-1)
+	for i, m := range members {
+		if m == nil {
+			return nil, invalidf("member %d is nil", i)
+		}
+		if s := m.Size(); minSize < 0 || s < minSize {
+			minSize = s
+		}
+	}
+	regionsMax := (minSize*int64(n)/nearCopies + region - 1) / region
+	bmBytes := max(1, (regionsMax+bmBitsPerBlock-1)/bmBitsPerBlock) * sbSize
+	dataOffset := roundUp(bitmapOffset+bmBytes, dataAlign)
+	if minSize < dataOffset+chunk {
+		return nil, fmt.Errorf("%w: %d bytes, need at least %d", ErrMemberTooSmall, minSize, dataOffset+chunk)
+	}
+	devChunks := (minSize - dataOffset) / chunk
+	capacity := capacityChunks(n, devChunks) * chunk
+	size := capacity
+	if opts.Size != 0 {
+		if opts.Size < 0 || opts.Size%BlockSize != 0 || opts.Size > capacity {
+			return nil, invalidf("size %d: must be a multiple of %d and at most %d", opts.Size, BlockSize, capacity)
+		}
+		size = opts.Size
+	}
+	geo := newGeometry(n, chunk, dataOffset, devChunks*chunk, size, region, bmBytes)
+	uuid := opts.UUID
+	if uuid == ([16]byte{}) {
+		uuid = newUUID()
+	}
+	a := newArray(geo, uuid, opts.Options)
+	a.ctime = uint64(time.Now().UnixNano())
+	for i, m := range members {
+		s := a.slots[i]
+		s.ref.Store(&memberRef{m: m, uuid: newUUID()})
+		s.state.Store(int32(MemberInSync))
+	}
+	if !opts.AssumeClean {
+		a.bm.setAll()
+		for r := int64(0); r < geo.regions; r++ {
+			a.resyncNeed[r>>6].Or(1 << (r & 63))
+		}
+		a.resyncActive.Store(true)
+	}
+	a.bm.mu.Lock()
+	err := a.bm.writeAll()
+	a.bm.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	a.metaMu.Lock()
+	a.writeSuperblocksLocked(false, false)
+	a.writeSuperblocksLocked(true, false) // both copies valid from the start
+	a.metaMu.Unlock()
+	for i, s := range a.slots {
+		if MemberState(s.state.Load()) != MemberInSync {
+			return nil, fmt.Errorf("%w: member %d failed during create", ErrIO, i)
+		}
+	}
+	a.start()
+	klog.V(1).InfoS("raid10: created", "members", n, "size", size, "chunk", chunk, "region", region)
+	return a, nil
+}
+
+// writeSuperblocksLocked writes the superblock of every live member (the
+// copy the member's sequence number selects, A or B alternately) and then
+// flushes each: the durability order is data, bitmap, superblock. A member
+// that fails is marked faulty and the remaining ones are written again so
+// that their slot table records it. Caller holds metaMu.
+func (a *Array) writeSuperblocksLocked(bump, clean bool) {
+	if bump {
+		a.events++
+	}
+	for attempt := 0; attempt <= len(a.slots); attempt++ {
+		failed := false
+		var sb superblock
+		sb.clean = clean
+		sb.arrayUUID = a.uuid
+		sb.raidDisks = uint32(a.geo.n)
+		sb.layout = nearCopies
+		sb.chunkSize = uint32(a.geo.chunk)
+		sb.dataOffset = uint64(a.geo.dataOffset)
+		sb.dataSize = uint64(a.geo.dataSize)
+		sb.arraySize = uint64(a.geo.size)
+		sb.events = a.events
+		sb.bitmapOffset = bitmapOffset
+		sb.bitmapBytes = uint64(a.geo.bmBytes)
+		sb.regionSize = uint64(a.geo.region)
+		sb.eventsCleared = a.eventsCleared
+		sb.ctime = a.ctime
+		for i, s := range a.slots {
+			switch MemberState(s.state.Load()) {
+			case MemberInSync:
+				sb.slots[i] = slotActive
+			case MemberRecovering:
+				sb.slots[i] = slotRecovering
+			case MemberFaulty:
+				sb.slots[i] = slotFaulty
+			default:
+				sb.slots[i] = slotMissing
+			}
+		}
+		var written [MaxMembers]*memberRef
+		for i, s := range a.slots {
+			r := s.live()
+			if r == nil {
+				continue
+			}
+			sb.role = uint32(i)
+			sb.memberUUID = r.uuid
+			sb.recoveryOff = recoveryDone
+			if MemberState(s.state.Load()) != MemberInSync {
+				sb.recoveryOff = 0
+			}
+			s.sbSeq++
+			sb.seq = s.sbSeq
+			sb.marshal(a.sbBuf)
+			off := int64(sbCopyA)
+			if s.sbSeq&1 == 1 {
+				off = sbCopyB
+			}
+			if _, err := r.m.WriteAt(a.sbBuf, off); err != nil {
+				klog.ErrorS(err, "raid10: superblock write failed", "member", i)
+				s.writeErrs.Add(1)
+				s.state.Store(int32(MemberFaulty))
+				failed = true
+				continue
+			}
+			written[i] = r
+		}
+		for i, s := range a.slots {
+			if written[i] == nil {
+				continue
+			}
+			if err := written[i].m.Flush(); err != nil {
+				klog.ErrorS(err, "raid10: superblock flush failed", "member", i)
+				s.state.Store(int32(MemberFaulty))
+				failed = true
+			}
+		}
+		if !failed {
+			return
+		}
+		a.events++
+	}
+}
+
+type assembleCand struct {
+	pos int
+	m   Member
+	sb  *superblock
+}
+
+// Assemble starts an existing array from its members, in any order (nil
+// entries are skipped; a missing slot starts the array degraded). It
+// validates the superblocks, lets the freshest event counter decide the
+// array's view, starts a stale member's recovery (bitmap-based when its
+// events allow) and, after an unclean shutdown, resyncs the regions the
+// bitmap marks dirty.
+func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
+	var cands []assembleCand
+	for i, m := range members {
+		if m == nil {
+			continue
+		}
+		sb, err := readSuperblock(m)
+		if err != nil {
+			return nil, fmt.Errorf("raid10: member %d: %w", i, err)
+		}
+		cands = append(cands, assembleCand{pos: i, m: m, sb: sb})
+	}
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("%w: no members given", ErrTooFewMembers)
+	}
+	uuid := cands[0].sb.arrayUUID
+	if opts.UUID != ([16]byte{}) {
+		uuid = opts.UUID
+	}
+	ref := cands[0].sb
+	for _, c := range cands {
+		if c.sb.arrayUUID != uuid {
+			return nil, fmt.Errorf("%w: member %d is in array %x, member %d in %x", ErrMixedArrays, c.pos, c.sb.arrayUUID, cands[0].pos, uuid)
+		}
+		if c.sb.events > ref.events {
+			ref = c.sb
+		}
+	}
+	for _, c := range cands {
+		s := c.sb
+		if s.raidDisks != ref.raidDisks || s.chunkSize != ref.chunkSize || s.dataOffset != ref.dataOffset ||
+			s.dataSize != ref.dataSize || s.arraySize != ref.arraySize || s.regionSize != ref.regionSize ||
+			s.bitmapBytes != ref.bitmapBytes || s.layout != ref.layout {
+			return nil, fmt.Errorf("%w: member %d", ErrGeometryMismatch, c.pos)
+		}
+		if c.m.Size() < int64(s.dataOffset+s.dataSize) {
+			return nil, fmt.Errorf("%w: member %d has %d bytes, the array needs %d", ErrMemberTooSmall, c.pos, c.m.Size(), s.dataOffset+s.dataSize)
+		}
+	}
+	n := int(ref.raidDisks)
+	bySlot := make([]*assembleCand, n)
+	for i := range cands {
+		c := &cands[i]
+		prev := bySlot[c.sb.role]
+		switch {
+		case prev == nil || c.sb.events > prev.sb.events:
+			bySlot[c.sb.role] = c
+		case c.sb.events == prev.sb.events:
+			return nil, fmt.Errorf("%w: members %d and %d both claim slot %d", ErrDuplicateRole, prev.pos, c.pos, c.sb.role)
+		}
+	}
+	geo := newGeometry(n, int64(ref.chunkSize), int64(ref.dataOffset), int64(ref.dataSize), int64(ref.arraySize), int64(ref.regionSize), int64(ref.bitmapBytes))
+	a := newArray(geo, uuid, opts.Options)
+	a.ctime = ref.ctime
+	a.events = ref.events
+	a.eventsCleared = ref.eventsCleared
+	for i, c := range bySlot {
+		if c == nil {
+			continue
+		}
+		s := a.slots[i]
+		s.ref.Store(&memberRef{m: c.m, uuid: c.sb.memberUUID})
+		s.sbSeq = c.sb.seq
+		fresh := c.sb.events == ref.events && c.sb.recoveryOff == recoveryDone && ref.slots[i] == slotActive
+		switch {
+		case fresh:
+			s.state.Store(int32(MemberInSync))
+		default:
+			s.fullSync = c.sb.recoveryOff != recoveryDone || c.sb.events < ref.eventsCleared
+			s.state.Store(int32(MemberRecovering))
+			klog.InfoS("raid10: stale member needs recovery", "member", i, "events", c.sb.events, "arrayEvents", ref.events, "full", s.fullSync)
+		}
+	}
+	var missing []int
+	for _, p := range geo.pairs() {
+		if a.slots[p[0]].inSync() == nil && a.slots[p[1]].inSync() == nil {
+			missing = append(missing, p[0], p[1])
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: no in-sync member among slots %v", ErrTooFewMembers, missing)
+	}
+	bad := 0
+	for _, s := range a.slots {
+		if r := s.inSync(); r != nil {
+			bad += a.bm.load(r.m)
+		}
+	}
+	if bad > 0 {
+		klog.InfoS("raid10: corrupt bitmap blocks treated as dirty", "blocks", bad)
+	}
+	if !ref.clean {
+		dirty := a.bm.dirtyRegions()
+		for _, r := range dirty {
+			a.resyncNeed[r>>6].Or(1 << (r & 63))
+		}
+		if len(dirty) > 0 {
+			a.resyncActive.Store(true)
+			klog.InfoS("raid10: unclean shutdown, resyncing dirty regions", "regions", len(dirty))
+		}
+	}
+	a.metaMu.Lock()
+	a.writeSuperblocksLocked(true, false)
+	a.metaMu.Unlock()
+	if a.stateLocked() == ArrayFailed {
+		return nil, fmt.Errorf("%w: members failed while assembling", ErrTooFewMembers)
+	}
+	a.start()
+	return a, nil
+}
+
+// ReplaceMember puts m into slot (which must be faulty or missing) and
+// starts its recovery. If m carries this array's superblock for the same
+// slot, recent enough that the write-intent bitmap covers everything it
+// missed, only the dirty regions are copied (a re-add); otherwise all.
+func (a *Array) ReplaceMember(slot int, m Member) error {
+	if a.closed.Load() {
+		return ErrClosed
+	}
+	if slot < 0 || slot >= len(a.slots) || m == nil {
+		return invalidf("slot %d of %d", slot, len(a.slots))
+	}
+	if need := a.geo.dataOffset + a.geo.dataSize; m.Size() < need {
+		return fmt.Errorf("%w: %d bytes, the array needs %d", ErrMemberTooSmall, m.Size(), need)
+	}
+	a.metaMu.Lock()
+	s := a.slots[slot]
+	if st := MemberState(s.state.Load()); st == MemberInSync || st == MemberRecovering {
+		a.metaMu.Unlock()
+		return fmt.Errorf("%w: slot %d is %s", ErrSlotInUse, slot, st)
+	}
+	full, uuid, seq := true, newUUID(), uint64(0)
+	if sb, err := readSuperblock(m); err == nil && sb.arrayUUID == a.uuid && int(sb.role) == slot &&
+		sb.recoveryOff == recoveryDone && sb.events >= a.eventsCleared {
+		full, uuid, seq = false, sb.memberUUID, sb.seq
+	} else if err != nil && !errors.Is(err, ErrNoSuperblock) {
+		klog.V(1).InfoS("raid10: replacement has an unusable superblock, full recovery", "member", slot, "err", err)
+	}
+	s.fullSync = full
+	s.sbSeq = seq
+	s.ref.Store(&memberRef{m: m, uuid: uuid})
+	s.state.Store(int32(MemberRecovering))
+	a.writeSuperblocksLocked(true, false)
+	a.metaMu.Unlock()
+	klog.InfoS("raid10: recovery started", "member", slot, "full", full)
+	a.kickSync()
+	return nil
+}
+
+// AddMember puts m into a faulty or missing slot (its own slot if m was a
+// member of this array before) and starts recovery. It returns the slot.
+func (a *Array) AddMember(m Member) (int, error) {
+	if m == nil {
+		return -1, invalidf("nil member")
+	}
+	want := -1
+	if sb, err := readSuperblock(m); err == nil && sb.arrayUUID == a.uuid && int(sb.role) < len(a.slots) {
+		want = int(sb.role)
+	}
+	free := func(i int) bool {
+		st := MemberState(a.slots[i].state.Load())
+		return st == MemberFaulty || st == MemberMissing
+	}
+	if want < 0 || !free(want) {
+		want = -1
+		for i := range a.slots {
+			if free(i) {
+				want = i
+				break
+			}
+		}
+	}
+	if want < 0 {
+		return -1, ErrNoFreeSlot
+	}
+	return want, a.ReplaceMember(want, m)
+}

@@ -1,0 +1,233 @@
+package raid10
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+)
+
+// On-disk constants. The layout is documented in doc.go and
+// docs/on-disk-format.md; keep the three in step.
+const (
+	sbMagic        = "R10SUPER"
+	sbVersion      = 1
+	sbSize         = 4096
+	sbCopyA        = 0    // member offset of superblock copy A
+	sbCopyB        = 4096 // member offset of superblock copy B
+	bitmapOffset   = 8192 // member offset of the write-intent bitmap
+	sbCRCOffset    = sbSize - 4
+	sbSlotsOffset  = 160
+	MaxMembers     = 256 // slot table size in the superblock
+	nearCopies     = 2
+	sbFlagClean    = 1 << 0
+	recoveryDone   = math.MaxUint64
+	dataAlign      = 1 << 20 // data offset alignment
+	bmMagic        = "R10B"
+	bmHeader       = 8
+	bmBitsPerBlock = (sbSize - bmHeader - 4) * 8
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// slotState is the persisted state of a slot, one byte per slot in the
+// superblock's slot table.
+type slotState uint8
+
+const (
+	slotActive     slotState = 0 // in sync
+	slotFaulty     slotState = 1 // failed; its data is stale
+	slotMissing    slotState = 2 // never assembled / removed
+	slotRecovering slotState = 3 // being rebuilt; stale until recovery ends
+)
+
+// superblock is the decoded form of one superblock copy.
+type superblock struct {
+	clean         bool
+	arrayUUID     [16]byte
+	memberUUID    [16]byte
+	role          uint32
+	raidDisks     uint32
+	layout        uint32 // near copies, always 2
+	chunkSize     uint32
+	dataOffset    uint64
+	dataSize      uint64
+	arraySize     uint64
+	events        uint64
+	seq           uint64
+	bitmapOffset  uint64
+	bitmapBytes   uint64
+	regionSize    uint64
+	eventsCleared uint64
+	recoveryOff   uint64
+	ctime         uint64
+	slots         [MaxMembers]slotState
+}
+
+func (sb *superblock) marshal(b []byte) {
+	clear(b[:sbSize])
+	copy(b[0:8], sbMagic)
+	le := binary.LittleEndian
+	le.PutUint32(b[8:], sbVersion)
+	var flags uint32
+	if sb.clean {
+		flags |= sbFlagClean
+	}
+	le.PutUint32(b[12:], flags)
+	copy(b[16:32], sb.arrayUUID[:])
+	copy(b[32:48], sb.memberUUID[:])
+	le.PutUint32(b[48:], sb.role)
+	le.PutUint32(b[52:], sb.raidDisks)
+	le.PutUint32(b[56:], sb.layout)
+	le.PutUint32(b[60:], sb.chunkSize)
+	le.PutUint64(b[64:], sb.dataOffset)
+	le.PutUint64(b[72:], sb.dataSize)
+	le.PutUint64(b[80:], sb.arraySize)
+	le.PutUint64(b[88:], sb.events)
+	le.PutUint64(b[96:], sb.seq)
+	le.PutUint64(b[104:], sb.bitmapOffset)
+	le.PutUint64(b[112:], sb.bitmapBytes)
+	le.PutUint64(b[120:], sb.regionSize)
+	le.PutUint64(b[128:], sb.eventsCleared)
+	le.PutUint64(b[136:], sb.recoveryOff)
+	le.PutUint64(b[144:], sb.ctime)
+	for i := 0; i < int(sb.raidDisks) && i < MaxMembers; i++ {
+		b[sbSlotsOffset+i] = byte(sb.slots[i])
+	}
+	le.PutUint32(b[sbCRCOffset:], crc32.Checksum(b[:sbCRCOffset], castagnoli))
+}
+
+// unmarshalSuperblock decodes and validates one copy. It returns
+// ErrNoSuperblock when the magic is absent and ErrCorruptSuperblock (wrapped
+// with the reason) for anything else wrong. It never panics.
+func unmarshalSuperblock(b []byte) (*superblock, error) {
+	if len(b) < sbSize || !bytes.Equal(b[0:8], []byte(sbMagic)) {
+		return nil, ErrNoSuperblock
+	}
+	le := binary.LittleEndian
+	if got, want := le.Uint32(b[sbCRCOffset:]), crc32.Checksum(b[:sbCRCOffset], castagnoli); got != want {
+		return nil, fmt.Errorf("%w: checksum %#08x, want %#08x", ErrCorruptSuperblock, got, want)
+	}
+	if v := le.Uint32(b[8:]); v != sbVersion {
+		return nil, fmt.Errorf("%w: unsupported version %d", ErrCorruptSuperblock, v)
+	}
+	sb := &superblock{
+		clean:         le.Uint32(b[12:])&sbFlagClean != 0,
+		role:          le.Uint32(b[48:]),
+		raidDisks:     le.Uint32(b[52:]),
+		layout:        le.Uint32(b[56:]),
+		chunkSize:     le.Uint32(b[60:]),
+		dataOffset:    le.Uint64(b[64:]),
+		dataSize:      le.Uint64(b[72:]),
+		arraySize:     le.Uint64(b[80:]),
+		events:        le.Uint64(b[88:]),
+		seq:           le.Uint64(b[96:]),
+		bitmapOffset:  le.Uint64(b[104:]),
+		bitmapBytes:   le.Uint64(b[112:]),
+		regionSize:    le.Uint64(b[120:]),
+		eventsCleared: le.Uint64(b[128:]),
+		recoveryOff:   le.Uint64(b[136:]),
+		ctime:         le.Uint64(b[144:]),
+	}
+	copy(sb.arrayUUID[:], b[16:32])
+	copy(sb.memberUUID[:], b[32:48])
+	if sb.raidDisks < 2 || sb.raidDisks > MaxMembers {
+		return nil, fmt.Errorf("%w: %d raid disks", ErrCorruptSuperblock, sb.raidDisks)
+	}
+	for i := 0; i < int(sb.raidDisks); i++ {
+		s := slotState(b[sbSlotsOffset+i])
+		if s > slotRecovering {
+			return nil, fmt.Errorf("%w: slot %d state %d", ErrCorruptSuperblock, i, s)
+		}
+		sb.slots[i] = s
+	}
+	if err := sb.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorruptSuperblock, err)
+	}
+	return sb, nil
+}
+
+func (sb *superblock) validate() error {
+	switch {
+	case sb.layout != nearCopies:
+		return fmt.Errorf("layout %d, only near=2 is supported", sb.layout)
+	case sb.role >= sb.raidDisks:
+		return fmt.Errorf("role %d of %d", sb.role, sb.raidDisks)
+	case sb.chunkSize < BlockSize || sb.chunkSize&(sb.chunkSize-1) != 0:
+		return fmt.Errorf("chunk size %d", sb.chunkSize)
+	case sb.regionSize == 0 || sb.regionSize%uint64(sb.chunkSize) != 0 || sb.regionSize > 1<<40:
+		return fmt.Errorf("region size %d", sb.regionSize)
+	case sb.bitmapOffset != bitmapOffset || sb.bitmapBytes%sbSize != 0 || sb.bitmapBytes > 1<<30:
+		return fmt.Errorf("bitmap at %d, %d bytes", sb.bitmapOffset, sb.bitmapBytes)
+	case sb.dataOffset < sb.bitmapOffset+sb.bitmapBytes || sb.dataOffset%BlockSize != 0:
+		return fmt.Errorf("data offset %d", sb.dataOffset)
+	case sb.dataSize == 0 || sb.dataSize%uint64(sb.chunkSize) != 0 || sb.dataSize > 1<<56:
+		return fmt.Errorf("data size %d", sb.dataSize)
+	case sb.arraySize == 0 || sb.arraySize%BlockSize != 0 ||
+		sb.arraySize/uint64(sb.chunkSize) > sb.dataSize/uint64(sb.chunkSize)*uint64(sb.raidDisks)/nearCopies:
+		return fmt.Errorf("array size %d", sb.arraySize)
+	}
+	regions := (sb.arraySize + sb.regionSize - 1) / sb.regionSize
+	if need := (regions + bmBitsPerBlock - 1) / bmBitsPerBlock * sbSize; need > sb.bitmapBytes {
+		return fmt.Errorf("bitmap of %d bytes for %d regions", sb.bitmapBytes, regions)
+	}
+	return nil
+}
+
+// readSuperblock reads both copies from m and returns the valid one with
+// the higher sequence number. A torn write of one copy leaves the other.
+func readSuperblock(m Member) (*superblock, error) {
+	buf := getBounce(2 * sbSize)
+	defer putBounce(buf)
+	b := (*buf)[:2*sbSize]
+	if _, err := m.ReadAt(b, sbCopyA); err != nil {
+		return nil, fmt.Errorf("%w: read superblock: %w", ErrIO, err)
+	}
+	a, errA := unmarshalSuperblock(b[:sbSize])
+	c, errB := unmarshalSuperblock(b[sbSize:])
+	switch {
+	case errA == nil && errB == nil:
+		if c.seq > a.seq {
+			return c, nil
+		}
+		return a, nil
+	case errA == nil:
+		return a, nil
+	case errB == nil:
+		return c, nil
+	case errors.Is(errA, ErrNoSuperblock) && errors.Is(errB, ErrNoSuperblock):
+		return nil, ErrNoSuperblock
+	case errors.Is(errA, ErrNoSuperblock):
+		return nil, errB
+	default:
+		return nil, errA
+	}
+}
+
+// marshalBitmapBlock encodes block idx holding bits (bmBitsPerBlock bits,
+// LSB first) into b.
+func marshalBitmapBlock(b []byte, idx uint32, bits []byte) {
+	clear(b[:sbSize])
+	copy(b[0:4], bmMagic)
+	binary.LittleEndian.PutUint32(b[4:], idx)
+	copy(b[bmHeader:sbCRCOffset], bits)
+	binary.LittleEndian.PutUint32(b[sbCRCOffset:], crc32.Checksum(b[:sbCRCOffset], castagnoli))
+}
+
+// unmarshalBitmapBlock checks block idx and returns its bit bytes (a
+// sub-slice of b). A bad block must be treated as all ones by the caller.
+func unmarshalBitmapBlock(b []byte, idx uint32) ([]byte, error) {
+	if len(b) < sbSize || !bytes.Equal(b[0:4], []byte(bmMagic)) {
+		return nil, fmt.Errorf("%w %d: bad magic", ErrCorruptBitmap, idx)
+	}
+	le := binary.LittleEndian
+	if got, want := le.Uint32(b[sbCRCOffset:]), crc32.Checksum(b[:sbCRCOffset], castagnoli); got != want {
+		return nil, fmt.Errorf("%w %d: checksum %#08x, want %#08x", ErrCorruptBitmap, idx, got, want)
+	}
+	if got := le.Uint32(b[4:]); got != idx {
+		return nil, fmt.Errorf("%w %d: holds index %d", ErrCorruptBitmap, idx, got)
+	}
+	return b[bmHeader:sbCRCOffset], nil
+}

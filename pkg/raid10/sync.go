@@ -1,0 +1,404 @@
+package raid10
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+func (a *Array) kickSync() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Array) stopped() bool {
+	select {
+	case <-a.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// syncDaemon runs resync and recovery, one at a time, when kicked.
+func (a *Array) syncDaemon() {
+	defer a.bg.Done()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-a.kick:
+		}
+		a.syncRun.Lock()
+		if a.resyncActive.Load() {
+			a.runResync()
+		}
+		a.runRecovery()
+		a.syncRun.Unlock()
+	}
+}
+
+func (a *Array) beginProgress(kind SyncKind, total int64) {
+	a.progMu.Lock()
+	a.prog = SyncProgress{Kind: kind, Running: true, Total: total}
+	a.syncStart = time.Now()
+	a.lastFg = a.fgOps()
+	a.progMu.Unlock()
+}
+
+func (a *Array) addProgress(n int64) {
+	a.progMu.Lock()
+	a.prog.Done += n
+	a.progMu.Unlock()
+}
+
+func (a *Array) endProgress() {
+	a.progMu.Lock()
+	a.prog.Running = false
+	a.progMu.Unlock()
+}
+
+func (a *Array) progress() SyncProgress {
+	a.progMu.Lock()
+	p := a.prog
+	start := a.syncStart
+	a.progMu.Unlock()
+	if p.Running {
+		if el := time.Since(start).Seconds(); el > 0 {
+			p.Rate = float64(p.Done) / el
+		}
+		if p.Rate > 0 {
+			p.ETA = time.Duration(float64(p.Total-p.Done) / p.Rate * float64(time.Second))
+		}
+	}
+	return p
+}
+
+func (a *Array) fgOps() uint64 {
+	var n uint64
+	for i := range a.buckets {
+		n += a.buckets[i].rOps.Load() + a.buckets[i].wOps.Load()
+	}
+	return n
+}
+
+// throttle keeps the sync rate under SyncRateMax and, while foreground I/O
+// is running, yields to it as long as the rate stays above SyncRateMin
+// (md's sync_speed_max and sync_speed_min).
+func (a *Array) throttle() {
+	a.progMu.Lock()
+	done := a.prog.Done
+	el := time.Since(a.syncStart)
+	a.progMu.Unlock()
+	rate := float64(done) / max(el.Seconds(), 1e-6)
+	if mx := a.opts.SyncRateMax; mx > 0 && rate > float64(mx) {
+		want := time.Duration(float64(done) / float64(mx) * float64(time.Second))
+		a.sleep(min(want-el, 200*time.Millisecond))
+		return
+	}
+	if fg := a.fgOps(); fg != a.lastFg {
+		a.lastFg = fg
+		if rate > float64(a.opts.SyncRateMin) {
+			a.sleep(2 * time.Millisecond)
+		}
+	}
+}
+
+func (a *Array) sleep(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-a.stop:
+		t.Stop()
+	}
+}
+
+// chunkLen is the number of array bytes in chunk c (the last may be short).
+func (a *Array) chunkLen(c int64) int64 {
+	return min(a.geo.chunk, a.geo.size-c<<a.geo.chunkShift)
+}
+
+// runResync makes the two copies of every chunk in the regions that need
+// it equal, copying the first copy over the second, and clears the regions'
+// resync marks (the bitmap bits are then cleared lazily by the sweeper).
+func (a *Array) runResync() {
+	var regions []int64
+	for r := int64(0); r < a.geo.regions; r++ {
+		if a.regionNeedsResync(r) {
+			regions = append(regions, r)
+		}
+	}
+	a.beginProgress(SyncResync, int64(len(regions))*a.geo.region)
+	defer a.endProgress()
+	buf := AlignedBuffer(int(a.geo.chunk))
+	per := a.geo.region / a.geo.chunk
+	for _, r := range regions {
+		for c := r * per; c < min((r+1)*per, a.geo.chunks); c++ {
+			if a.stopped() {
+				return
+			}
+			a.resyncChunk(c, buf)
+			a.addProgress(a.geo.chunk)
+			a.throttle()
+		}
+		a.resyncNeed[r>>6].And(^(uint64(1) << (r & 63)))
+	}
+	a.resyncActive.Store(false)
+	klog.V(1).InfoS("raid10: resync done", "regions", len(regions))
+}
+
+func (a *Array) resyncChunk(c int64, buf []byte) {
+	bk := a.raise(c)
+	defer a.lower(bk)
+	d0, d1, o0, o1 := a.geo.mapChunk(c)
+	s0, s1 := a.slots[d0], a.slots[d1]
+	r0, r1 := s0.inSync(), s1.inSync()
+	if r0 == nil || r1 == nil {
+		return
+	}
+	p := buf[:a.chunkLen(c)]
+	if err := a.memberRead(s0, r0, p, o0); err != nil {
+		s0.readErrs.Add(1)
+		if err := a.memberRead(s1, r1, p, o1); err != nil {
+			s1.readErrs.Add(1)
+			return
+		}
+		if err := a.memberWrite(s0, r0, opWrite, p, o0, int64(len(p)), false); err != nil {
+			a.memberFailed(s0, r0, "resync write", err)
+		}
+		return
+	}
+	if err := a.memberWrite(s1, r1, opWrite, p, o1, int64(len(p)), false); err != nil {
+		a.memberFailed(s1, r1, "resync write", err)
+	}
+}
+
+// runRecovery rebuilds every recovering slot: all chunks with a copy on it
+// (full) or only those in regions the bitmap marks dirty (re-add). Writes
+// that arrive meanwhile reach the recovering member directly; each chunk is
+// copied under its bucket's barrier, so a copy never races a write.
+func (a *Array) runRecovery() {
+	for !a.stopped() {
+		a.metaMu.Lock()
+		var targets []*slot
+		refs := map[*slot]*memberRef{}
+		full := false
+		for _, s := range a.slots {
+			if MemberState(s.state.Load()) == MemberRecovering {
+				targets = append(targets, s)
+				refs[s] = s.ref.Load()
+				full = full || s.fullSync
+			}
+		}
+		a.metaMu.Unlock()
+		if len(targets) == 0 {
+			return
+		}
+		isTarget := func(d int) bool {
+			_, ok := refs[a.slots[d]]
+			return ok
+		}
+		var chunks []int64
+		if full {
+			for c := int64(0); c < a.geo.chunks; c++ {
+				if d0, d1, _, _ := a.geo.mapChunk(c); isTarget(d0) || isTarget(d1) {
+					chunks = append(chunks, c)
+				}
+			}
+		} else {
+			per := a.geo.region / a.geo.chunk
+			for _, r := range a.bm.dirtyRegions() {
+				for c := r * per; c < min((r+1)*per, a.geo.chunks); c++ {
+					if d0, d1, _, _ := a.geo.mapChunk(c); isTarget(d0) || isTarget(d1) {
+						chunks = append(chunks, c)
+					}
+				}
+			}
+		}
+		a.beginProgress(SyncRecovery, int64(len(chunks))*a.geo.chunk)
+		buf := AlignedBuffer(int(a.geo.chunk))
+		for _, c := range chunks {
+			if a.stopped() {
+				a.endProgress()
+				return
+			}
+			a.recoverChunk(c, buf, refs)
+			a.addProgress(a.geo.chunk)
+			a.throttle()
+		}
+		a.metaMu.Lock()
+		for _, s := range targets {
+			if s.ref.Load() == refs[s] && MemberState(s.state.Load()) == MemberRecovering {
+				if err := refs[s].m.Flush(); err != nil {
+					s.state.Store(int32(MemberFaulty))
+					klog.ErrorS(err, "raid10: recovery flush failed", "member", s.idx)
+					continue
+				}
+				s.state.Store(int32(MemberInSync))
+				s.fullSync = false
+				klog.InfoS("raid10: recovery done", "member", s.idx, "chunks", len(chunks))
+			}
+		}
+		a.writeSuperblocksLocked(true, false)
+		a.metaMu.Unlock()
+		a.endProgress()
+	}
+}
+
+func (a *Array) recoverChunk(c int64, buf []byte, refs map[*slot]*memberRef) {
+	bk := a.raise(c)
+	defer a.lower(bk)
+	d0, d1, o0, o1 := a.geo.mapChunk(c)
+	p := buf[:a.chunkLen(c)]
+	for k := 0; k < 2; k++ {
+		dt, ds, ot, os := d0, d1, o0, o1
+		if k == 1 {
+			dt, ds, ot, os = d1, d0, o1, o0
+		}
+		t, src := a.slots[dt], a.slots[ds]
+		tr, ok := refs[t]
+		if !ok || t.ref.Load() != tr || MemberState(t.state.Load()) != MemberRecovering {
+			continue
+		}
+		sr := src.inSync()
+		if sr == nil {
+			a.memberFailed(t, tr, "recovery", fmt.Errorf("no in-sync source for chunk %d", c))
+			continue
+		}
+		if err := a.memberRead(src, sr, p, os); err != nil {
+			src.readErrs.Add(1)
+			a.memberFailed(src, sr, "recovery read", err)
+			continue
+		}
+		if err := a.memberWrite(t, tr, opWrite, p, ot, int64(len(p)), false); err != nil {
+			a.memberFailed(t, tr, "recovery write", err)
+		}
+	}
+}
+
+// WaitSync blocks until no resync or recovery is pending or running (or
+// ctx ends, or the array closes). A recovery that cannot proceed (no
+// source) fails its member, so WaitSync does return.
+func (a *Array) WaitSync(ctx context.Context) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		busy := a.resyncActive.Load()
+		for _, s := range a.slots {
+			if MemberState(s.state.Load()) == MemberRecovering {
+				busy = true
+			}
+		}
+		if !busy {
+			return nil
+		}
+		if a.closed.Load() {
+			return ErrClosed
+		}
+		a.kickSync()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Check compares the copies of every chunk and counts differing blocks,
+// like writing "check" to md's sync_action. It waits for a running resync
+// or recovery to end first. Progress shows in Status().Sync.
+func (a *Array) Check(ctx context.Context) (ScrubResult, error) { return a.scrub(ctx, false) }
+
+// Repair is Check that also rewrites the second copy of a differing block
+// from the first ("repair").
+func (a *Array) Repair(ctx context.Context) (ScrubResult, error) { return a.scrub(ctx, true) }
+
+func (a *Array) scrub(ctx context.Context, repair bool) (ScrubResult, error) {
+	var res ScrubResult
+	if a.closed.Load() {
+		return res, ErrClosed
+	}
+	if !a.syncRun.TryLock() {
+		return res, ErrBusy
+	}
+	defer a.syncRun.Unlock()
+	kind := SyncCheck
+	if repair {
+		kind = SyncRepair
+	}
+	a.beginProgress(kind, a.geo.size)
+	defer a.endProgress()
+	b0 := AlignedBuffer(int(a.geo.chunk))
+	b1 := AlignedBuffer(int(a.geo.chunk))
+	for c := int64(0); c < a.geo.chunks; c++ {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		if a.stopped() {
+			return res, ErrClosed
+		}
+		if err := a.scrubChunk(c, b0, b1, repair, &res); err != nil {
+			return res, err
+		}
+		a.progMu.Lock()
+		a.prog.Done += a.chunkLen(c)
+		a.prog.Mismatches = res.Mismatches
+		a.progMu.Unlock()
+		a.throttle()
+	}
+	if res.Mismatches > 0 {
+		klog.InfoS("raid10: scrub found mismatches", "mismatches", res.Mismatches, "repaired", res.Repaired)
+	}
+	return res, nil
+}
+
+func (a *Array) scrubChunk(c int64, b0, b1 []byte, repair bool, res *ScrubResult) error {
+	bk := a.raise(c)
+	defer a.lower(bk)
+	d0, d1, o0, o1 := a.geo.mapChunk(c)
+	s0, s1 := a.slots[d0], a.slots[d1]
+	r0, r1 := s0.inSync(), s1.inSync()
+	if r0 == nil || r1 == nil {
+		return nil
+	}
+	n := a.chunkLen(c)
+	p0, p1 := b0[:n], b1[:n]
+	if err := a.memberRead(s0, r0, p0, o0); err != nil {
+		s0.readErrs.Add(1)
+		return nil
+	}
+	if err := a.memberRead(s1, r1, p1, o1); err != nil {
+		s1.readErrs.Add(1)
+		return nil
+	}
+	res.Checked += n
+	for off := int64(0); off < n; off += BlockSize {
+		if bytes.Equal(p0[off:off+BlockSize], p1[off:off+BlockSize]) {
+			continue
+		}
+		res.Mismatches++
+		if !repair {
+			continue
+		}
+		region := (c<<a.geo.chunkShift + off) / a.geo.region
+		if err := a.bm.startWrite(region); err != nil {
+			return err
+		}
+		err := a.memberWrite(s1, r1, opWrite, p0[off:off+BlockSize], o1+off, BlockSize, false)
+		a.bm.endWrite(region)
+		if err != nil {
+			a.memberFailed(s1, r1, "repair write", err)
+			return nil
+		}
+		res.Repaired++
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package raid10
+
+import "time"
+
+// DefaultChunkSize is the chunk size Create uses when none is given (as md).
+const DefaultChunkSize = 512 << 10
+
+// DefaultRegionSize is the write-intent bitmap region size Create uses
+// when none is given: one bit covers 64 MiB of the array.
+const DefaultRegionSize = 64 << 20
+
+// Default resync/recovery rate limits, in bytes per second, like md's
+// sync_speed_min (1000 KiB/s) and sync_speed_max (200000 KiB/s).
+const (
+	DefaultSyncRateMin = 1000 << 10
+	DefaultSyncRateMax = 200000 << 10
+)
+
+// Options are the run-time settings shared by Create and Assemble. They are
+// not persisted.
+type Options struct {
+	// SyncRateMin is the rate (bytes/s) a resync, recovery or scrub keeps
+	// even under foreground I/O. 0 means DefaultSyncRateMin.
+	SyncRateMin int64
+	// SyncRateMax is the ceiling (bytes/s). 0 means DefaultSyncRateMax; a
+	// negative value means unlimited.
+	SyncRateMax int64
+	// BitmapClearDelay is how long a region must stay idle before its bit
+	// is cleared on disk. 0 means 5s.
+	BitmapClearDelay time.Duration
+}
+
+// CreateOptions configure a new array. The zero value is valid.
+type CreateOptions struct {
+	Options
+	// UUID of the array; zero means random.
+	UUID [16]byte
+	// ChunkSize in bytes, a power of two >= BlockSize. 0 means
+	// DefaultChunkSize.
+	ChunkSize int64
+	// RegionSize of the write-intent bitmap, a multiple of ChunkSize. 0
+	// means DefaultRegionSize (at least one chunk).
+	RegionSize int64
+	// Size caps the usable size (a multiple of BlockSize); 0 uses all the
+	// space of the smallest member.
+	Size int64
+	// AssumeClean skips the initial resync: the caller promises the members
+	// read back identically (fresh sparse files, zeroed extents). Without
+	// it every region is marked dirty and resynced in the background.
+	AssumeClean bool
+}
+
+// AssembleOptions configure Assemble.
+type AssembleOptions struct {
+	Options
+	// UUID, when non-zero, is the array expected; members of other arrays
+	// are then an error like any mixture.
+	UUID [16]byte
+}
+
+// ArrayState is the health of the whole array.
+type ArrayState int
+
+const (
+	// ArrayOptimal: every slot is in sync.
+	ArrayOptimal ArrayState = iota
+	// ArrayDegraded: some slot is not in sync but every chunk has a copy.
+	ArrayDegraded
+	// ArrayFailed: some chunk has no in-sync copy; I/O there fails.
+	ArrayFailed
+	// ArrayClosed: Close was called.
+	ArrayClosed
+)
+
+func (s ArrayState) String() string {
+	switch s {
+	case ArrayOptimal:
+		return "optimal"
+	case ArrayDegraded:
+		return "degraded"
+	case ArrayFailed:
+		return "failed"
+	case ArrayClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// MemberState is the state of one slot.
+type MemberState int32
+
+const (
+	// MemberInSync: the member holds current data and serves reads.
+	MemberInSync MemberState = iota
+	// MemberRecovering: the member receives every write and is being
+	// rebuilt; it serves no reads until recovery ends.
+	MemberRecovering
+	// MemberFaulty: the member failed (I/O error, FailMember); it gets no
+	// I/O until replaced or re-added.
+	MemberFaulty
+	// MemberMissing: no member in this slot.
+	MemberMissing
+)
+
+func (s MemberState) String() string {
+	switch s {
+	case MemberInSync:
+		return "in-sync"
+	case MemberRecovering:
+		return "recovering"
+	case MemberFaulty:
+		return "faulty"
+	case MemberMissing:
+		return "missing"
+	}
+	return "unknown"
+}
+
+// SyncKind names the background operation in SyncProgress.
+type SyncKind int
+
+const (
+	SyncNone     SyncKind = iota
+	SyncResync            // make the copies of dirty regions equal after an unclean shutdown
+	SyncRecovery          // rebuild a recovering member
+	SyncCheck             // scrub: compare copies, count mismatches
+	SyncRepair            // scrub: compare copies, rewrite mismatches
+)
+
+func (k SyncKind) String() string {
+	return [...]string{"idle", "resync", "recovery", "check", "repair"}[k]
+}
+
+// SyncProgress reports a running (or the last) resync, recovery or scrub.
+type SyncProgress struct {
+	Kind    SyncKind
+	Running bool
+	// Done and Total are array bytes to visit (only dirty regions for a
+	// bitmap-based resync or recovery).
+	Done, Total int64
+	// Rate is bytes/s over the last few seconds.
+	Rate float64
+	// ETA is the time left at Rate (0 when unknown).
+	ETA time.Duration
+	// Mismatches found by a scrub, in blocks (BlockSize).
+	Mismatches int64
+}
+
+// MemberStatus is one slot of the Status snapshot.
+type MemberStatus struct {
+	Slot        int
+	State       MemberState
+	UUID        [16]byte
+	ReadErrors  uint64
+	WriteErrors uint64
+	ReadOps     uint64
+	WriteOps    uint64
+	ReadBytes   uint64
+	WriteBytes  uint64
+	InFlight    int64
+}
+
+// Status is a snapshot of the array for the node agent, metrics and kubectl.
+type Status struct {
+	UUID       [16]byte
+	State      ArrayState
+	Size       int64
+	ChunkSize  int64
+	RegionSize int64
+	RaidDisks  int
+	Events     uint64
+	// DirtyRegions is the number of write-intent bitmap bits set.
+	DirtyRegions int64
+	Members      []MemberStatus
+	Sync         SyncProgress
+	ReadOps      uint64
+	WriteOps     uint64
+	ReadBytes    uint64
+	WriteBytes   uint64
+}
+
+// ScrubResult is what Check and Repair found.
+type ScrubResult struct {
+	// Checked is the number of array bytes compared.
+	Checked int64
+	// Mismatches is the number of BlockSize blocks whose copies differed.
+	Mismatches int64
+	// Repaired is the number of blocks rewritten (Repair only).
+	Repaired int64
+}
