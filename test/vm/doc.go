@@ -1,0 +1,83 @@
+// Package vm boots the host's distribution kernel under QEMU and runs a shell
+// command or a compiled Go test binary inside it, as root, with the kernel pieces
+// raid10-csi relies on loaded: nbd, md (raid0/1/10), brd, null_blk, loop, ext4, xfs.
+// The test machines' own kernels have no nbd and no md, so every test of the kernel
+// NBD client or of md goes through here.
+//
+// # Use
+//
+//	func TestKernelNBD(t *testing.T) {
+//		vm.RunGoTestOpts(t, vm.Options{Env: []string{"NBD_TEST=1"}},
+//			"./pkg/nbd", "-test.run=^TestInKernel", "-test.v")
+//	}
+//
+// builds ./pkg/nbd's test binary (`go test -c`), runs it in the guest in the
+// package directory, streams its output to t.Log, and fails t on a non-zero exit.
+// In the guest RAID10_IN_VM=1 (vm.InGuest()), so the in-guest test can skip on the
+// host. For a shell command:
+//
+//	res, err := vm.Run(ctx, vm.Options{Timeout: 2 * time.Minute}, "mdadm --version")
+//	// err: the VM failed (ErrTimeout, ErrNoExitStatus; text has the console tail)
+//	// res.ExitCode, res.Output (stdout+stderr), res.ConsoleLog, res.Duration
+//
+// and from a shell (`make e2e` and humans): `go run ./test/vm/cmd/vmrun -- CMD`.
+// vm.Require(t) skips a test when QEMU or the kernel is missing (or -short), and
+// fails it instead when the environment variable CI is set.
+//
+// # How it works
+//
+//   - Kernel: the newest /boot/vmlinuz-<kver> that has /lib/modules/<kver>/modules.dep
+//     (or RAID10_VM_KERNEL=/boot/vmlinuz-<kver>); nothing is hard-coded.
+//   - Initramfs: static busybox, the modules needed to mount 9p (virtio_pci,
+//     9pnet_virtio, 9p, virtio-rng and what `modprobe -S <kver> --show-depends`
+//     lists before them, in that order; .ko.xz/.ko.zst/.ko.gz are decompressed since
+//     busybox insmod takes plain ELF) and /init (init.sh). Written in Go as a newc
+//     cpio (no cpio tool needed), uncompressed, cached as
+//     ${RAID10_CACHE:-~/.cache/raid10-csi}/vm/initramfs-<kver>-<content hash>.cpio and
+//     reused while kernel, modules, busybox and init.sh are unchanged.
+//   - QEMU: `-accel tcg,thread=multi -cpu max -machine pc -nodefaults`, serial
+//     console on stdio (captured as the console log), kernel command line
+//     `console=ttyS0 panic=-1 loglevel=5`, `-no-reboot`, a virtio-rng.
+//   - Shares over virtio 9p: the host root read-only (tag hostroot, cache=loose),
+//     a per-run directory read-write (tag vmrun, under CacheDir()/runs) and each
+//     Options.Writable directory read-write (tags rw1..). The guest mounts the host
+//     root at /host, fresh proc, sysfs, devtmpfs, devpts and tmpfs on /tmp, /run,
+//     /var/tmp, /dev/shm under it, then the read-write shares at their host paths
+//     (mkdir'ing the mount point in the guest tmpfs when it is under /tmp), and
+//     loads the modules with the host's own kmod modprobe inside `chroot /host`
+//     (softdeps and dependencies resolved from the host's /lib/modules/<kver>).
+//   - The command: the run directory holds config.sh (shares, modules), env.sh
+//     (exports) and script.sh; init runs `chroot /host /bin/sh script.sh` in
+//     Options.Dir with stdout+stderr to <run>/output, writes the exit status to
+//     <run>/exit (write to exit.tmp, then rename), syncs and `poweroff -f`s. The host
+//     follows <run>/output while the guest runs (Options.Stdout) and reads the exit
+//     file after QEMU exits: no parsing of the serial console, so kernel messages
+//     can never corrupt the output or the status.
+//   - Failure: QEMU runs in its own process group; at Options.Timeout (or when
+//     the context ends) the whole group gets SIGKILL and Run returns ErrTimeout with
+//     the console tail. QEMU exiting without an exit file (kernel panic; init's
+//     FATAL lines; panic=-1 + -no-reboot make a panic end QEMU) is ErrNoExitStatus,
+//     with the console tail. PR_SET_PDEATHSIG kills QEMU if the test process dies.
+//
+// # Pitfalls found
+//
+//   - KVM hangs on these machines ("Booting from ROM"): TCG only, so everything is
+//     about 10x slower than native; compare ratios inside one run, never absolutes.
+//   - Busybox is built with "prefer applets": `chroot /host modprobe` runs busybox's
+//     own modprobe (no softdeps: libcrc32c then fails with "unknown symbol"), so
+//     host programs are called by full path (/sbin/modprobe, /bin/sh).
+//   - /etc/modprobe.d of the host applies in the guest (Debian: md_mod start_ro=1,
+//     nbd max_part=15), as on a real node. Options.ModuleParams adds parameters.
+//   - The guest mounts tmpfs on /tmp: a host file under /tmp is invisible there
+//     unless its directory is in Options.Writable (or is Options.Dir). Test binaries
+//     are therefore built under CacheDir()/bin.
+//   - Every exec of a host binary reads it over 9p; cache=loose on the read-only
+//     root share makes the second exec cheap. A file changed on the host during a
+//     run may be seen stale in the guest through that share (not through the
+//     read-write shares, which are uncached).
+//   - Shared paths may not contain commas or spaces (QEMU's -virtfs syntax, init's
+//     shell); Run rejects them.
+//   - nbd-client 3.24 speaks to a unix socket with `-u PATH`, and wants `-N name`
+//     (else it warns about the dropped oldstyle protocol and uses the default export).
+//   - `mdadm --create` asks for confirmation when members look used: pass --run.
+package vm

@@ -1,0 +1,129 @@
+package vm
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+func TestVersionLess(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a, b string
+		want bool
+	}{
+		{"numeric not lexical", "6.1.0-9-amd64", "6.1.0-57-amd64", true},
+		{"minor", "6.1.0-57-amd64", "6.12.0-1-amd64", true},
+		{"equal", "6.1.0-57-amd64", "6.1.0-57-amd64", false},
+		{"greater", "6.12.0-1-amd64", "6.1.0-57-amd64", false},
+		{"prefix", "6.1", "6.1.1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := versionLess(tc.a, tc.b); got != tc.want {
+				t.Errorf("versionLess(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCpioWriter checks the newc archive with the real cpio tool when present.
+func TestCpioWriter(t *testing.T) {
+	if _, err := exec.LookPath("cpio"); err != nil {
+		t.Skip("cpio not installed")
+	}
+	var buf bytes.Buffer
+	w := &cpioWriter{w: &buf}
+	w.dir("bin")
+	w.file("bin/hello", 0o755, []byte("hello, world\n"))
+	w.file("odd", 0o644, []byte("abc"))
+	w.chardev("console", 0o600, 5, 1)
+	w.trailer()
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("cpio", "-idv", "--quiet")
+	cmd.Dir = dir
+	cmd.Stdin = &buf
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cpio -id: %v: %s", err, out)
+	}
+	names := strings.Fields(string(out))
+	sort.Strings(names)
+	if got, want := strings.Join(names, " "), "bin bin/hello console odd"; got != want {
+		t.Errorf("entries %q, want %q", got, want)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "bin/hello"))
+	if err != nil || string(b) != "hello, world\n" {
+		t.Errorf("bin/hello = %q, %v", b, err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "bin/hello"))
+	if err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("bin/hello mode %v, %v", st.Mode(), err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "odd")); string(b) != "abc" {
+		t.Errorf("odd = %q", b)
+	}
+}
+
+// TestShQuote round-trips awkward strings through the real sh.
+func TestShQuote(t *testing.T) {
+	args := []string{"plain", "it's", `$HOME "x" \n`, "", "a b\tc"}
+	out, err := exec.Command("sh", "-c", `for a in `+ShellJoin(args...)+`; do printf '[%s]' "$a"; done`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ""
+	for _, a := range args {
+		want += "[" + a + "]"
+	}
+	if string(out) != want {
+		t.Errorf("got %q, want %q", out, want)
+	}
+}
+
+func TestWritableShares(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"dir visible", Options{Dir: "/work/x"}, ""},
+		{"dir under tmp shared", Options{Dir: "/tmp/a/b"}, "/tmp/a/b"},
+		{"dir covered by writable", Options{Dir: "/tmp/a/b", Writable: []string{"/tmp/a"}}, "/tmp/a"},
+		{"parents first", Options{Dir: "/work", Writable: []string{"/tmp/a/b/c", "/tmp/a"}}, "/tmp/a /tmp/a/b/c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := strings.Join(tc.opts.writableShares(), " "); got != tc.want {
+				t.Errorf("writableShares() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		ok   bool
+	}{
+		{"defaults", Options{}, true},
+		{"comma in path", Options{Writable: []string{"/tmp/a,b"}}, false},
+		{"space in dir", Options{Dir: "/tmp/a b"}, false},
+		{"bad env", Options{Env: []string{"NOEQUALS"}}, false},
+		{"bad env name", Options{Env: []string{"A-B=1"}}, false},
+		{"env value anything", Options{Env: []string{"A=it's ; $x"}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.opts.withDefaults()
+			if (err == nil) != tc.ok {
+				t.Errorf("withDefaults() err = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}

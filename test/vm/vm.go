@@ -1,0 +1,441 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Sentinel errors of Run. A non-zero exit status of the guest command is not an
+// error: it is Result.ExitCode.
+var (
+	// ErrTimeout: the guest did not finish within Options.Timeout (or the context
+	// ended); QEMU was killed.
+	ErrTimeout = errors.New("vm: guest timed out")
+	// ErrNoExitStatus: QEMU ended without the guest reporting the command's exit
+	// status (kernel panic, init failure, crash).
+	ErrNoExitStatus = errors.New("vm: guest reported no exit status")
+)
+
+// InGuestEnv is set to "1" in the environment of every command run in the guest.
+const InGuestEnv = "RAID10_IN_VM"
+
+// RunDirEnv names the run directory (read-write, same path on host and guest).
+const RunDirEnv = "RAID10_VM_RUNDIR"
+
+// DefaultModules are loaded (with the host's modprobe) before the command runs.
+var DefaultModules = []string{"nbd", "md_mod", "raid0", "raid1", "raid10", "brd", "null_blk", "loop", "ext4", "xfs"}
+
+// Options configure one guest boot. The zero value is usable.
+type Options struct {
+	// Memory in MiB (default 2048).
+	Memory int
+	// CPUs is the number of virtual CPUs (default 2).
+	CPUs int
+	// Timeout bounds the whole boot, command and power-off (default 10 minutes).
+	Timeout time.Duration
+	// Env is added to the guest command's environment, as "KEY=value".
+	// The guest also gets PATH and HOME=/tmp, RAID10_IN_VM=1 and RAID10_VM_RUNDIR.
+	Env []string
+	// Dir is the guest command's working directory (default: the host's current
+	// directory). The whole host root is visible read-only in the guest at the same
+	// paths, except /tmp, /run, /var/tmp and /dev, which are fresh in the guest; a
+	// Dir there is shared read-write automatically.
+	Dir string
+	// Writable lists host directories shared read-write with the guest at the same
+	// path (e.g. t.TempDir()). The run directory always is.
+	Writable []string
+	// Modules to load before the command instead of DefaultModules (names for
+	// modprobe). ModuleParams gives a module its parameters, e.g.
+	// {"brd": "rd_nr=4 rd_size=65536"}.
+	Modules      []string
+	ModuleParams map[string]string
+	// Stdout, if set, receives the guest command's output while it runs.
+	Stdout io.Writer
+	// Console, if set, receives the guest serial console while it runs.
+	Console io.Writer
+	// KernelArgs are appended to the kernel command line.
+	KernelArgs []string
+	// KeepRunDir leaves the run directory (script, output, console.log) in place.
+	KeepRunDir bool
+	// RunDir, if set, is used as the run directory instead of a fresh one under
+	// CacheDir()/runs; it is then never removed.
+	RunDir string
+	// BuildFlags are passed to `go test -c` by RunGoTest (e.g. "-race").
+	BuildFlags []string
+}
+
+// Result of one guest boot.
+type Result struct {
+	// Output is the guest command's stdout and stderr, interleaved.
+	Output string
+	// ExitCode is the command's exit status, -1 if it was not reported.
+	ExitCode int
+	// ConsoleLog is the serial console: firmware, kernel messages, init's log.
+	ConsoleLog string
+	// Duration is the wall time from starting QEMU to its exit.
+	Duration time.Duration
+	// Kernel that was booted.
+	Kernel Kernel
+	// RunDir is the run directory (gone unless Options.KeepRunDir or Options.RunDir).
+	RunDir string
+}
+
+// ConsoleTail returns the last n lines of the console log.
+func (r *Result) ConsoleTail(n int) string { return tailLines(r.ConsoleLog, n) }
+
+// Run boots the guest, runs script with /bin/sh inside the chroot of the host root,
+// and powers off. It returns an error (wrapping ErrTimeout or ErrNoExitStatus, with
+// the console tail in its text) only when the harness or the guest failed; the
+// command's own failure is Result.ExitCode != 0. The result is non-nil whenever
+// QEMU was started.
+func Run(ctx context.Context, opts Options, script string) (*Result, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	k, err := FindKernel()
+	if err != nil {
+		return nil, err
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return nil, fmt.Errorf("vm: qemu-system-x86_64 not found (run `make deps`): %w", err)
+	}
+	initrd, err := BuildInitramfs(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+
+	runDir := o.RunDir
+	if runDir == "" {
+		base := filepath.Join(CacheDir(), "runs")
+		if err := os.MkdirAll(base, 0o755); err != nil {
+			return nil, err
+		}
+		if runDir, err = os.MkdirTemp(base, "run-"); err != nil {
+			return nil, err
+		}
+		if !o.KeepRunDir {
+			defer os.RemoveAll(runDir)
+		}
+	} else if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return nil, err
+	}
+	if runDir, err = filepath.Abs(runDir); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"output", "exit", "exit.tmp", "console.log"} {
+		os.Remove(filepath.Join(runDir, f))
+	}
+	if err := writeRunFiles(runDir, o, script); err != nil {
+		return nil, err
+	}
+
+	args := []string{
+		"-accel", "tcg,thread=multi", "-cpu", "max", "-machine", "pc",
+		"-m", strconv.Itoa(o.Memory), "-smp", strconv.Itoa(o.CPUs),
+		"-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
+		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
+		"-kernel", k.Image, "-initrd", initrd,
+		"-append", strings.Join(append([]string{"console=ttyS0", "panic=-1", "loglevel=5", "mitigations=off", "random.trust_cpu=on"}, o.KernelArgs...), " "),
+		"-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+		"-virtfs", "local,path=" + runDir + ",mount_tag=vmrun,security_model=none,multidevs=remap",
+		"-device", "virtio-rng-pci",
+	}
+	for i, w := range o.writableShares() {
+		args = append(args, "-virtfs", fmt.Sprintf("local,path=%s,mount_tag=rw%d,security_model=none,multidevs=remap", w, i+1))
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, qemu, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error {
+		// QEMU runs in its own process group: kill all of it.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = 10 * time.Second
+	cmd.Stdin = nil
+	consoleFile, err := os.Create(filepath.Join(runDir, "console.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer consoleFile.Close()
+	console := &syncBuffer{}
+	var cw io.Writer = io.MultiWriter(console, consoleFile)
+	if o.Console != nil {
+		cw = io.MultiWriter(console, consoleFile, o.Console)
+	}
+	cmd.Stdout = cw
+	cmd.Stderr = cw
+
+	res := &Result{ExitCode: -1, Kernel: k, RunDir: runDir}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("vm: start qemu: %w", err)
+	}
+	tailDone := make(chan struct{})
+	stopTail := make(chan struct{})
+	var output []byte
+	go func() {
+		defer close(tailDone)
+		output = followFile(filepath.Join(runDir, "output"), o.Stdout, stopTail)
+	}()
+	waitErr := cmd.Wait()
+	res.Duration = time.Since(start)
+	close(stopTail)
+	<-tailDone
+	res.Output = string(output)
+	res.ConsoleLog = strings.ReplaceAll(console.String(), "\r", "")
+
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("%w after %s (%v); qemu killed; console tail:\n%s",
+			ErrTimeout, res.Duration.Round(time.Millisecond), context.Cause(ctx), res.ConsoleTail(40))
+	}
+	b, err := os.ReadFile(filepath.Join(runDir, "exit"))
+	if err != nil {
+		return res, fmt.Errorf("%w (qemu: %v); console tail:\n%s", ErrNoExitStatus, waitErr, res.ConsoleTail(40))
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return res, fmt.Errorf("%w: bad exit file %q", ErrNoExitStatus, b)
+	}
+	res.ExitCode = code
+	return res, nil
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Memory == 0 {
+		o.Memory = 2048
+	}
+	if o.CPUs == 0 {
+		o.CPUs = 2
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	if o.Modules == nil {
+		o.Modules = DefaultModules
+	}
+	if o.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return o, err
+		}
+		o.Dir = wd
+	}
+	var err error
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
+		return o, err
+	}
+	for i, w := range o.Writable {
+		if o.Writable[i], err = filepath.Abs(w); err != nil {
+			return o, err
+		}
+	}
+	for _, p := range append([]string{o.Dir, o.RunDir}, o.Writable...) {
+		if !safePath.MatchString(p) && p != "" {
+			return o, fmt.Errorf("vm: path %q: only [A-Za-z0-9._/+=@-] are supported in shared paths", p)
+		}
+	}
+	for _, e := range o.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || !envName.MatchString(k) {
+			return o, fmt.Errorf("vm: bad environment entry %q (want KEY=value)", e)
+		}
+	}
+	return o, nil
+}
+
+// QEMU's -virtfs splits on commas; the init script does not quote for spaces.
+var (
+	safePath = regexp.MustCompile(`^/[A-Za-z0-9._/+=@-]*$`)
+	envName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// guestPrivate are the paths the guest mounts fresh; host files there are hidden.
+var guestPrivate = []string{"/tmp", "/run", "/var/tmp", "/dev"}
+
+func hiddenInGuest(p string) bool {
+	for _, g := range guestPrivate {
+		if p == g || strings.HasPrefix(p, g+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// writableShares are the extra read-write 9p shares: Options.Writable, plus Dir
+// when the guest would not see it otherwise.
+func (o Options) writableShares() []string {
+	out := append([]string(nil), o.Writable...)
+	if hiddenInGuest(o.Dir) {
+		covered := false
+		for _, w := range out {
+			if o.Dir == w || strings.HasPrefix(o.Dir, w+"/") {
+				covered = true
+			}
+		}
+		if !covered {
+			out = append(out, o.Dir)
+		}
+	}
+	// Parents first, so a nested share is mounted on top of its parent.
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) < len(out[j]) })
+	return out
+}
+
+// writeRunFiles writes config.sh, env.sh and script.sh into the run directory.
+func writeRunFiles(runDir string, o Options, script string) error {
+	var c strings.Builder
+	fmt.Fprintf(&c, "RUN_DIR=%s\nWORK_DIR=%s\n", shQuote(runDir), shQuote(o.Dir))
+	c.WriteString("vm_setup() {\n\tvm_mount_std\n")
+	fmt.Fprintf(&c, "\tvm_bind_run %s\n", shQuote(runDir))
+	for i, w := range o.writableShares() {
+		fmt.Fprintf(&c, "\tvm_share rw%d %s\n", i+1, shQuote(w))
+	}
+	if len(o.Modules) > 0 {
+		c.WriteString("\tlog \"modprobe " + strings.Join(o.Modules, " ") + "\"\n")
+	}
+	// One modprobe -a for the modules without parameters: every exec of a host
+	// binary costs reads over 9p under TCG.
+	var plain []string
+	for _, m := range o.Modules {
+		if o.ModuleParams[m] == "" {
+			plain = append(plain, shQuote(m))
+			continue
+		}
+		fmt.Fprintf(&c, "\tvm_modprobe %s", shQuote(m))
+		for _, p := range strings.Fields(o.ModuleParams[m]) {
+			fmt.Fprintf(&c, " %s", shQuote(p))
+		}
+		c.WriteString("\n")
+	}
+	if len(plain) > 0 {
+		fmt.Fprintf(&c, "\tvm_modprobe -a %s\n", strings.Join(plain, " "))
+	}
+	c.WriteString("\tvm_mount_configfs\n}\n")
+
+	var e strings.Builder
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=/tmp",
+		"TMPDIR=/tmp",
+		InGuestEnv + "=1",
+		RunDirEnv + "=" + runDir,
+	}
+	if os.Getenv("PATH") == "" {
+		env[0] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	for _, kv := range append(env, o.Env...) {
+		k, v, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(&e, "export %s=%s\n", k, shQuote(v))
+	}
+	files := map[string]string{
+		"config.sh": c.String(),
+		"env.sh":    e.String(),
+		"script.sh": script + "\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(runDir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shQuote quotes s for sh.
+func shQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// ShellJoin quotes each argument for sh and joins them: a script that runs argv.
+func ShellJoin(argv ...string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+// followFile copies what is appended to the file at p to w (if non-nil) until stop
+// is closed, then drains it and returns the whole content.
+func followFile(p string, w io.Writer, stop <-chan struct{}) []byte {
+	var all bytes.Buffer
+	var f *os.File
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	drain := func() {
+		if f == nil {
+			var err error
+			if f, err = os.Open(p); err != nil {
+				return
+			}
+		}
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				all.Write(buf[:n])
+				if w != nil {
+					w.Write(buf[:n])
+				}
+			}
+			if err != nil || n == 0 {
+				return
+			}
+		}
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			drain()
+			return all.Bytes()
+		case <-t.C:
+			drain()
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func tailLines(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,119 @@
+package vm_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+// TestRunExitStatusOutputEnv: the guest command's exit status, stdout and stderr
+// and the environment pass through.
+func TestRunExitStatusOutputEnv(t *testing.T) {
+	vm.Require(t)
+	var streamed strings.Builder
+	res, err := vm.Run(context.Background(), vm.Options{
+		Timeout: 3 * time.Minute,
+		CPUs:    1,
+		Env:     []string{"VM_TEST_VALUE=it's $quoted"},
+		Modules: []string{},
+		Stdout:  &streamed,
+	}, `echo "value=$VM_TEST_VALUE"; echo to-stderr >&2; echo "in=$RAID10_IN_VM pwd=$(pwd)"; exit 7`)
+	if err != nil {
+		t.Fatalf("vm.Run: %v", err)
+	}
+	t.Logf("boot+run took %s", res.Duration.Round(time.Millisecond))
+	if res.ExitCode != 7 {
+		t.Errorf("ExitCode = %d, want 7; output:\n%s", res.ExitCode, res.Output)
+	}
+	wd, _ := os.Getwd()
+	for _, want := range []string{"value=it's $quoted\n", "to-stderr\n", "in=1 pwd=" + wd + "\n"} {
+		if !strings.Contains(res.Output, want) {
+			t.Errorf("output lacks %q:\n%s", want, res.Output)
+		}
+	}
+	if streamed.String() != res.Output {
+		t.Errorf("streamed output %q differs from Result.Output %q", streamed.String(), res.Output)
+	}
+	if !strings.Contains(res.ConsoleLog, "raid10-vm:") || !strings.Contains(res.ConsoleLog, "exit status 7") {
+		t.Errorf("console log lacks the init log:\n%s", res.ConsoleTail(20))
+	}
+}
+
+// TestRunTimeoutKillsGuest: a hung guest is killed at the timeout and reported
+// with ErrTimeout and the console tail.
+func TestRunTimeoutKillsGuest(t *testing.T) {
+	vm.Require(t)
+	const timeout = 15 * time.Second
+	start := time.Now()
+	res, err := vm.Run(context.Background(), vm.Options{Timeout: timeout, CPUs: 1, Modules: []string{}}, "sleep 3600")
+	elapsed := time.Since(start)
+	if !errors.Is(err, vm.ErrTimeout) {
+		t.Fatalf("err = %v, want ErrTimeout", err)
+	}
+	if !strings.Contains(err.Error(), "console tail") {
+		t.Errorf("error does not carry the console tail: %v", err)
+	}
+	if res == nil || res.ExitCode != -1 {
+		t.Errorf("result = %+v, want ExitCode -1", res)
+	}
+	if elapsed > timeout+15*time.Second {
+		t.Errorf("Run returned after %s, timeout was %s", elapsed, timeout)
+	}
+	t.Logf("killed after %s: %v", elapsed.Round(time.Millisecond), err)
+}
+
+// TestRunGoTest runs this package's own test binary in the guest (the in-guest
+// half is TestInGuest below) with an environment variable and a writable host
+// directory under /tmp.
+func TestRunGoTest(t *testing.T) {
+	vm.Require(t)
+	out := t.TempDir()
+	kernel, err := vm.FindKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := vm.RunGoTestOpts(t, vm.Options{
+		Timeout:  4 * time.Minute,
+		Env:      []string{"VM_TEST_OUT=" + out, "VM_TEST_KVER=" + kernel.Version},
+		Writable: []string{out},
+	}, ".", "-test.run=^TestInGuest$", "-test.v", "-test.count=1")
+	if !strings.Contains(res.Output, "--- PASS: TestInGuest") {
+		t.Fatalf("in-guest test did not pass (skipped?):\n%s", res.Output)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "from-guest"))
+	if err != nil || string(b) != kernel.Version {
+		t.Fatalf("file written by the guest: %q, %v; want %q", b, err, kernel.Version)
+	}
+}
+
+// TestInGuest is the in-guest half of TestRunGoTest; on the host it skips.
+func TestInGuest(t *testing.T) {
+	if !vm.InGuest() {
+		t.Skip("runs inside the VM only (see TestRunGoTest)")
+	}
+	rel, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(string(rel)), os.Getenv("VM_TEST_KVER"); got != want {
+		t.Errorf("guest kernel %q, want %q", got, want)
+	}
+	for _, dev := range []string{"/dev/nbd0", "/dev/ram0", "/dev/nullb0"} {
+		if _, err := os.Stat(dev); err != nil {
+			t.Errorf("%s: %v", dev, err)
+		}
+	}
+	mdstat, err := os.ReadFile("/proc/mdstat")
+	if err != nil || !strings.Contains(string(mdstat), "[raid10]") {
+		t.Errorf("/proc/mdstat = %q, %v; want raid10 personality", mdstat, err)
+	}
+	if err := os.WriteFile(filepath.Join(os.Getenv("VM_TEST_OUT"), "from-guest"), []byte(strings.TrimSpace(string(rel))), 0o644); err != nil {
+		t.Errorf("write to the writable share: %v", err)
+	}
+}
