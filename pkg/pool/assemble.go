@@ -1,0 +1,121 @@
+package pool
+
+import (
+	"fmt"
+	"sort"
+
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+)
+
+// assembleAll builds every volume from the extent tables of the present disks: per volume
+// and role the entry with the highest epoch wins (a replaced disk that comes back carries a
+// lower one); roles on failed or missing disks are left out, so the array starts degraded.
+// Volumes marked deleting are deleted; superseded extents on present disks are released.
+func (p *Pool) assembleAll() {
+	type cand struct {
+		d *disk
+		x ExtentEntry
+	}
+	byVol := map[UUID][]cand{}
+	deleting := map[UUID]bool{}
+	for _, d := range p.disks {
+		if !d.present || d.label == nil || d.state == DiskRemoved {
+			continue
+		}
+		for _, x := range d.label.Extents {
+			byVol[x.Volume] = append(byVol[x.Volume], cand{d, x})
+			if x.Flags&ExtentFlagDeleting != 0 {
+				deleting[x.Volume] = true
+			}
+		}
+	}
+	uuids := make([]UUID, 0, len(byVol))
+	for u := range byVol {
+		uuids = append(uuids, u)
+	}
+	sort.Slice(uuids, func(i, j int) bool { return uuids[i].String() < uuids[j].String() })
+	for _, u := range uuids {
+		cs := byVol[u]
+		if deleting[u] {
+			klog.InfoS("Finishing an interrupted volume delete", "volumeUUID", u, "volume", cs[0].x.Name)
+			if err := p.finishDelete(u); err != nil {
+				klog.ErrorS(err, "Finishing delete", "volumeUUID", u)
+			}
+			continue
+		}
+		// The newest metadata (highest epoch) decides the volume's size and member count.
+		sort.SliceStable(cs, func(i, j int) bool { return cs[i].x.Epoch > cs[j].x.Epoch })
+		head := cs[0].x
+		v := &volume{uuid: u, name: head.Name, size: head.VolumeSize, members: int(head.Members), roles: make([]*role, head.Members)}
+		var stale []cand
+		for _, c := range cs {
+			r := int(c.x.Role)
+			if r >= v.members {
+				stale = append(stale, c)
+				continue
+			}
+			if cur := v.roles[r]; cur != nil {
+				if cur.ext.Epoch == c.x.Epoch {
+					v.err = fmt.Errorf("%w: volume %q role %d claimed by disks %s and %s with the same epoch",
+						ErrCorruptLabel, v.name, r, cur.disk.path, c.d.path)
+				}
+				stale = append(stale, c)
+				continue
+			}
+			v.roles[r] = &role{disk: c.d, ext: c.x}
+		}
+		if other := p.byName[v.name]; other != nil {
+			klog.ErrorS(nil, "Two volumes with one name; keeping the first", "volume", v.name, "volumeUUID", u, "other", other.uuid)
+			continue
+		}
+		p.volumes[u], p.byName[v.name] = v, v
+		for _, c := range stale {
+			if c.d.usable() {
+				klog.InfoS("Releasing a superseded extent", "disk", c.d.path, "volume", v.name, "role", c.x.Role, "epoch", c.x.Epoch)
+				off := c.x.Offset
+				_ = p.writeLabel(c.d, func(l *Label) {
+					out := l.Extents[:0:0]
+					for _, x := range l.Extents {
+						if !(x.Volume == u && x.Offset == off) {
+							out = append(out, x)
+						}
+					}
+					l.Extents = out
+				})
+			}
+		}
+		if v.err == nil {
+			p.assemble(v)
+		}
+		if v.err != nil {
+			klog.ErrorS(v.err, "Volume not assembled", "volume", v.name, "volumeUUID", u)
+		}
+	}
+}
+
+// assemble opens the extent members of v's usable roles and assembles the array.
+func (p *Pool) assemble(v *volume) {
+	var members []raid10.Member
+	for i, r := range v.roles {
+		if r == nil || !r.disk.usable() {
+			continue
+		}
+		m, err := raid10.NewExtentMember(r.disk.base, int64(r.ext.Offset), int64(r.ext.Length))
+		if err != nil {
+			v.err = fmt.Errorf("pool: volume %q role %d: %w", v.name, i, err)
+			return
+		}
+		r.member = m
+		members = append(members, m)
+	}
+	arr, err := raid10.Assemble(members, raid10.AssembleOptions{Options: p.engineOptions(), UUID: v.uuid})
+	if err != nil {
+		v.err = fmt.Errorf("pool: assemble volume %q from %d of %d members: %w", v.name, len(members), v.members, err)
+		return
+	}
+	v.arr, v.err = arr, nil
+	h, _ := p.health(v)
+	klog.InfoS("Volume assembled", "volume", v.name, "volumeUUID", v.uuid, "members", len(members), "of", v.members, "health", h)
+}

@@ -1,0 +1,165 @@
+package pool
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+)
+
+// AllocPolicy chooses where on a disk a new extent goes.
+type AllocPolicy string
+
+// Allocation policies.
+const (
+	// FirstFit takes the lowest free range that is large enough (the default: extents pack
+	// towards the start of the disk, keeping the tail free for growth).
+	FirstFit AllocPolicy = "first-fit"
+	// BestFit takes the smallest free range that is large enough (less fragmentation when
+	// volumes of many sizes come and go).
+	BestFit AllocPolicy = "best-fit"
+)
+
+// DefaultAlignment is the default extent alignment: 1 MiB, like partitioning tools.
+const DefaultAlignment = 1 << 20
+
+// DiskConfig is one entry of the pool's disk list.
+type DiskConfig struct {
+	// Path is a block device, a regular file, or a glob matching either
+	// (e.g. /dev/disk/by-id/nvme-*). A glob matching nothing is not an error.
+	Path string `json:"path"`
+	// Wipe allows the pool to erase a foreign signature (partition table, filesystem, RAID
+	// or LVM label) found on this disk. Off by default: such a disk is refused untouched.
+	Wipe bool `json:"wipe,omitempty"`
+	// Spare makes a newly claimed disk a hot spare, used automatically when a disk fails.
+	Spare bool `json:"spare,omitempty"`
+}
+
+// Config is the configuration of a node's pool.
+type Config struct {
+	// Name names a new pool (kept in its labels); default "default".
+	Name string `json:"name,omitempty"`
+	// PoolUUID, when set, selects the pool among disks carrying labels of several pools;
+	// disks of other pools are refused. When empty, the disks must agree on one pool.
+	PoolUUID string `json:"poolUUID,omitempty"`
+	// Disks lists the disks; at least two are needed for a volume.
+	Disks []DiskConfig `json:"disks"`
+	// Alignment of extents in bytes, a power of two >= 64 KiB; default 1 MiB.
+	Alignment int64 `json:"alignment,omitempty"`
+	// Allocation is the extent placement policy; default first-fit.
+	Allocation AllocPolicy `json:"allocation,omitempty"`
+	// ChunkSize is the RAID10 chunk size of new volumes in bytes; 0 is the engine's default.
+	ChunkSize int64 `json:"chunkSize,omitempty"`
+	// RebuildRateMax limits rebuild speed in bytes per second; 0 is the engine's default.
+	RebuildRateMax int64 `json:"rebuildRateMax,omitempty"`
+}
+
+// LoadConfig reads a JSON configuration file.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("pool: read config: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%w: config %s: %w", ErrInvalidArgument, path, err)
+	}
+	return c, nil
+}
+
+// withDefaults returns c with defaults filled in.
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = "default"
+	}
+	if c.Alignment == 0 {
+		c.Alignment = DefaultAlignment
+	}
+	if c.Allocation == "" {
+		c.Allocation = FirstFit
+	}
+	return c
+}
+
+// Validate reports the first invalid field, naming it.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := ValidateName(c.Name); err != nil {
+		return fmt.Errorf("name: %w", err)
+	}
+	if c.PoolUUID != "" {
+		if _, err := ParseUUID(c.PoolUUID); err != nil {
+			return fmt.Errorf("poolUUID: %w", err)
+		}
+	}
+	if c.Alignment < 64<<10 || c.Alignment&(c.Alignment-1) != 0 || c.Alignment > 1<<30 {
+		return fmt.Errorf("%w: alignment %d: must be a power of two from 64 KiB to 1 GiB", ErrInvalidArgument, c.Alignment)
+	}
+	if c.Allocation != FirstFit && c.Allocation != BestFit {
+		return fmt.Errorf("%w: allocation %q: must be %s or %s", ErrInvalidArgument, c.Allocation, FirstFit, BestFit)
+	}
+	if c.ChunkSize < 0 || c.RebuildRateMax < 0 {
+		return fmt.Errorf("%w: chunkSize and rebuildRateMax must not be negative", ErrInvalidArgument)
+	}
+	for i, d := range c.Disks {
+		if d.Path == "" {
+			return fmt.Errorf("%w: disks[%d].path is empty", ErrInvalidArgument, i)
+		}
+		if _, err := filepath.Match(d.Path, ""); err != nil {
+			return fmt.Errorf("%w: disks[%d].path %q: %w", ErrInvalidArgument, i, d.Path, err)
+		}
+	}
+	return nil
+}
+
+// expandDisks resolves globs and drops duplicates (two paths naming the same device, e.g.
+// /dev/sdb and its by-id link). The first configuration naming a disk wins.
+func expandDisks(disks []DiskConfig) []DiskConfig {
+	var out []DiskConfig
+	seen := map[string]bool{}
+	for _, d := range disks {
+		paths := []string{d.Path}
+		if hasMeta(d.Path) {
+			paths, _ = filepath.Glob(d.Path) // the pattern was validated
+			sort.Strings(paths)
+		}
+		for _, p := range paths {
+			key := p
+			if r, err := filepath.EvalSymlinks(p); err == nil {
+				key = r
+			}
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			dc := d
+			dc.Path = p
+			out = append(out, dc)
+		}
+	}
+	return out
+}
+
+func hasMeta(p string) bool {
+	for _, c := range p {
+		if c == '*' || c == '?' || c == '[' || c == '\\' {
+			return true
+		}
+	}
+	return false
+}
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
+
+// ValidateName checks a volume or pool name: 1 to 63 bytes of letters, digits, '.', '_'
+// and '-', starting with a letter or digit (it is stored in a 64-byte label field and used
+// in socket file names).
+func ValidateName(name string) error {
+	if len(name) == 0 || len(name) > maxNameLen || !nameRE.MatchString(name) {
+		return fmt.Errorf("%w: name %q: 1 to %d characters from [a-zA-Z0-9._-], starting with a letter or digit",
+			ErrInvalidArgument, name, maxNameLen)
+	}
+	return nil
+}

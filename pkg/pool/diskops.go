@@ -1,0 +1,344 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+)
+
+// FailDisk marks a disk failed, as an operator does before pulling it (mdadm --fail): every
+// volume with a member on it continues Degraded, and a hot spare, if any, takes its place.
+// Failing a failed disk succeeds.
+func (p *Pool) FailDisk(ref string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	d, err := p.findDisk(ref)
+	if err != nil {
+		return err
+	}
+	switch d.state {
+	case DiskFailed, DiskRemoved:
+		return nil
+	}
+	p.failDiskLocked(d, "operator request")
+	return nil
+}
+
+// failDiskLocked marks d failed in every volume and in the table, then tries a spare.
+func (p *Pool) failDiskLocked(d *disk, reason string) {
+	wasSpare := d.state == DiskSpare
+	for _, v := range p.volumes {
+		for i, r := range v.roles {
+			if r != nil && r.disk == d && v.arr != nil {
+				if err := v.arr.FailMember(i); err != nil {
+					klog.ErrorS(err, "Failing member", "volume", v.name, "member", i)
+				}
+			}
+		}
+	}
+	d.state = DiskFailed
+	if err := p.writeTable(true); err != nil {
+		klog.ErrorS(err, "Recording the failed disk")
+	}
+	klog.InfoS("Disk marked failed", "disk", d.path, "diskUUID", d.uuid, "reason", reason)
+	if p.failHook != nil {
+		p.failHook(d)
+	}
+	if !wasSpare {
+		p.useSpare(d)
+	}
+}
+
+// affected lists the (volume, slot) pairs whose role is on d.
+func (p *Pool) affected(d *disk) []struct {
+	v    *volume
+	slot int
+} {
+	var out []struct {
+		v    *volume
+		slot int
+	}
+	for _, v := range p.volumes {
+		for i, r := range v.roles {
+			if r != nil && r.disk == d {
+				out = append(out, struct {
+					v    *volume
+					slot int
+				}{v, i})
+			}
+		}
+	}
+	return out
+}
+
+// useSpare replaces the failed disk d with the first spare that has room.
+func (p *Pool) useSpare(d *disk) {
+	if len(p.affected(d)) == 0 {
+		return
+	}
+	for _, s := range p.disks {
+		if !s.present || s.state != DiskSpare {
+			continue
+		}
+		if err := p.replaceOnto(d, s); err != nil {
+			klog.ErrorS(err, "Spare not usable", "spare", s.path, "failed", d.path)
+			continue
+		}
+		klog.InfoS("Hot spare took over a failed disk", "spare", s.path, "spareUUID", s.uuid, "failed", d.path)
+		return
+	}
+}
+
+// ReplaceDisk replaces a failed or missing disk with a new one: the new disk (a blank disk,
+// or wipe-enabled, or one of the pool's spares) is claimed, every volume that had a member
+// on the old disk gets an extent on it and rebuilds onto it in the background (see
+// VolumeInfo.Sync for progress). An Active disk must be failed first.
+func (p *Pool) ReplaceDisk(ref string, with DiskConfig) (DiskInfo, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return DiskInfo{}, ErrClosed
+	}
+	old, err := p.findDisk(ref)
+	if err != nil {
+		return DiskInfo{}, err
+	}
+	if old.usable() {
+		return DiskInfo{}, fmt.Errorf("%w: disk %s is active; fail it first", ErrFailedPrecondition, ref)
+	}
+	if old.state == DiskRemoved {
+		return DiskInfo{}, fmt.Errorf("%w: disk %s was already replaced", ErrFailedPrecondition, ref)
+	}
+	target, err := p.findDisk(with.Path)
+	switch {
+	case err == nil && target.present && target.state == DiskSpare:
+	case err == nil && target.present:
+		return DiskInfo{}, fmt.Errorf("%w: disk %s is already in the pool as %s", ErrFailedPrecondition, with.Path, target.state)
+	default:
+		if target, err = p.addNewDisk(with); err != nil {
+			return DiskInfo{}, err
+		}
+	}
+	if err := p.replaceOnto(old, target); err != nil {
+		return DiskInfo{}, err
+	}
+	return p.diskInfo(target), nil
+}
+
+// addNewDisk opens and claims a disk not yet known to the pool. Caller holds p.mu.
+func (p *Pool) addNewDisk(dc DiskConfig) (*disk, error) {
+	f, err := openDisk(dc.Path)
+	if err != nil {
+		return nil, err
+	}
+	d := &disk{path: dc.Path, cfg: dc, file: f, size: uint64(f.size), ident: f.ident.String()}
+	ls := readLabel(f.f)
+	switch lerr := ls.err(); {
+	case lerr == nil && !dc.Wipe:
+		_ = f.close()
+		if ls.label.Pool == p.uuid {
+			return nil, fmt.Errorf("%w: disk %s already carries this pool's label (disk %s)", ErrFailedPrecondition, dc.Path, ls.label.Disk)
+		}
+		return nil, fmt.Errorf("%w: disk %s carries the label of pool %s (%q)", ErrOtherPool, dc.Path, ls.label.Pool, ls.label.PoolName)
+	case lerr != nil && !errors.Is(lerr, errNoLabel) && !dc.Wipe:
+		_ = f.close()
+		return nil, fmt.Errorf("pool: refusing disk %s: %w (set wipe for this disk to erase it)", dc.Path, lerr)
+	}
+	if err := p.claim(d); err != nil {
+		if d.base != nil {
+			_ = d.base.Close()
+		}
+		_ = f.close()
+		return nil, err
+	}
+	p.disks = append(p.disks, d)
+	return d, nil
+}
+
+// replaceOnto moves every role of old onto target and starts the rebuilds.
+//
+// Order: (1) the new extents are zeroed and handed to the engine (ReplaceMember writes its
+// superblock there and starts recovery; a crash here leaves free space with garbage);
+// (2) target's label gets the extents with the role's epoch raised by one (from now on a
+// restart assembles the role from target and resumes recovery); (3) the table records
+// target Active and old Removed on every disk.
+func (p *Pool) replaceOnto(old, target *disk) error {
+	aff := p.affected(old)
+	type plan struct {
+		v    *volume
+		slot int
+		ext  ExtentEntry
+		m    raid10.Member
+	}
+	var plans []plan
+	scratch := *target.label
+	scratch.Extents = append([]ExtentEntry(nil), target.label.Extents...)
+	for _, a := range aff {
+		r := a.v.roles[a.slot]
+		off, ok := allocate(&scratch, r.ext.Length, p.cfg.Allocation)
+		if !ok {
+			return fmt.Errorf("%w: disk %s has no free range of %d bytes for volume %q", ErrNoSpace, target.path, r.ext.Length, a.v.name)
+		}
+		x := r.ext
+		x.Offset, x.Epoch, x.Flags = off, r.ext.Epoch+1, 0
+		scratch.Extents = append(scratch.Extents, x)
+		m, err := raid10.NewExtentMember(target.base, int64(off), int64(x.Length))
+		if err != nil {
+			return fmt.Errorf("pool: extent on %s: %w", target.path, err)
+		}
+		plans = append(plans, plan{a.v, a.slot, x, m})
+	}
+	for _, pl := range plans {
+		// Zero the metadata head: a superblock left by an earlier volume must not pass
+		// for a re-add. Recovery writes the rest.
+		if err := pl.m.WriteZeroes(0, extentMetaSize); err != nil {
+			return fmt.Errorf("pool: zero extent on %s: %w", target.path, err)
+		}
+		if pl.v.arr == nil {
+			continue
+		}
+		if err := pl.v.arr.ReplaceMember(pl.slot, pl.m); err != nil {
+			return fmt.Errorf("pool: volume %q: replace member %d: %w", pl.v.name, pl.slot, err)
+		}
+	}
+	if err := p.writeLabel(target, func(l *Label) {
+		for _, pl := range plans {
+			l.Extents = append(l.Extents, pl.ext)
+		}
+	}); err != nil {
+		return err
+	}
+	for _, pl := range plans {
+		pl.v.roles[pl.slot] = &role{disk: target, ext: pl.ext, member: pl.m}
+		klog.InfoS("Rebuild started", "volume", pl.v.name, "member", pl.slot, "disk", target.path, "replaces", old.path)
+	}
+	target.state = DiskActive
+	old.state = DiskRemoved
+	return p.writeTable(true)
+}
+
+// AddDisk offers a disk to the running pool. A blank disk (or one whose configuration opts
+// in to wiping) is claimed, as a hot spare when dc.Spare; if volumes are degraded by a
+// failed disk, a new spare takes over at once. A disk of this pool that was missing comes
+// back: its volumes re-add it and resync only what changed while it was away (the
+// engine's write-intent bitmap).
+func (p *Pool) AddDisk(dc DiskConfig) (DiskInfo, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return DiskInfo{}, ErrClosed
+	}
+	if d, err := p.findDisk(dc.Path); err == nil && d.present {
+		return p.diskInfo(d), nil
+	}
+	f, err := openDisk(dc.Path)
+	if err != nil {
+		return DiskInfo{}, err
+	}
+	ls := readLabel(f.f)
+	if l := ls.label; l != nil && l.Pool == p.uuid && !dc.Wipe {
+		for _, d := range p.disks {
+			if d.uuid == l.Disk && !d.present {
+				return p.returnDisk(d, f, ls, dc)
+			}
+		}
+	}
+	_ = f.close()
+	d, err := p.addNewDisk(dc)
+	if err != nil {
+		return DiskInfo{}, err
+	}
+	if err := p.writeTable(true); err != nil {
+		return DiskInfo{}, err
+	}
+	if d.state == DiskSpare {
+		for _, o := range p.disks {
+			if (o.state == DiskFailed || (!o.present && o.state == DiskActive)) && len(p.affected(o)) > 0 {
+				p.useSpare(o)
+				break
+			}
+		}
+	}
+	return p.diskInfo(d), nil
+}
+
+// returnDisk brings back a missing disk of this pool.
+func (p *Pool) returnDisk(d *disk, f *diskFile, ls labelSlots, dc DiskConfig) (DiskInfo, error) {
+	d.file, d.label, d.slot, d.path, d.cfg = f, ls.label, ls.slot, dc.Path, dc
+	d.refused = nil
+	if err := d.openBase(); err != nil {
+		_ = f.close()
+		d.file = nil
+		return DiskInfo{}, err
+	}
+	d.present = true
+	if d.state == DiskRemoved {
+		return p.diskInfo(d), nil
+	}
+	if err := p.writeLabel(d, nil); err != nil {
+		return DiskInfo{}, err
+	}
+	if d.state == DiskActive {
+		p.readdRoles(d)
+	}
+	klog.InfoS("Disk returned", "disk", d.path, "diskUUID", d.uuid, "state", d.state)
+	return p.diskInfo(d), nil
+}
+
+// ReaddDisk puts a failed disk that works again back into its volumes; each resyncs only
+// the regions written while the disk was out (bitmap).
+func (p *Pool) ReaddDisk(ref string) (DiskInfo, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return DiskInfo{}, ErrClosed
+	}
+	d, err := p.findDisk(ref)
+	if err != nil {
+		return DiskInfo{}, err
+	}
+	if !d.present || d.state != DiskFailed {
+		return DiskInfo{}, fmt.Errorf("%w: disk %s is %s; only a present, failed disk can be re-added", ErrFailedPrecondition, ref, p.diskInfo(d).Status)
+	}
+	d.state = DiskActive
+	if err := p.writeTable(true); err != nil {
+		return DiskInfo{}, err
+	}
+	p.readdRoles(d)
+	return p.diskInfo(d), nil
+}
+
+// readdRoles hands d's extents back to the engine for every role d still holds (no newer
+// epoch elsewhere).
+func (p *Pool) readdRoles(d *disk) {
+	for _, x := range d.label.Extents {
+		v := p.volumes[x.Volume]
+		if v == nil || int(x.Role) >= len(v.roles) {
+			continue
+		}
+		if cur := v.roles[x.Role]; cur != nil && cur.disk != d && cur.ext.Epoch >= x.Epoch {
+			continue // the role moved on while the disk was away
+		}
+		m, err := raid10.NewExtentMember(d.base, int64(x.Offset), int64(x.Length))
+		if err != nil {
+			klog.ErrorS(err, "Re-add", "volume", v.name, "disk", d.path)
+			continue
+		}
+		v.roles[x.Role] = &role{disk: d, ext: x, member: m}
+		if v.arr == nil {
+			p.assemble(v)
+			continue
+		}
+		if err := p.readdMember(v, int(x.Role), m); err != nil {
+			klog.ErrorS(err, "Re-add", "volume", v.name, "disk", d.path, "member", x.Role)
+			continue
+		}
+		klog.InfoS("Member re-added, resyncing changed regions", "volume", v.name, "member", x.Role, "disk", d.path)
+	}
+}

@@ -1,0 +1,41 @@
+// Package pool is a node's disk pool: the local disks it was given, the pool label on each,
+// and the RAID10 volumes carved from them, one pkg/raid10 array per volume over one extent
+// on each of its member disks.
+//
+// # Disks
+//
+// Disks come from Config: device paths, globs (/dev/disk/by-id/nvme-*) or regular files. A
+// disk is claimed only when it is blank — DetectSignatures finds no partition table,
+// filesystem, RAID or LVM signature, checking the magic numbers itself so that no tool is
+// needed — or when it already carries this pool's label. Anything else is refused, untouched,
+// with the device and the signature named (SignatureError); DiskConfig.Wipe is the explicit,
+// per-disk opt-in to erase it. A disk is recognised by the disk UUID in its label wherever
+// it appears; its serial or WWN (sysfs, /dev/disk/by-id) is recorded for operators.
+//
+// # Pool label
+//
+// The first LabelAreaSize (1 MiB) of every disk holds the label, twice (slots at 0 and
+// 256 KiB, crc32c, the higher valid generation wins): pool UUID and name, disk UUID, data
+// area, the pool's disk table (every disk's UUID, state and identity) and this disk's
+// extent table (volume UUID, name, size, member count, role, epoch, offset, length). The
+// byte map is in docs/on-disk-format.md, section "Pool label". A label is never
+// overwritten in place: the new image goes to the other slot and is synced first.
+//
+// # Volumes
+//
+// CreateVolume allocates one extent per member disk (first fit or best fit, aligned),
+// creates the array, then records the extents in the labels. Open reassembles every
+// volume from the labels: per role the entry with the highest epoch wins, roles on
+// missing or failed disks are left out and the volume starts Degraded. Usable capacity
+// follows md's near-2 layout: N members with extents of E bytes hold N*E/2.
+//
+// # Failures
+//
+// A disk fails by operator request (FailDisk) or when the engine fails its member on an
+// I/O error (noticed by a monitor); every volume on it goes Degraded and a hot spare, if
+// configured, takes over. ReplaceDisk rebuilds every affected volume onto a new disk, with
+// progress in VolumeInfo.Sync. A missing disk that returns (AddDisk, or the next Open) is
+// re-added and resyncs only the regions its absence left dirty (the engine's bitmap).
+//
+// Errors wrap the sentinels in errors.go; callers map them once, with errors.Is.
+package pool

@@ -1,0 +1,69 @@
+package pool
+
+import (
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+)
+
+// grower is the engine method ExpandVolume needs: grow the array to newSize bytes after
+// every member grew (md near-2 places chunk k at row 2k/N of the grid, so more rows at the
+// end leave every existing chunk where it is). pkg/raid10 does not offer it yet; ExpandVolume
+// reports that clearly until it does.
+type grower interface {
+	// Grow raises the array's size to newSize; every member must already be large enough.
+	Grow(newSize int64) error
+}
+
+// readdMember puts m back into slot; the engine copies only the regions its bitmap marks
+// when m's superblock is recent enough, everything otherwise.
+func (p *Pool) readdMember(v *volume, slot int, m raid10.Member) error {
+	return v.arr.ReplaceMember(slot, m)
+}
+
+// growLocked grows every member extent of v to ext bytes in place, then the array.
+//
+// Order: the labels are written with the longer extents first (the space is reserved; a
+// crash leaves a volume of the old size with spare room, and a retried expand continues),
+// then the engine grows, then the labels record the new volume size.
+func (p *Pool) growLocked(v *volume, newSize, ext uint64) (VolumeInfo, error) {
+	g, ok := any(v.arr).(grower)
+	if !ok {
+		return VolumeInfo{}, fmt.Errorf("%w: volume %q: there is room to grow in place, but the RAID10 engine cannot grow a running array yet",
+			ErrFailedPrecondition, v.name)
+	}
+	setLen := func(length, size uint64) func(l *Label) {
+		return func(l *Label) {
+			for i := range l.Extents {
+				if l.Extents[i].Volume == v.uuid {
+					l.Extents[i].Length = max(l.Extents[i].Length, length)
+					l.Extents[i].VolumeSize = size
+				}
+			}
+		}
+	}
+	for _, r := range v.roles {
+		if err := p.writeLabel(r.disk, setLen(ext, v.size)); err != nil {
+			return VolumeInfo{}, err
+		}
+		m, err := raid10.NewExtentMember(r.disk.base, int64(r.ext.Offset), int64(ext))
+		if err != nil {
+			return VolumeInfo{}, err
+		}
+		r.ext.Length, r.member = ext, m
+	}
+	if err := g.Grow(int64(newSize)); err != nil {
+		return VolumeInfo{}, fmt.Errorf("pool: grow volume %q: %w", v.name, err)
+	}
+	for _, r := range v.roles {
+		if err := p.writeLabel(r.disk, setLen(ext, newSize)); err != nil {
+			return VolumeInfo{}, err
+		}
+		r.ext.VolumeSize = newSize
+	}
+	v.size = newSize
+	klog.InfoS("Volume expanded", "volume", v.name, "size", newSize)
+	return p.volumeInfo(v), nil
+}

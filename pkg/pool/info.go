@@ -1,0 +1,162 @@
+package pool
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+)
+
+// health computes a volume's health and sync progress. Caller holds p.mu.
+func (p *Pool) health(v *volume) (Health, *Progress) {
+	if v.arr == nil {
+		return Failed, nil
+	}
+	return healthOf(v.arr.Status())
+}
+
+// volumeInfo snapshots a volume. Caller holds p.mu.
+func (p *Pool) volumeInfo(v *volume) VolumeInfo {
+	vi := VolumeInfo{Name: v.name, UUID: v.uuid.String(), Size: v.size}
+	vi.Health, vi.Sync = p.health(v)
+	var st raid10.Status
+	if v.arr != nil {
+		st = v.arr.Status()
+	} else if v.err != nil {
+		vi.Reason = v.err.Error()
+	}
+	for i, r := range v.roles {
+		mi := MemberInfo{Role: i, State: raid10.MemberMissing.String()}
+		if i < len(st.Members) {
+			mi.State = st.Members[i].State.String()
+			if st.Members[i].State == raid10.MemberInSync {
+				vi.InSync++
+			}
+		}
+		if r != nil {
+			mi.DiskUUID, mi.DiskPath, mi.Offset, mi.Length = r.disk.uuid.String(), r.disk.path, r.ext.Offset, r.ext.Length
+		}
+		vi.Members = append(vi.Members, mi)
+	}
+	return vi
+}
+
+// Volumes lists every volume, sorted by name.
+func (p *Pool) Volumes() []VolumeInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]VolumeInfo, 0, len(p.byName))
+	for _, v := range p.byName {
+		out = append(out, p.volumeInfo(v))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Volume describes one volume.
+func (p *Pool) Volume(name string) (VolumeInfo, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.byName[name]
+	if v == nil {
+		return VolumeInfo{}, fmt.Errorf("%w: volume %q", ErrNotFound, name)
+	}
+	return p.volumeInfo(v), nil
+}
+
+// Array returns the volume's array, the block device to serve (it implements pkg/nbd's
+// Backend with FUA, discard and write-zeroes). It stays the same object across disk
+// failures and rebuilds; it is closed by DeleteVolume and Close.
+func (p *Pool) Array(name string) (*raid10.Array, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.byName[name]
+	switch {
+	case v == nil:
+		return nil, fmt.Errorf("%w: volume %q", ErrNotFound, name)
+	case v.arr == nil:
+		return nil, fmt.Errorf("%w: %q: %w", errNotAssembled, name, v.err)
+	}
+	return v.arr, nil
+}
+
+// Disks lists every disk: claimed, missing, refused.
+func (p *Pool) Disks() []DiskInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]DiskInfo, 0, len(p.disks))
+	for _, d := range p.disks {
+		out = append(out, p.diskInfo(d))
+	}
+	return out
+}
+
+func (p *Pool) diskInfo(d *disk) DiskInfo {
+	di := DiskInfo{Path: d.path, Identity: d.ident, Size: d.size}
+	if !d.uuid.IsZero() {
+		di.UUID = d.uuid.String()
+	}
+	switch {
+	case d.refused != nil:
+		di.Status, di.Reason = StatusRefused, d.refused.Error()
+	case !d.present:
+		di.Status = StatusMissing
+		if d.state == DiskRemoved {
+			di.Status = StatusRemoved
+		}
+	default:
+		di.Status = DiskStatus(d.state.String())
+	}
+	if l := d.label; l != nil && d.present {
+		di.DataSize = l.DataEnd - l.DataStart
+		di.Free = totalFree(l)
+		di.Used = di.DataSize - di.Free
+		di.Extents = len(l.Extents)
+	}
+	return di
+}
+
+// Capacity reports the pool's capacity.
+func (p *Pool) Capacity() Capacity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.capacityLocked()
+}
+
+func (p *Pool) capacityLocked() Capacity {
+	var c Capacity
+	n := 0
+	var minLargest uint64
+	for _, d := range p.disks {
+		if !d.present || d.label == nil {
+			continue
+		}
+		area := d.label.DataEnd - d.label.DataStart
+		switch d.state {
+		case DiskSpare:
+			c.Spare += area
+		case DiskActive:
+			c.Raw += area
+			c.FreeRaw += totalFree(d.label)
+			lf := largestFree(d.label)
+			if n == 0 || lf < minLargest {
+				minLargest = lf
+			}
+			n++
+		}
+	}
+	c.Usable, c.FreeUsable = c.Raw/2, c.FreeRaw/2
+	if n >= 2 {
+		c.LargestVolume = p.volumeFor(minLargest, n)
+	}
+	return c
+}
+
+// Status snapshots the whole pool.
+func (p *Pool) Status() Status {
+	s := Status{Capacity: p.Capacity(), Disks: p.Disks(), Volumes: p.Volumes()}
+	p.mu.Lock()
+	s.UUID, s.Name = p.uuid.String(), p.name
+	p.mu.Unlock()
+	return s
+}

@@ -1,0 +1,328 @@
+package pool
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// Pool label geometry. See docs/on-disk-format.md, section "Pool label", for the byte map.
+const (
+	// LabelAreaSize is the head of every pool disk reserved for the label; extents start
+	// at or after it.
+	LabelAreaSize = 1 << 20
+	// LabelSlotSize is the size of each of the two label copies (slot 0 at byte 0, slot 1
+	// at byte LabelSlotSize).
+	LabelSlotSize = 256 << 10
+	// LabelVersion is the label format version this code writes and reads.
+	LabelVersion = 1
+
+	labelHeaderSize = 256
+	diskEntrySize   = 64
+	extentEntrySize = 128
+	maxNameLen      = 63 // volume and pool names: NUL-padded 64-byte fields
+	maxIdentityLen  = 31
+	// MaxDisks is how many disks one pool's disk table holds.
+	MaxDisks = 64
+	// MaxExtentsPerDisk is how many extents fit in one label slot.
+	MaxExtentsPerDisk = (LabelSlotSize - labelHeaderSize - MaxDisks*diskEntrySize - 4) / extentEntrySize
+)
+
+// labelMagic opens every label slot.
+var labelMagic = [8]byte{'R', '1', '0', 'P', 'O', 'O', 'L', 0}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// DiskState is a disk's state in the pool's disk table.
+type DiskState uint8
+
+// Disk states as stored in the label.
+const (
+	// DiskActive holds (or may hold) volume extents.
+	DiskActive DiskState = 1
+	// DiskSpare is a hot spare: it holds no extents until a disk fails.
+	DiskSpare DiskState = 2
+	// DiskFailed was marked failed (I/O errors or an operator); its extents are not used.
+	DiskFailed DiskState = 3
+	// DiskRemoved was replaced; if it comes back it is not used again without a wipe.
+	DiskRemoved DiskState = 4
+)
+
+func (s DiskState) String() string {
+	switch s {
+	case DiskActive:
+		return "Active"
+	case DiskSpare:
+		return "Spare"
+	case DiskFailed:
+		return "Failed"
+	case DiskRemoved:
+		return "Removed"
+	}
+	return fmt.Sprintf("DiskState(%d)", uint8(s))
+}
+
+// DiskEntry is one row of the pool's disk table, kept on every disk of the pool.
+type DiskEntry struct {
+	UUID     UUID
+	State    DiskState
+	Size     uint64
+	Identity string // serial or WWN at claim time, "" for files
+}
+
+// ExtentEntry is one volume extent on the disk that carries the label.
+type ExtentEntry struct {
+	Volume     UUID
+	Offset     uint64 // bytes from the start of the disk
+	Length     uint64 // bytes
+	VolumeSize uint64 // the volume's usable size in bytes
+	Epoch      uint64 // raised each time this role is given to a new disk; the highest wins
+	Role       uint16 // the member slot of this extent in the volume's array
+	Members    uint16 // the volume's member count
+	Flags      uint32 // reserved, 0
+	Name       string // the volume's name
+}
+
+// Label is the decoded pool label of one disk.
+type Label struct {
+	Generation uint64 // raised on every write of this disk's label
+	PoolEpoch  uint64 // raised on every change of the disk table
+	Pool       UUID
+	Disk       UUID
+	PoolName   string
+	DiskSize   uint64
+	DataStart  uint64
+	DataEnd    uint64
+	Alignment  uint32
+	Disks      []DiskEntry
+	Extents    []ExtentEntry
+}
+
+// encodedLen is the byte length the label occupies before its checksum.
+func (l *Label) encodedLen() int {
+	return labelHeaderSize + len(l.Disks)*diskEntrySize + len(l.Extents)*extentEntrySize
+}
+
+// Encode returns the label's slot image: the encoded label, its crc32c and zero padding up
+// to LabelSlotSize.
+func (l *Label) Encode() ([]byte, error) {
+	if len(l.Disks) > MaxDisks {
+		return nil, fmt.Errorf("%w: %d disks in the table, at most %d", ErrInvalidArgument, len(l.Disks), MaxDisks)
+	}
+	if len(l.Extents) > MaxExtentsPerDisk {
+		return nil, fmt.Errorf("%w: %d extents on one disk, at most %d", ErrNoSpace, len(l.Extents), MaxExtentsPerDisk)
+	}
+	n := l.encodedLen()
+	b := make([]byte, LabelSlotSize)
+	le := binary.LittleEndian
+	copy(b[0:8], labelMagic[:])
+	le.PutUint16(b[8:], LabelVersion)
+	le.PutUint16(b[10:], labelHeaderSize)
+	le.PutUint32(b[12:], uint32(n))
+	le.PutUint64(b[16:], l.Generation)
+	le.PutUint64(b[24:], l.PoolEpoch)
+	copy(b[32:48], l.Pool[:])
+	copy(b[48:64], l.Disk[:])
+	le.PutUint64(b[64:], l.DiskSize)
+	le.PutUint64(b[72:], l.DataStart)
+	le.PutUint64(b[80:], l.DataEnd)
+	le.PutUint32(b[88:], l.Alignment)
+	le.PutUint16(b[92:], uint16(len(l.Disks)))
+	le.PutUint16(b[94:], uint16(len(l.Extents)))
+	le.PutUint16(b[96:], diskEntrySize)
+	le.PutUint16(b[98:], extentEntrySize)
+	// 100..103 flags, 0
+	if err := putName(b[104:168], l.PoolName, maxNameLen); err != nil {
+		return nil, err
+	}
+	off := labelHeaderSize
+	for _, d := range l.Disks {
+		e := b[off : off+diskEntrySize]
+		copy(e[0:16], d.UUID[:])
+		e[16] = byte(d.State)
+		le.PutUint64(e[24:], d.Size)
+		id := d.Identity
+		if len(id) > maxIdentityLen {
+			id = id[len(id)-maxIdentityLen:] // the tail of a serial or WWN is its distinctive part
+		}
+		copy(e[32:64], id)
+		off += diskEntrySize
+	}
+	for _, x := range l.Extents {
+		e := b[off : off+extentEntrySize]
+		copy(e[0:16], x.Volume[:])
+		le.PutUint64(e[16:], x.Offset)
+		le.PutUint64(e[24:], x.Length)
+		le.PutUint64(e[32:], x.VolumeSize)
+		le.PutUint64(e[40:], x.Epoch)
+		le.PutUint16(e[48:], x.Role)
+		le.PutUint16(e[50:], x.Members)
+		le.PutUint32(e[52:], x.Flags)
+		if err := putName(e[64:128], x.Name, maxNameLen); err != nil {
+			return nil, err
+		}
+		off += extentEntrySize
+	}
+	le.PutUint32(b[n:], crc32.Checksum(b[:n], castagnoli))
+	return b, nil
+}
+
+func putName(dst []byte, s string, maxLen int) error {
+	if len(s) > maxLen || bytes.IndexByte([]byte(s), 0) >= 0 {
+		return fmt.Errorf("%w: name %q longer than %d bytes or contains NUL", ErrInvalidArgument, s, maxLen)
+	}
+	copy(dst, s)
+	return nil
+}
+
+func getName(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// errNoLabel means the slot does not start with the label magic.
+var errNoLabel = errors.New("pool: no pool label")
+
+// DecodeLabel decodes one label slot. It returns errNoLabel when the magic is absent,
+// ErrLabelVersion for a version it does not know and ErrCorruptLabel for anything else
+// that does not check out. It never panics, whatever b holds.
+func DecodeLabel(b []byte) (*Label, error) {
+	if len(b) < labelHeaderSize || !bytes.Equal(b[0:8], labelMagic[:]) {
+		return nil, errNoLabel
+	}
+	le := binary.LittleEndian
+	if v := le.Uint16(b[8:]); v != LabelVersion {
+		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrLabelVersion, v, LabelVersion)
+	}
+	n := int(le.Uint32(b[12:]))
+	nd, nx := int(le.Uint16(b[92:])), int(le.Uint16(b[94:]))
+	switch {
+	case le.Uint16(b[10:]) != labelHeaderSize || le.Uint16(b[96:]) != diskEntrySize || le.Uint16(b[98:]) != extentEntrySize:
+		return nil, fmt.Errorf("%w: unexpected header or entry sizes", ErrCorruptLabel)
+	case n < labelHeaderSize || n+4 > len(b) || n+4 > LabelSlotSize:
+		return nil, fmt.Errorf("%w: length %d out of range", ErrCorruptLabel, n)
+	case n != labelHeaderSize+nd*diskEntrySize+nx*extentEntrySize:
+		return nil, fmt.Errorf("%w: length %d does not match %d disks and %d extents", ErrCorruptLabel, n, nd, nx)
+	}
+	if got, want := crc32.Checksum(b[:n], castagnoli), le.Uint32(b[n:]); got != want {
+		return nil, fmt.Errorf("%w: checksum %08x, expected %08x", ErrCorruptLabel, got, want)
+	}
+	l := &Label{
+		Generation: le.Uint64(b[16:]),
+		PoolEpoch:  le.Uint64(b[24:]),
+		DiskSize:   le.Uint64(b[64:]),
+		DataStart:  le.Uint64(b[72:]),
+		DataEnd:    le.Uint64(b[80:]),
+		Alignment:  le.Uint32(b[88:]),
+		PoolName:   getName(b[104:168]),
+	}
+	copy(l.Pool[:], b[32:48])
+	copy(l.Disk[:], b[48:64])
+	off := labelHeaderSize
+	for range nd {
+		e := b[off : off+diskEntrySize]
+		var d DiskEntry
+		copy(d.UUID[:], e[0:16])
+		d.State = DiskState(e[16])
+		d.Size = le.Uint64(e[24:])
+		d.Identity = getName(e[32:64])
+		l.Disks = append(l.Disks, d)
+		off += diskEntrySize
+	}
+	for range nx {
+		e := b[off : off+extentEntrySize]
+		var x ExtentEntry
+		copy(x.Volume[:], e[0:16])
+		x.Offset = le.Uint64(e[16:])
+		x.Length = le.Uint64(e[24:])
+		x.VolumeSize = le.Uint64(e[32:])
+		x.Epoch = le.Uint64(e[40:])
+		x.Role = le.Uint16(e[48:])
+		x.Members = le.Uint16(e[50:])
+		x.Flags = le.Uint32(e[52:])
+		x.Name = getName(e[64:128])
+		l.Extents = append(l.Extents, x)
+		off += extentEntrySize
+	}
+	if err := l.check(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// check validates what the checksum cannot: geometry and extents inside the data area,
+// without overlaps.
+func (l *Label) check() error {
+	if l.Pool.IsZero() || l.Disk.IsZero() {
+		return fmt.Errorf("%w: zero pool or disk UUID", ErrCorruptLabel)
+	}
+	if l.DataStart < LabelAreaSize || l.DataEnd > l.DiskSize || l.DataStart > l.DataEnd || l.Alignment == 0 {
+		return fmt.Errorf("%w: data area [%d, %d) of a %d-byte disk", ErrCorruptLabel, l.DataStart, l.DataEnd, l.DiskSize)
+	}
+	for i, x := range l.Extents {
+		if x.Offset < l.DataStart || x.Length == 0 || x.Offset+x.Length > l.DataEnd || x.Offset+x.Length < x.Offset {
+			return fmt.Errorf("%w: extent %d [%d, +%d) outside the data area", ErrCorruptLabel, i, x.Offset, x.Length)
+		}
+		if x.Members < 2 || x.Role >= x.Members {
+			return fmt.Errorf("%w: extent %d role %d of %d members", ErrCorruptLabel, i, x.Role, x.Members)
+		}
+		for j := range i {
+			y := l.Extents[j]
+			if x.Offset < y.Offset+y.Length && y.Offset < x.Offset+x.Length {
+				return fmt.Errorf("%w: extents %d and %d overlap", ErrCorruptLabel, j, i)
+			}
+		}
+	}
+	return nil
+}
+
+// labelSlots is the result of reading both slots of a disk.
+type labelSlots struct {
+	label    *Label // the valid slot with the highest generation, nil if none
+	slot     int    // its index
+	errs     [2]error
+	anyMagic bool // at least one slot starts with the magic
+}
+
+// readLabel reads both slots and picks the valid one with the highest generation. A torn
+// write leaves at most one slot invalid.
+func readLabel(r io.ReaderAt) labelSlots {
+	var res labelSlots
+	buf := make([]byte, LabelSlotSize)
+	for s := range 2 {
+		if _, err := r.ReadAt(buf, int64(s)*LabelSlotSize); err != nil && !errors.Is(err, io.EOF) {
+			res.errs[s] = fmt.Errorf("pool: read label slot %d: %w", s, err)
+			continue
+		}
+		l, err := DecodeLabel(buf)
+		if !errors.Is(err, errNoLabel) {
+			res.anyMagic = true
+		}
+		res.errs[s] = err
+		if err == nil && (res.label == nil || l.Generation > res.label.Generation) {
+			res.label, res.slot = l, s
+		}
+	}
+	return res
+}
+
+// err summarises why no slot was usable.
+func (s labelSlots) err() error {
+	if s.label != nil {
+		return nil
+	}
+	if !s.anyMagic {
+		return errNoLabel
+	}
+	for _, e := range s.errs {
+		if errors.Is(e, ErrLabelVersion) {
+			return e
+		}
+	}
+	return fmt.Errorf("%w: slot 0: %v; slot 1: %v", ErrCorruptLabel, s.errs[0], s.errs[1])
+}

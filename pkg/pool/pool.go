@@ -1,0 +1,476 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+)
+
+// minDataArea is the smallest data area a disk must offer to be claimed.
+const minDataArea = 16 << 20
+
+// Pool is a node's disk pool: the disks it claimed and the RAID10 volumes carved from them.
+// All methods are safe for concurrent use; operations that change labels are serialised.
+type Pool struct {
+	cfg Config
+
+	mu       sync.Mutex // guards everything below and serialises label updates
+	uuid     UUID
+	name     string
+	epoch    uint64 // pool epoch: raised on every change of the disk table
+	disks    []*disk
+	volumes  map[UUID]*volume
+	byName   map[string]*volume
+	closed   bool
+	stop     chan struct{}
+	done     chan struct{}
+	failHook func(d *disk) // tests: called after a disk is marked failed
+}
+
+// disk is a disk known to the pool: claimed and present, in the table but missing, or
+// offered and refused.
+type disk struct {
+	uuid    UUID
+	path    string
+	cfg     DiskConfig
+	file    *diskFile     // nil when missing or refused
+	base    raid10.Member // data I/O on the whole disk; nil when missing or refused
+	label   *Label        // current label; nil when missing or refused
+	slot    int           // label slot holding label
+	state   DiskState     // from the disk table
+	present bool          // opened and carries this pool's label
+	refused error         // why the disk was not claimed
+	ident   string        // identity from the table (serial/WWN)
+	size    uint64
+}
+
+// usable reports whether the disk may hold live extents now.
+func (d *disk) usable() bool { return d.present && d.state == DiskActive }
+
+// Open claims the configured disks and assembles every volume found in their labels.
+// A disk that cannot be claimed (a foreign signature, a corrupt label, another pool's label,
+// in use by another process) does not fail Open: it is listed by Disks with State Refused
+// and the reason. Open fails for an invalid configuration or when the disks carry labels of
+// several pools and Config.PoolUUID does not say which one is this node's.
+func Open(cfg Config) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p := &Pool{
+		cfg:     cfg,
+		name:    cfg.Name,
+		volumes: map[UUID]*volume{},
+		byName:  map[string]*volume{},
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	var want UUID
+	if cfg.PoolUUID != "" {
+		want, _ = ParseUUID(cfg.PoolUUID) // validated
+	}
+
+	// 1. Open every disk and read its label.
+	type probe struct {
+		d      *disk
+		blank  bool
+		labels labelSlots
+	}
+	var probes []*probe
+	for _, dc := range expandDisks(cfg.Disks) {
+		d := &disk{path: dc.Path, cfg: dc}
+		pr := &probe{d: d}
+		probes = append(probes, pr)
+		f, err := openDisk(dc.Path)
+		if err != nil {
+			d.refused = err
+			continue
+		}
+		d.file, d.size, d.ident = f, uint64(f.size), f.ident.String()
+		pr.labels = readLabel(f.f)
+		switch err := pr.labels.err(); {
+		case err == nil:
+		case errors.Is(err, errNoLabel):
+			pr.blank = true
+		default:
+			if dc.Wipe {
+				pr.blank = true
+				break
+			}
+			d.refused = fmt.Errorf("pool: refusing disk %s: %w (set wipe for this disk to erase it)", dc.Path, err)
+		}
+	}
+
+	// 2. Which pool is this node's?
+	pools := map[UUID][]string{}
+	for _, pr := range probes {
+		if l := pr.labels.label; l != nil && pr.d.refused == nil {
+			pools[l.Pool] = append(pools[l.Pool], pr.d.path)
+		}
+	}
+	switch {
+	case !want.IsZero():
+		p.uuid = want
+	case len(pools) == 1:
+		for u := range pools {
+			p.uuid = u
+		}
+	case len(pools) > 1:
+		var parts []string
+		for u, paths := range pools {
+			parts = append(parts, fmt.Sprintf("pool %s on %s", u, strings.Join(paths, ", ")))
+		}
+		sort.Strings(parts)
+		closeProbes := func() {
+			for _, pr := range probes {
+				if pr.d.file != nil {
+					_ = pr.d.file.close()
+				}
+			}
+		}
+		closeProbes()
+		return nil, fmt.Errorf("%w: %s; set poolUUID to choose", ErrMixedPools, strings.Join(parts, "; "))
+	default:
+		p.uuid = NewUUID()
+	}
+
+	// 3. Adopt this pool's disks; the label with the highest pool epoch holds the table.
+	var newest *Label
+	for _, pr := range probes {
+		d, l := pr.d, pr.labels.label
+		if d.refused != nil || l == nil {
+			continue
+		}
+		if l.Pool != p.uuid {
+			if d.cfg.Wipe {
+				pr.blank = true
+				continue
+			}
+			d.refused = fmt.Errorf("%w: disk %s carries the label of pool %s (%q), this node's pool is %s",
+				ErrOtherPool, d.path, l.Pool, l.PoolName, p.uuid)
+			continue
+		}
+		d.uuid, d.label, d.slot, d.present = l.Disk, l, pr.labels.slot, true
+		if newest == nil || l.PoolEpoch > newest.PoolEpoch {
+			newest = l
+		}
+	}
+	if newest != nil {
+		p.epoch, p.name = newest.PoolEpoch, newest.PoolName
+	}
+	byUUID := map[UUID]*disk{}
+	for _, pr := range probes {
+		d := pr.d
+		if !d.present {
+			continue
+		}
+		if other := byUUID[d.uuid]; other != nil {
+			// A cloned disk (dd of a member): refuse the second, never guess.
+			d.present, d.label = false, nil
+			d.refused = fmt.Errorf("%w: disk %s carries the same disk UUID %s as %s", ErrFailedPrecondition, d.path, d.uuid, other.path)
+			continue
+		}
+		byUUID[d.uuid] = d
+	}
+	if newest != nil {
+		for _, e := range newest.Disks {
+			if d := byUUID[e.UUID]; d != nil {
+				d.state, d.ident = e.State, firstNonEmpty(d.ident, e.Identity)
+				continue
+			}
+			// In the table, not present: missing.
+			d := &disk{uuid: e.UUID, state: e.State, ident: e.Identity, size: e.Size}
+			byUUID[e.UUID] = d
+			probes = append(probes, &probe{d: d})
+		}
+	}
+	for _, pr := range probes {
+		d := pr.d
+		if d.present && d.state == 0 {
+			d.state = DiskActive // labelled but not yet in the table: a crash during a claim
+		}
+	}
+	for _, pr := range probes {
+		p.disks = append(p.disks, pr.d)
+	}
+
+	// 4. Open the data path of the present disks.
+	for _, d := range p.disks {
+		if d.present {
+			if err := d.openBase(); err != nil {
+				klog.ErrorS(err, "Disk data path unusable", "disk", d.path)
+				d.present = false
+				d.refused = err
+			}
+		}
+	}
+
+	// 5. Claim blank disks (and, with wipe, refused ones).
+	for _, pr := range probes {
+		if !pr.blank {
+			continue
+		}
+		if err := p.claim(pr.d); err != nil {
+			klog.ErrorS(err, "Disk not claimed", "disk", pr.d.path)
+			pr.d.refused = err
+		}
+	}
+	for _, d := range p.disks {
+		if d.refused != nil && d.file != nil {
+			_ = d.file.close()
+			d.file = nil
+		}
+		if d.refused != nil {
+			klog.ErrorS(d.refused, "Disk refused", "disk", d.path)
+		}
+	}
+	// Bring every present label up to the table (a disk that missed an update while it
+	// was away gets the current table).
+	if err := p.writeTable(false); err != nil {
+		p.closeDisks()
+		return nil, err
+	}
+
+	// 6. Assemble the volumes.
+	p.assembleAll()
+	klog.InfoS("Pool open", "pool", p.uuid, "name", p.name, "disks", len(p.disks), "volumes", len(p.volumes))
+	go p.monitor()
+	return p, nil
+}
+
+// openBase opens the disk's data path (direct I/O where the file system allows it).
+func (d *disk) openBase() error {
+	m, err := raid10.OpenFileMember(d.file.real)
+	if err != nil {
+		return fmt.Errorf("pool: open data path of %s: %w", d.path, err)
+	}
+	d.base = m
+	return nil
+}
+
+// claim makes a blank (or wipe-enabled) disk a member of the pool: it checks for foreign
+// signatures, wipes them when allowed, and writes a fresh label. Caller holds p.mu or is
+// Open.
+func (p *Pool) claim(d *disk) error {
+	f := d.file
+	sigs, err := DetectSignatures(f.f, f.size)
+	if err != nil {
+		return err
+	}
+	if len(sigs) > 0 && !d.cfg.Wipe {
+		return &SignatureError{Disk: d.path, Found: sigs}
+	}
+	a := uint64(p.cfg.Alignment)
+	start, end := alignUp(LabelAreaSize, a), alignDown(uint64(f.size), a)
+	if end < start+minDataArea {
+		return fmt.Errorf("%w: disk %s: %d bytes, too small for the pool (at least %d)",
+			ErrInvalidArgument, d.path, f.size, start+minDataArea)
+	}
+	if d.cfg.Wipe {
+		klog.InfoS("Wiping disk as configured", "disk", d.path, "signatures", fmt.Sprint(sigs))
+		if err := f.wipeSignatures(); err != nil {
+			return err
+		}
+	}
+	if n := len(p.disks); n > MaxDisks {
+		return fmt.Errorf("%w: the pool holds at most %d disks", ErrInvalidArgument, MaxDisks)
+	}
+	d.uuid = NewUUID()
+	d.state = DiskActive
+	if d.cfg.Spare {
+		d.state = DiskSpare
+	}
+	d.size = uint64(f.size)
+	d.label = &Label{
+		Pool: p.uuid, Disk: d.uuid, PoolName: p.name, DiskSize: d.size,
+		DataStart: start, DataEnd: end, Alignment: uint32(a),
+	}
+	d.slot = 1 // the first write goes to slot 0
+	d.present, d.refused = true, nil
+	if err := d.openBase(); err != nil {
+		d.present = false
+		return err
+	}
+	p.epoch++
+	if err := p.writeLabel(d, nil); err != nil {
+		d.present = false
+		return err
+	}
+	klog.InfoS("Disk claimed", "disk", d.path, "diskUUID", d.uuid, "state", d.state, "identity", d.ident)
+	return nil
+}
+
+// table is the pool's disk table as written into every label.
+func (p *Pool) table() []DiskEntry {
+	var t []DiskEntry
+	for _, d := range p.disks {
+		if d.uuid.IsZero() || d.state == 0 {
+			continue
+		}
+		t = append(t, DiskEntry{UUID: d.uuid, State: d.state, Size: d.size, Identity: d.ident})
+	}
+	return t
+}
+
+// writeLabel writes the disk's label with the current table after applying mutate to a
+// copy of its extents. Durability order: the new image goes to the slot that does not hold
+// the current label and is synced before the in-memory label changes; the current slot is
+// never overwritten, so a crash leaves either the old or the new label valid.
+func (p *Pool) writeLabel(d *disk, mutate func(l *Label)) error {
+	if !d.present || d.file == nil {
+		return fmt.Errorf("%w: disk %s is not present", ErrFailedPrecondition, d.uuid)
+	}
+	nl := *d.label
+	nl.Extents = append([]ExtentEntry(nil), d.label.Extents...)
+	if mutate != nil {
+		mutate(&nl)
+	}
+	nl.Generation++
+	nl.PoolEpoch = p.epoch
+	nl.PoolName = p.name
+	nl.Disks = p.table()
+	if err := nl.check(); err != nil {
+		return fmt.Errorf("pool: refusing to write an inconsistent label to %s: %w", d.path, err)
+	}
+	b, err := nl.Encode()
+	if err != nil {
+		return err
+	}
+	slot := 1 - d.slot
+	if err := d.file.writeLabelSlot(slot, b); err != nil {
+		return err
+	}
+	d.label, d.slot = &nl, slot
+	return nil
+}
+
+// writeTable writes the current table to every present disk that is not failed. With bump
+// the pool epoch is raised first (the table changed). A disk whose label write fails is
+// marked failed in memory; the error of the first failure is returned.
+func (p *Pool) writeTable(bump bool) error {
+	if bump {
+		p.epoch++
+	}
+	var first error
+	for _, d := range p.disks {
+		if !d.present || d.state == DiskFailed || d.state == DiskRemoved {
+			continue
+		}
+		if err := p.writeLabel(d, nil); err != nil {
+			klog.ErrorS(err, "Label update failed", "disk", d.path)
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// findDisk resolves an operator's reference to a disk: its UUID, the first 8 hex digits of
+// it, its path, or its identity (serial/WWN).
+func (p *Pool) findDisk(ref string) (*disk, error) {
+	var hits []*disk
+	for _, d := range p.disks {
+		switch {
+		case !d.uuid.IsZero() && (d.uuid.String() == ref || d.uuid.Short() == ref),
+			d.path != "" && d.path == ref,
+			d.ident != "" && d.ident == ref:
+			hits = append(hits, d)
+		}
+	}
+	switch len(hits) {
+	case 0:
+		return nil, fmt.Errorf("%w: disk %q", ErrNotFound, ref)
+	case 1:
+		return hits[0], nil
+	}
+	return nil, fmt.Errorf("%w: disk reference %q is ambiguous", ErrInvalidArgument, ref)
+}
+
+// Close stops the monitor, closes every array cleanly and releases the disks.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.stop)
+	p.mu.Unlock()
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var first error
+	for _, v := range p.volumes {
+		if v.arr != nil {
+			if err := v.arr.Close(); err != nil && first == nil {
+				first = fmt.Errorf("pool: close volume %s: %w", v.name, err)
+			}
+			v.arr = nil
+		}
+	}
+	p.closeDisks()
+	klog.InfoS("Pool closed", "pool", p.uuid)
+	return first
+}
+
+func (p *Pool) closeDisks() {
+	for _, d := range p.disks {
+		if d.base != nil {
+			_ = d.base.Close()
+			d.base = nil
+		}
+		if d.file != nil {
+			_ = d.file.close()
+			d.file = nil
+		}
+	}
+}
+
+// monitorInterval is how often the monitor looks for members the engine failed.
+const monitorInterval = 250 * time.Millisecond
+
+// monitor notices members that the engine marked faulty on an I/O error, marks their disk
+// failed (a disk that fails in one volume is failed for all) and puts in a hot spare.
+func (p *Pool) monitor() {
+	defer close(p.done)
+	t := time.NewTicker(monitorInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		for _, v := range p.volumes {
+			if v.arr == nil {
+				continue
+			}
+			st := v.arr.Status()
+			for _, m := range st.Members {
+				if m.State != raid10.MemberFaulty || m.Slot >= len(v.roles) || v.roles[m.Slot] == nil {
+					continue
+				}
+				if d := v.roles[m.Slot].disk; d.state == DiskActive {
+					klog.InfoS("Disk failed under I/O", "disk", d.path, "diskUUID", d.uuid, "volume", v.name, "member", m.Slot)
+					p.failDiskLocked(d, "I/O errors")
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// UUID returns the pool's UUID.
+func (p *Pool) UUID() UUID { return p.uuid }
+
+// Name returns the pool's name.
+func (p *Pool) Name() string { return p.name }

@@ -1,0 +1,136 @@
+package pool
+
+import (
+	"time"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+)
+
+// Health is a volume's health, as the CSI layer and kubectl show it.
+type Health string
+
+// Volume health values.
+const (
+	// Healthy: every member is in sync.
+	Healthy Health = "Healthy"
+	// Degraded: a member is missing or failed and nothing rebuilds it yet; every chunk
+	// still has a copy.
+	Degraded Health = "Degraded"
+	// Rebuilding: a member is being rebuilt (replacement, spare or a returning disk).
+	Rebuilding Health = "Rebuilding"
+	// Failed: some chunk has no copy, or the volume could not be assembled.
+	Failed Health = "Failed"
+)
+
+// DiskStatus is a disk's state as shown to operators: the table states plus Missing and
+// Refused.
+type DiskStatus string
+
+// Disk statuses.
+const (
+	StatusActive  DiskStatus = "Active"
+	StatusSpare   DiskStatus = "Spare"
+	StatusFailed  DiskStatus = "Failed"
+	StatusRemoved DiskStatus = "Removed"
+	StatusMissing DiskStatus = "Missing"
+	StatusRefused DiskStatus = "Refused"
+)
+
+// DiskInfo describes one disk.
+type DiskInfo struct {
+	UUID     string     `json:"uuid,omitempty"`
+	Path     string     `json:"path,omitempty"`
+	Status   DiskStatus `json:"status"`
+	Identity string     `json:"identity,omitempty"`
+	// Size is the disk's size; DataSize the part extents can use.
+	Size     uint64 `json:"size"`
+	DataSize uint64 `json:"dataSize"`
+	Used     uint64 `json:"used"`
+	Free     uint64 `json:"free"`
+	Extents  int    `json:"extents"`
+	// Reason says why a disk is Refused (or Failed).
+	Reason string `json:"reason,omitempty"`
+}
+
+// MemberInfo is one member (role) of a volume.
+type MemberInfo struct {
+	Role     int    `json:"role"`
+	DiskUUID string `json:"diskUUID,omitempty"`
+	DiskPath string `json:"diskPath,omitempty"`
+	// State is the engine's view: in-sync, recovering, faulty, missing.
+	State  string `json:"state"`
+	Offset uint64 `json:"offset"`
+	Length uint64 `json:"length"`
+}
+
+// Progress is the progress of a rebuild or resync.
+type Progress struct {
+	Kind    string        `json:"kind"`
+	Done    int64         `json:"done"`
+	Total   int64         `json:"total"`
+	Percent float64       `json:"percent"`
+	Rate    float64       `json:"rateBytesPerSecond"`
+	ETA     time.Duration `json:"eta"`
+}
+
+// VolumeInfo describes one volume.
+type VolumeInfo struct {
+	Name    string       `json:"name"`
+	UUID    string       `json:"uuid"`
+	Size    uint64       `json:"size"`
+	Health  Health       `json:"health"`
+	Members []MemberInfo `json:"members"`
+	// InSync counts the members in sync, for "4/4" displays.
+	InSync int       `json:"inSync"`
+	Sync   *Progress `json:"sync,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Capacity is the pool's capacity. Usable figures are after mirroring: a RAID10 (md near-2)
+// volume over N members with extents of E bytes each holds N*E/2 bytes (less the engine's
+// metadata at the head of each extent).
+type Capacity struct {
+	// Raw is the data area of the Active disks (spares, failed and missing disks excluded).
+	Raw uint64 `json:"raw"`
+	// Usable is Raw/2.
+	Usable uint64 `json:"usable"`
+	// FreeRaw is the free part of Raw.
+	FreeRaw uint64 `json:"freeRaw"`
+	// FreeUsable is FreeRaw/2.
+	FreeUsable uint64 `json:"freeUsable"`
+	// LargestVolume is the size of the largest volume CreateVolume accepts now.
+	LargestVolume uint64 `json:"largestVolume"`
+	// Spare is the data area of the hot spares.
+	Spare uint64 `json:"spare"`
+}
+
+// Status is a snapshot of the whole pool.
+type Status struct {
+	UUID     string       `json:"uuid"`
+	Name     string       `json:"name"`
+	Capacity Capacity     `json:"capacity"`
+	Disks    []DiskInfo   `json:"disks"`
+	Volumes  []VolumeInfo `json:"volumes"`
+}
+
+func healthOf(st raid10.Status) (Health, *Progress) {
+	var prog *Progress
+	if st.Sync.Running {
+		prog = &Progress{Kind: st.Sync.Kind.String(), Done: st.Sync.Done, Total: st.Sync.Total, Rate: st.Sync.Rate, ETA: st.Sync.ETA}
+		if st.Sync.Total > 0 {
+			prog.Percent = float64(st.Sync.Done) * 100 / float64(st.Sync.Total)
+		}
+	}
+	switch st.State {
+	case raid10.ArrayOptimal:
+		return Healthy, prog
+	case raid10.ArrayDegraded:
+		for _, m := range st.Members {
+			if m.State == raid10.MemberRecovering {
+				return Rebuilding, prog
+			}
+		}
+		return Degraded, prog
+	}
+	return Failed, prog
+}

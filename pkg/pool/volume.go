@@ -1,0 +1,328 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+)
+
+// Volume size limits.
+const (
+	// SizeGranularity: volume sizes are rounded up to a multiple of it.
+	SizeGranularity = 1 << 20
+	// MaxVolumeSize is the largest size CreateVolume and ExpandVolume accept (256 TiB: the
+	// engine's bitmap for it still fits the 1 MiB metadata head of an extent).
+	MaxVolumeSize = 1 << 48
+	// extentMetaSize is what the engine keeps at the head of each member (superblocks and
+	// write-intent bitmap, padded to its 1 MiB data alignment).
+	extentMetaSize = 1 << 20
+)
+
+// ExtentFlagDeleting marks the extents of a volume being deleted; Open finishes the delete.
+const ExtentFlagDeleting = 1
+
+// role is one member slot of a volume.
+type role struct {
+	disk   *disk
+	ext    ExtentEntry
+	member raid10.Member // extent member over disk.base; nil while the disk is missing
+}
+
+// volume is a RAID10 array over one extent on each of its member disks.
+type volume struct {
+	uuid    UUID
+	name    string
+	size    uint64
+	members int
+	roles   []*role       // by slot; nil when no present disk holds the role
+	arr     *raid10.Array // nil when the volume could not be assembled
+	err     error         // why arr is nil
+}
+
+// CreateOptions are the parameters of a new volume.
+type CreateOptions struct {
+	// Members is the number of member disks; 0 means every Active disk (at least two).
+	Members int
+}
+
+// memberDataSize is the data each of n members holds for a volume of size bytes with the
+// given chunk size (md near-2: n members hold n*data/2).
+func memberDataSize(size uint64, n int, chunk uint64) uint64 {
+	return alignUp((2*size+uint64(n)-1)/uint64(n), chunk)
+}
+
+func (p *Pool) chunkSize() uint64 {
+	if p.cfg.ChunkSize > 0 {
+		return uint64(p.cfg.ChunkSize)
+	}
+	return raid10.DefaultChunkSize
+}
+
+// extentLen is the extent length each of n members needs for a volume of size bytes.
+func (p *Pool) extentLen(size uint64, n int) uint64 {
+	return alignUp(extentMetaSize+memberDataSize(size, n, p.chunkSize()), uint64(p.cfg.Alignment))
+}
+
+// volumeFor is the largest volume size that extents of length ext on n members hold.
+func (p *Pool) volumeFor(ext uint64, n int) uint64 {
+	if ext <= extentMetaSize {
+		return 0
+	}
+	data := alignDown(ext-extentMetaSize, p.chunkSize())
+	return alignDown(data*uint64(n)/2, SizeGranularity)
+}
+
+func (p *Pool) engineOptions() raid10.Options {
+	o := raid10.Options{SyncRateMax: p.cfg.RebuildRateMax}
+	return o
+}
+
+// checkSize validates and rounds a requested size.
+func checkSize(size uint64) (uint64, error) {
+	if size == 0 || size > MaxVolumeSize {
+		return 0, fmt.Errorf("%w: size %d: must be from 1 byte to %d bytes", ErrInvalidArgument, size, uint64(MaxVolumeSize))
+	}
+	return alignUp(size, SizeGranularity), nil
+}
+
+// CreateVolume creates a volume of at least size bytes (rounded up to 1 MiB) over one
+// extent on each of opts.Members disks. It is idempotent by name: an existing volume of the
+// same name and (rounded) size is returned; another size is ErrAlreadyExists.
+//
+// Durability order: the extents are zeroed and the engine writes its superblocks into them
+// first (free space, harmless if the process dies here), then each member disk's label is
+// written with the new extent; only then is the volume returned.
+func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (VolumeInfo, error) {
+	if err := ValidateName(name); err != nil {
+		return VolumeInfo{}, err
+	}
+	size, err := checkSize(size)
+	if err != nil {
+		return VolumeInfo{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return VolumeInfo{}, ErrClosed
+	}
+	if v := p.byName[name]; v != nil {
+		if v.size != size {
+			return VolumeInfo{}, fmt.Errorf("%w: volume %q has size %d, requested %d", ErrAlreadyExists, name, v.size, size)
+		}
+		return p.volumeInfo(v), nil
+	}
+	var cands []*disk
+	for _, d := range p.disks {
+		if d.usable() {
+			cands = append(cands, d)
+		}
+	}
+	n := opts.Members
+	switch {
+	case n == 0:
+		n = len(cands)
+	case n < 2 || n > raid10.MaxMembers:
+		return VolumeInfo{}, fmt.Errorf("%w: members %d: must be from 2 to %d", ErrInvalidArgument, n, raid10.MaxMembers)
+	}
+	if n < 2 || n > len(cands) {
+		return VolumeInfo{}, fmt.Errorf("%w: a volume over %d members needs that many healthy disks, the pool has %d",
+			ErrNoSpace, max(n, 2), len(cands))
+	}
+	// Prefer the disks with the largest free range (ties: configuration order).
+	sort.SliceStable(cands, func(i, j int) bool { return largestFree(cands[i].label) > largestFree(cands[j].label) })
+	cands = cands[:n]
+	ext := p.extentLen(size, n)
+	v := &volume{uuid: NewUUID(), name: name, size: size, members: n, roles: make([]*role, n)}
+	for i, d := range cands {
+		off, ok := allocate(d.label, ext, p.cfg.Allocation)
+		if !ok {
+			return VolumeInfo{}, fmt.Errorf("%w: volume %q of %d bytes needs %d bytes on each of %d disks; disk %s has at most %d free in one range (largest creatable volume: %d bytes)",
+				ErrNoSpace, name, size, ext, n, d.path, largestFree(d.label), p.capacityLocked().LargestVolume)
+		}
+		m, err := raid10.NewExtentMember(d.base, int64(off), int64(ext))
+		if err != nil {
+			return VolumeInfo{}, fmt.Errorf("pool: extent on %s: %w", d.path, err)
+		}
+		v.roles[i] = &role{disk: d, member: m, ext: ExtentEntry{
+			Volume: v.uuid, Offset: off, Length: ext, VolumeSize: size, Epoch: 1,
+			Role: uint16(i), Members: uint16(n), Name: name,
+		}}
+	}
+	// Fresh extents must read back equal on both copies to skip the initial resync: zero
+	// them where that is cheap (files: a punched range); devices get a background resync.
+	assumeClean := true
+	members := make([]raid10.Member, n)
+	for i, r := range v.roles {
+		members[i] = r.member
+		if r.disk.file.isBlock {
+			assumeClean = false
+			continue
+		}
+		if err := r.member.WriteZeroes(0, int64(ext)); err != nil {
+			return VolumeInfo{}, fmt.Errorf("pool: zero extent on %s: %w", r.disk.path, err)
+		}
+	}
+	arr, err := raid10.Create(members, raid10.CreateOptions{
+		Options: p.engineOptions(), UUID: v.uuid, ChunkSize: int64(p.chunkSize()),
+		Size: int64(size), AssumeClean: assumeClean,
+	})
+	if err != nil {
+		return VolumeInfo{}, fmt.Errorf("pool: create volume %q: %w", name, err)
+	}
+	v.arr = arr
+	for i, r := range v.roles {
+		if err := p.writeLabel(r.disk, func(l *Label) { l.Extents = append(l.Extents, r.ext) }); err != nil {
+			// Roll back the labels already written; the extents become free again.
+			for _, w := range v.roles[:i] {
+				_ = p.writeLabel(w.disk, func(l *Label) { l.Extents = removeVolume(l.Extents, v.uuid) })
+			}
+			_ = arr.Close()
+			return VolumeInfo{}, fmt.Errorf("pool: create volume %q: %w", name, err)
+		}
+	}
+	p.volumes[v.uuid], p.byName[name] = v, v
+	klog.InfoS("Volume created", "volume", name, "volumeUUID", v.uuid, "size", size, "members", n, "extent", ext)
+	return p.volumeInfo(v), nil
+}
+
+func removeVolume(xs []ExtentEntry, u UUID) []ExtentEntry {
+	out := xs[:0:0]
+	for _, x := range xs {
+		if x.Volume != u {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// DeleteVolume closes a volume, releases its extents and discards them. Deleting a volume
+// that does not exist succeeds.
+//
+// Durability order: every member's extent is first marked deleting in its label (a crash
+// from here on makes Open finish the delete instead of assembling a partial volume), the
+// extents are discarded, then the entries are removed.
+func (p *Pool) DeleteVolume(name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	v := p.byName[name]
+	if v == nil {
+		return nil
+	}
+	if v.arr != nil {
+		if err := v.arr.Close(); err != nil {
+			klog.ErrorS(err, "Closing volume before delete", "volume", name)
+		}
+		v.arr = nil
+	}
+	if err := p.finishDelete(v.uuid); err != nil {
+		return fmt.Errorf("pool: delete volume %q: %w", name, err)
+	}
+	delete(p.volumes, v.uuid)
+	delete(p.byName, name)
+	klog.InfoS("Volume deleted", "volume", name, "volumeUUID", v.uuid)
+	return nil
+}
+
+// finishDelete marks, discards and removes every extent of volume u on the present disks.
+func (p *Pool) finishDelete(u UUID) error {
+	mark := func(l *Label) {
+		for i := range l.Extents {
+			if l.Extents[i].Volume == u {
+				l.Extents[i].Flags |= ExtentFlagDeleting
+			}
+		}
+	}
+	var holders []*disk
+	for _, d := range p.disks {
+		if !d.present || d.label == nil {
+			continue
+		}
+		for _, x := range d.label.Extents {
+			if x.Volume == u {
+				holders = append(holders, d)
+				break
+			}
+		}
+	}
+	for _, d := range holders {
+		if err := p.writeLabel(d, mark); err != nil {
+			return err
+		}
+	}
+	for _, d := range holders {
+		for _, x := range d.label.Extents {
+			if x.Volume == u {
+				if err := d.file.discard(int64(x.Offset), int64(x.Length)); err != nil {
+					klog.V(2).InfoS("Discard failed (advisory)", "disk", d.path, "err", err)
+				}
+			}
+		}
+		if err := p.writeLabel(d, func(l *Label) { l.Extents = removeVolume(l.Extents, u) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ExpandVolume grows a volume in place to at least newSize bytes (rounded up to 1 MiB):
+// every member's extent must have enough free space right after it. Shrinking is refused;
+// the same size is a no-op. The volume must be Healthy.
+func (p *Pool) ExpandVolume(name string, newSize uint64) (VolumeInfo, error) {
+	newSize, err := checkSize(newSize)
+	if err != nil {
+		return VolumeInfo{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return VolumeInfo{}, ErrClosed
+	}
+	v := p.byName[name]
+	if v == nil {
+		return VolumeInfo{}, fmt.Errorf("%w: volume %q", ErrNotFound, name)
+	}
+	switch {
+	case newSize == v.size:
+		return p.volumeInfo(v), nil
+	case newSize < v.size:
+		return VolumeInfo{}, fmt.Errorf("%w: volume %q is %d bytes; shrinking to %d is not supported", ErrInvalidArgument, name, v.size, newSize)
+	}
+	if h, _ := p.health(v); h != Healthy {
+		return VolumeInfo{}, fmt.Errorf("%w: volume %q is %s; expand it once it is Healthy", ErrDegraded, name, h)
+	}
+	ext := p.extentLen(newSize, v.members)
+	for _, r := range v.roles {
+		if ext <= r.ext.Length {
+			continue
+		}
+		if g := growable(r.disk.label, r.ext.Offset); g < ext-r.ext.Length {
+			return VolumeInfo{}, fmt.Errorf("%w: volume %q cannot grow in place to %d bytes: disk %s has %d bytes free after the volume's extent, %d needed",
+				ErrNoSpace, name, newSize, r.disk.path, g, ext-r.ext.Length)
+		}
+	}
+	return p.growLocked(v, newSize, ext)
+}
+
+// UsableDisks is a helper for callers that want to know how many disks a default
+// CreateVolume would use.
+func (p *Pool) UsableDisks() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, d := range p.disks {
+		if d.usable() {
+			n++
+		}
+	}
+	return n
+}
+
+// errNotAssembled is wrapped when a volume has no array.
+var errNotAssembled = errors.New("pool: volume not assembled")
