@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Builds the test tools from pinned Go modules and caches them outside the checkout:
+#
+#   ${RAID10_CACHE:-~/.cache/raid10-csi}/<name>-<version>/<binary>
+#
+# Each tool is built in a throwaway module under a temporary directory, so the project's
+# go.mod never sees kube-apiserver's dependency tree. A binary already in the cache that
+# runs `--version` is not built again, so a second run (even from a fresh clone) only
+# checks. At the end the script writes ${RAID10_CACHE}/env.sh, which hack/tool-env.sh
+# sources before `go test`:
+#
+#   RAID10_KUBE_BIN_DIR   etcd, kube-apiserver, kube-controller-manager (test/kubeenv)
+#
+# To add a tool, add one build_go_tool call (and, if the tests need it, an env_export line)
+# in main below. Usage: hack/build-tools.sh  (no arguments; set RAID10_CACHE to move the cache)
+set -euo pipefail
+
+KUBE_VERSION=v1.37.2    # k8s.io/kubernetes: kube-apiserver, kube-controller-manager
+STAGING_VERSION=v0.37.2 # the k8s.io/<staging> modules released with KUBE_VERSION
+ETCD_VERSION=v3.6.5     # go.etcd.io/etcd/server/v3
+
+CACHE=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
+mkdir -p "$CACHE"
+CACHE=$(cd "$CACHE" && pwd)
+
+# Tool builds: reproducible paths, static binaries, the project's Go toolchain only.
+export GOFLAGS="-trimpath -buildvcs=false"
+export CGO_ENABLED=0
+export GOTOOLCHAIN=local
+export GOWORK=off
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/raid10-build-tools.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+log() { echo "build-tools: $*" >&2; }
+
+# binary_ok PATH: the cached binary exists and runs --version.
+binary_ok() {
+  [[ -x $1 ]] && "$1" --version >/dev/null 2>&1
+}
+
+# kube_staging_replaces DIR: the hook for k8s.io/kubernetes. Its go.mod requires the
+# k8s.io/<staging> modules at v0.0.0 and replaces them with ./staging/...; a module that
+# depends on k8s.io/kubernetes must replace each of them with its released version. The list
+# is read from k8s.io/kubernetes's own go.mod, so it follows the pinned version.
+kube_staging_replaces() {
+  local dir=$1 gomod staging
+  gomod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [[ -f $gomod ]] || { log "cannot find the go.mod of k8s.io/kubernetes@$KUBE_VERSION"; return 1; }
+  # Lines are "k8s.io/x => ./staging/src/k8s.io/x" inside a replace block, or the same
+  # after a "replace" keyword.
+  staging=$(awk '{ if ($1 == "replace") { $1 = ""; $0 = $0 } }
+                 $2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$gomod" | sort -u)
+  [[ -n $staging ]] || { log "no ./staging replaces in $gomod"; return 1; }
+  local args=() m
+  for m in $staging; do args+=("-replace=$m=$m@$STAGING_VERSION"); done
+  (cd "$dir" && go mod edit "${args[@]}")
+  log "k8s.io/kubernetes@$KUBE_VERSION: replaced $(wc -w <<<"$staging") staging modules with $STAGING_VERSION"
+}
+
+# build_go_tool KEY MODULE VERSION BINARY=PACKAGE...
+#   Builds each PACKAGE of MODULE@VERSION into $CACHE/KEY/BINARY, unless that binary is
+#   already there and runs --version. Optional environment for the call:
+#     PREPARE=fn      run "fn DIR" on the throwaway module after it requires MODULE@VERSION
+#     LDFLAGS=...     extra -ldflags (e.g. -X version stamps)
+build_go_tool() {
+  local key=$1 module=$2 version=$3
+  shift 3
+  local out=$CACHE/$key spec bin pkgs=() bins=()
+  mkdir -p "$out"
+  for spec in "$@"; do
+    bin=${spec%%=*}
+    if binary_ok "$out/$bin"; then
+      log "$key/$bin: cached ($out/$bin)"
+    else
+      bins+=("$bin")
+      pkgs+=("${spec#*=}")
+    fi
+  done
+  ((${#pkgs[@]})) || return 0
+
+  local dir=$WORK/$key start=$SECONDS
+  mkdir -p "$dir/bin"
+  log "$key: building ${bins[*]} from $module@$version"
+  (
+    cd "$dir"
+    go mod init raid10-csi-tools/"$key" >/dev/null 2>&1
+    go mod edit -require="$module@$version"
+    if [[ -n ${PREPARE:-} ]]; then "$PREPARE" "$dir"; fi
+    go get "${pkgs[@]/%/@$version}" >get.log 2>&1 || { cat get.log >&2; exit 1; }
+    go build -ldflags="-s -w ${LDFLAGS:-}" -o bin/ "${pkgs[@]}"
+  )
+  local i pkg_bin
+  for i in "${!pkgs[@]}"; do
+    # go build -o DIR/ names each binary after the last element of its import path
+    # (without a /vN suffix); move it into the cache under the requested name.
+    pkg_bin=${pkgs[$i]%/v[0-9]*}
+    pkg_bin=${pkg_bin##*/}
+    mv -f "$dir/bin/$pkg_bin" "$out/${bins[$i]}.tmp"
+    mv -f "$out/${bins[$i]}.tmp" "$out/${bins[$i]}"
+    binary_ok "$out/${bins[$i]}" || { log "$out/${bins[$i]} does not run --version"; return 1; }
+  done
+  log "$key: built ${bins[*]} in $((SECONDS - start))s"
+}
+
+# Lines for $CACHE/env.sh, collected by env_export and written once at the end.
+ENV_LINES=()
+env_export() { ENV_LINES+=("export $1=$(printf %q "$2")"); }
+
+# link_dir NAME FILE...: a directory $CACHE/bin-NAME of symlinks to FILEs (one place for a
+# tool set whose binaries are cached under different version keys).
+link_dir() {
+  local d=$CACHE/bin-$1 f
+  shift
+  mkdir -p "$d"
+  for f in "$@"; do ln -sfn "$f" "$d/$(basename "$f")"; done
+  echo "$d"
+}
+
+main() {
+  # Two runs at once (two clones, two make targets) would build the same thing twice.
+  exec 9>"$CACHE/.build-tools.lock"
+  flock 9
+  local total=$SECONDS
+
+  build_go_tool "etcd-$ETCD_VERSION" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" \
+    etcd=go.etcd.io/etcd/server/v3
+
+  local kv=k8s.io/component-base/version minor=${KUBE_VERSION#v*.}
+  minor=${minor%%.*}
+  PREPARE=kube_staging_replaces \
+    LDFLAGS="-X $kv.gitVersion=$KUBE_VERSION -X $kv.gitMajor=1 -X $kv.gitMinor=$minor -X $kv.gitTreeState=clean" \
+    build_go_tool "kube-$KUBE_VERSION" k8s.io/kubernetes "$KUBE_VERSION" \
+    kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
+
+  env_export RAID10_KUBE_BIN_DIR "$(link_dir "kube-$KUBE_VERSION-etcd-$ETCD_VERSION" \
+    "$CACHE/etcd-$ETCD_VERSION/etcd" \
+    "$CACHE/kube-$KUBE_VERSION/kube-apiserver" \
+    "$CACHE/kube-$KUBE_VERSION/kube-controller-manager")"
+
+  {
+    echo "# Written by hack/build-tools.sh; sourced by hack/tool-env.sh."
+    printf '%s\n' "${ENV_LINES[@]}"
+  } >"$CACHE/env.sh.tmp"
+  mv -f "$CACHE/env.sh.tmp" "$CACHE/env.sh"
+  log "wrote $CACHE/env.sh; all tools ready in $((SECONDS - total))s"
+}
+
+main "$@"
