@@ -15,7 +15,7 @@ import (
 const (
 	readBufferSize  = 128 << 10
 	writeBufferSize = 256 << 10
-	zeroChunk       = 1 << 20
+	zeroChunk       = 64 << 10
 )
 
 // errDrained ends the transmission phase of a connection that Shutdown drains.
@@ -238,17 +238,16 @@ func (c *conn) execute(r *request) {
 	}
 }
 
-// writeZeroes zeroes a range of a backend that has no ZeroWriter, in pooled chunks.
+// zeroPage is written by writeZeroes. It is never written to, so it is shared by every
+// worker, and it is not taken from the pool: a worker waiting for the pool could deadlock
+// with the requests queued behind it that hold the pool's buffers.
+var zeroPage = make([]byte, zeroChunk)
+
+// writeZeroes zeroes a range of a backend that has no ZeroWriter.
 func (c *conn) writeZeroes(off, length int64) error {
-	buf := c.srv.pool.Get(int(min(length, zeroChunk)))
-	if buf == nil {
-		return ErrServerClosed
-	}
-	defer c.srv.pool.Put(buf)
-	clear(buf)
 	for length > 0 {
-		n := min(length, int64(len(buf)))
-		if _, err := c.exp.Backend.WriteAt(buf[:n], off); err != nil {
+		n := min(length, zeroChunk)
+		if _, err := c.exp.Backend.WriteAt(zeroPage[:n], off); err != nil {
 			return err
 		}
 		off += n
