@@ -1,18 +1,143 @@
 // Command kubectl-raid10 is the kubectl plugin (`kubectl raid10 ...`) and the local admin tool
 // of raid10-csi: it lists disks, volumes and their health, and replaces failed disks, either
-// through the cluster's custom resources or directly on a node.
+// through the cluster's custom resources or directly on a node (--local).
+//
+// Local mode talks to the node agent's admin socket (<run-dir>/admin.sock) when one runs,
+// and otherwise opens the pool itself from --pool-config. `kubectl-raid10 --local serve`
+// is a standalone node agent: it opens the pool and serves every volume over NBD on
+// <run-dir>/nbd/<volume>.sock (used by `make demo`; the CSI plugin's --mode=all is the
+// agent of a real node).
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
 )
 
+// Options holds the global command-line configuration.
+type Options struct {
+	// Local selects local mode: this node's pool, no cluster.
+	Local bool
+	// PoolConfig is the pool's JSON configuration (local mode, when no agent runs, and serve).
+	PoolConfig string
+	// RunDir holds the agent's admin socket and NBD sockets.
+	RunDir string
+	// Output is "table" or "json".
+	Output string
+}
+
+// Validate reports the first invalid option, naming it.
+func (o *Options) Validate() error {
+	switch o.Output {
+	case "table", "json":
+	default:
+		return fmt.Errorf("-o=%q: must be table or json", o.Output)
+	}
+	if o.RunDir == "" {
+		return errors.New("--run-dir: must not be empty")
+	}
+	return nil
+}
+
+const usage = `usage: kubectl raid10 [flags] <command> [args]
+
+Modes:
+  (default)      cluster mode, through the Raid10Volume/Raid10Node resources (arrives with the CSI driver)
+  --local        this node's pool directly: through the running node agent's admin socket,
+                 or by opening the pool from --pool-config when no agent runs
+
+Commands:
+  status                         pool capacity, disks and volumes
+  disks                          list disks
+  volumes [NAME]                 list volumes (or one)
+  create NAME SIZE [--members N] create a volume (SIZE like 10Gi, 512Mi, 1G, bytes)
+  delete NAME                    delete a volume
+  expand NAME SIZE               grow a volume in place
+  disk fail DISK                 mark a disk failed (DISK: UUID, its first 8 digits, path or serial/WWN)
+  disk replace DISK NEWPATH [--wipe]
+                                 replace a failed or missing disk; its volumes rebuild onto NEWPATH
+  disk add PATH [--spare] [--wipe]
+                                 add a disk (or bring back a missing one)
+  disk readd DISK                put a failed disk that works again back (bitmap resync)
+  wait NAME [--for Healthy] [--timeout 10m]
+                                 wait for a volume's health, printing rebuild progress
+  serve                          run the standalone node agent (local mode only)
+
+Flags:
+`
+
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
-		fmt.Println("usage: kubectl raid10 <command>\n\ncommands arrive with the disk-pool and CSI issues")
+	o := &Options{}
+	fs := flag.NewFlagSet("kubectl-raid10", flag.ContinueOnError)
+	fs.BoolVar(&o.Local, "local", os.Getenv("RAID10_LOCAL") == "1", "local mode: this node's pool, no cluster (env RAID10_LOCAL=1)")
+	fs.StringVar(&o.PoolConfig, "pool-config", os.Getenv("RAID10_POOL_CONFIG"), "pool configuration (JSON) for serve and for local mode without an agent (env RAID10_POOL_CONFIG)")
+	fs.StringVar(&o.RunDir, "run-dir", envOr("RAID10_RUN_DIR", "/run/raid10-csi"), "directory of the agent's admin and NBD sockets (env RAID10_RUN_DIR)")
+	fs.StringVar(&o.Output, "o", "table", "output format: table or json")
+	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(kfs)
+	fs.Var(kfs.Lookup("v").Value, "v", "log verbosity (serve)")
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		os.Exit(2)
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "kubectl-raid10:", err)
+		os.Exit(2)
+	}
+	args := fs.Args()
+	if len(args) == 0 || args[0] == "help" {
+		fs.Usage()
 		return
 	}
-	fmt.Fprintf(os.Stderr, "kubectl-raid10: unknown command %q\n", os.Args[1])
-	os.Exit(2)
+	if args[0] != "serve" {
+		// Commands print their results; the pool's logs would only be noise on the terminal.
+		_ = kfs.Set("logtostderr", "false")
+		_ = kfs.Set("stderrthreshold", "FATAL")
+		klog.SetOutput(io.Discard)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, o, args, os.Stdout)
+	stop()
+	if err != nil {
+		if args[0] == "serve" {
+			klog.ErrorS(err, "Node agent failed")
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+		fmt.Fprintln(os.Stderr, "kubectl-raid10:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// errClusterMode is returned for commands run without --local, until the CSI driver's
+// custom resources exist.
+var errClusterMode = errors.New("cluster mode arrives with the CSI driver; use --local on a node")
+
+// run executes one command.
+func run(ctx context.Context, o *Options, args []string, out io.Writer) error {
+	if !o.Local {
+		return errClusterMode
+	}
+	return runLocal(ctx, o, args, out)
 }
