@@ -1,24 +1,16 @@
 package pool
 
 import (
+	"context"
 	"errors"
 	"fmt"
-
-	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
-
-// scrubber is the engine's scrub, used by Check when the engine offers it.
-type scrubber interface {
-	// Check compares the copies of every chunk and counts mismatches.
-	Check() (raid10.ScrubResult, error)
-}
 
 // Check proves the pool consistent, for tests after faults and for operators: every present
 // disk's label re-reads equal to the in-memory one from disk (both slots decode, at least
 // one is current), extents lie in the data area without overlap, every volume's entries
 // agree on name, size and member count, no role is held twice, every volume's array is
-// assembled and, for a Healthy volume, a scrub (when the engine offers one) finds no
-// mismatch.
+// assembled and, for a Healthy volume, the engine's scrub finds no mismatch.
 func (p *Pool) Check() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -70,13 +62,11 @@ func (p *Pool) Check() error {
 		if h, _ := healthOf(v.arr.Status()); h != Healthy {
 			continue
 		}
-		if s, ok := any(v.arr).(scrubber); ok {
-			res, err := s.Check()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("volume %q: scrub: %w", v.name, err))
-			} else if res.Mismatches != 0 {
-				errs = append(errs, fmt.Errorf("volume %q: scrub found %d mismatched blocks", v.name, res.Mismatches))
-			}
+		res, err := v.arr.Check(context.Background())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("volume %q: scrub: %w", v.name, err))
+		} else if res.Mismatches != 0 {
+			errs = append(errs, fmt.Errorf("volume %q: scrub found %d mismatched blocks", v.name, res.Mismatches))
 		}
 	}
 	if len(errs) > 0 {
