@@ -92,6 +92,10 @@ func RunGoTestOpts(t testing.TB, opts Options, pkg string, args ...string) *Resu
 	if opts.Dir == "" {
 		opts.Dir = dir
 	}
+	if hiddenInGuest(bin) {
+		// A prebuilt binary under /tmp: share its directory.
+		opts.Writable = append(opts.Writable, filepath.Dir(bin))
+	}
 	lw := &lineLogger{t: t}
 	if opts.Stdout == nil {
 		opts.Stdout = lw
@@ -102,8 +106,9 @@ func RunGoTestOpts(t testing.TB, opts Options, pkg string, args ...string) *Resu
 	if err != nil {
 		t.Fatalf("vm: %s: %v", pkg, err)
 	}
-	t.Logf("vm: %s %s in the guest (kernel %s): exit status %d after %s",
-		filepath.Base(bin), strings.Join(args, " "), res.Kernel.Version, res.ExitCode, time.Since(start).Round(time.Millisecond))
+	t.Logf("vm: %s %s in the guest (kernel %s): exit status %d; boot %s, total %s",
+		filepath.Base(bin), strings.Join(args, " "), res.Kernel.Version, res.ExitCode,
+		res.Boot.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	if res.ExitCode != 0 {
 		t.Fatalf("vm: %s exited with status %d in the guest; console tail:\n%s", filepath.Base(bin), res.ExitCode, res.ConsoleTail(20))
 	}
@@ -133,6 +138,7 @@ func buildTestBinary(ctx context.Context, pkg string, flags []string) (bin, dir 
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return "", "", cleanup, err
 	}
+	removeStale(base, "gotest-*", 24*time.Hour)
 	tmp, err := os.MkdirTemp(base, "gotest-")
 	if err != nil {
 		return "", "", cleanup, err

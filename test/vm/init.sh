@@ -17,6 +17,9 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 log "init: kernel $(uname -r)"
+# No NIC (-nodefaults), but loopback must be up for 127.0.0.1 servers.
+ip link set lo up
+hostname raid10-vm
 while read -r ko; do
 	insmod "$ko" || log "insmod $ko failed"
 done </modules.list

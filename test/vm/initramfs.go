@@ -134,22 +134,7 @@ func BuildInitramfs(ctx context.Context, k Kernel) (string, error) {
 	}
 	// Write to a temporary name and rename: concurrent builders (parallel tests,
 	// other engineers) never see a half-written image.
-	tmp, err := os.CreateTemp(dir, ".initramfs-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(buf.Bytes()); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
+	if err := writeFileAtomic(out, buf.Bytes()); err != nil {
 		return "", err
 	}
 	return out, nil

@@ -29,6 +29,9 @@ var (
 	ErrNoExitStatus = errors.New("vm: guest reported no exit status")
 )
 
+// qbootROM is QEMU's minimal firmware (Debian package qemu-system-data).
+const qbootROM = "/usr/share/qemu/qboot.rom"
+
 // InGuestEnv is set to "1" in the environment of every command run in the guest.
 const InGuestEnv = "RAID10_IN_VM"
 
@@ -87,6 +90,9 @@ type Result struct {
 	ConsoleLog string
 	// Duration is the wall time from starting QEMU to its exit.
 	Duration time.Duration
+	// Boot is the wall time from starting QEMU until the guest was ready to run
+	// the command (modules loaded, shares mounted); zero if it never was.
+	Boot time.Duration
 	// Kernel that was booted.
 	Kernel Kernel
 	// RunDir is the run directory (gone unless Options.KeepRunDir or Options.RunDir).
@@ -125,6 +131,7 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		if err := os.MkdirAll(base, 0o755); err != nil {
 			return nil, err
 		}
+		removeStale(base, "run-*", 24*time.Hour)
 		if runDir, err = os.MkdirTemp(base, "run-"); err != nil {
 			return nil, err
 		}
@@ -149,11 +156,15 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		"-m", strconv.Itoa(o.Memory), "-smp", strconv.Itoa(o.CPUs),
 		"-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
-		"-kernel", k.Image, "-initrd", initrd,
+		"-kernel", BootImage(ctx, k), "-initrd", initrd,
 		"-append", strings.Join(append([]string{"console=ttyS0", "panic=-1", "loglevel=5", "mitigations=off", "random.trust_cpu=on"}, o.KernelArgs...), " "),
 		"-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
 		"-virtfs", "local,path=" + runDir + ",mount_tag=vmrun,security_model=none,multidevs=remap",
 		"-device", "virtio-rng-pci",
+	}
+	if _, err := os.Stat(qbootROM); err == nil {
+		// qboot: a minimal firmware that boots a -kernel faster than SeaBIOS.
+		args = append(args, "-bios", qbootROM)
 	}
 	for i, w := range o.writableShares() {
 		args = append(args, "-virtfs", fmt.Sprintf("local,path=%s,mount_tag=rw%d,security_model=none,multidevs=remap", w, i+1))
@@ -174,7 +185,7 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		return nil, err
 	}
 	defer consoleFile.Close()
-	console := &syncBuffer{}
+	console := &syncBuffer{marker: []byte("] ready\n")}
 	var cw io.Writer = io.MultiWriter(console, consoleFile)
 	if o.Console != nil {
 		cw = io.MultiWriter(console, consoleFile, o.Console)
@@ -199,7 +210,10 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	close(stopTail)
 	<-tailDone
 	res.Output = string(output)
-	res.ConsoleLog = strings.ReplaceAll(console.String(), "\r", "")
+	res.ConsoleLog = console.String()
+	if !console.markerAt.IsZero() {
+		res.Boot = console.markerAt.Sub(start)
+	}
 
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("%w after %s (%v); qemu killed; console tail:\n%s",
@@ -215,6 +229,17 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	}
 	res.ExitCode = code
 	return res, nil
+}
+
+// removeStale removes entries of dir matching pattern older than age: run
+// directories left behind by killed test processes.
+func removeStale(dir, pattern string, age time.Duration) {
+	old, _ := filepath.Glob(filepath.Join(dir, pattern))
+	for _, p := range old {
+		if st, err := os.Stat(p); err == nil && time.Since(st.ModTime()) > age {
+			os.RemoveAll(p)
+		}
+	}
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -414,15 +439,29 @@ func followFile(p string, w io.Writer, stop <-chan struct{}) []byte {
 	}
 }
 
+// syncBuffer collects the console and notes when marker first appears in it.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu       sync.Mutex
+	b        bytes.Buffer
+	marker   []byte
+	markerAt time.Time
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.b.Write(p)
+	_, err := s.b.Write(bytes.ReplaceAll(p, []byte("\r"), nil))
+	if s.markerAt.IsZero() && len(s.marker) > 0 {
+		// Only the last few KiB can hold a marker split across writes.
+		tail := s.b.Bytes()
+		if len(tail) > len(p)+len(s.marker) {
+			tail = tail[len(tail)-len(p)-len(s.marker):]
+		}
+		if bytes.Contains(tail, s.marker) {
+			s.markerAt = time.Now()
+		}
+	}
+	return len(p), err
 }
 
 func (s *syncBuffer) String() string {
