@@ -53,6 +53,7 @@ type slot struct {
 	readBytes, wrBytes  atomic.Uint64
 
 	// under metaMu
+	broken   atomic.Bool // last copy that errored; see memberFailed
 	sbSeq    uint64
 	fullSync bool // recovery must copy every chunk, not only dirty regions
 	_        [64]byte
@@ -378,6 +379,7 @@ func (a *Array) fixRead(p []byte, aoff, c int64, bad *slot, badRef *memberRef, b
 	if goodRef == nil {
 		// The only copy failed to read; try it once more under the barrier.
 		if err := a.memberRead(bad, badRef, p, badOff); err != nil {
+			a.memberFailed(bad, badRef, "read", err)
 			return fmt.Errorf("%w: %w", ErrIO, &memberError{slot: bad.idx, op: "read", err: err})
 		}
 		return nil
@@ -569,7 +571,10 @@ func (a *Array) Flush() error {
 // memberFailed marks the slot faulty (unless its member was replaced
 // meanwhile) and records it in the superblocks of the remaining members
 // before returning, so a write acknowledged on one copy can never be read
-// back from the stale one after a crash.
+// back from the stale one after a crash. As md does, the last in-sync copy
+// of some chunk is never failed: it is marked broken instead (the array
+// reports Failed, I/O that needs it fails) and its superblock stays as it
+// was, so the array can be assembled again once the member is back.
 func (a *Array) memberFailed(s *slot, r *memberRef, op string, err error) {
 	a.metaMu.Lock()
 	defer a.metaMu.Unlock()
@@ -580,9 +585,34 @@ func (a *Array) memberFailed(s *slot, r *memberRef, op string, err error) {
 	if st == MemberFaulty || st == MemberMissing {
 		return
 	}
-	s.state.Store(int32(MemberFaulty))
+	if !a.failSlotLocked(s) {
+		if !s.broken.Swap(true) {
+			klog.ErrorS(err, "raid10: last copy failed, array failed", "member", s.idx, "op", op)
+		}
+		return
+	}
 	klog.ErrorS(err, "raid10: member failed", "member", s.idx, "op", op, "state", a.stateLocked().String())
 	a.writeSuperblocksLocked(true, false)
+}
+
+// failSlotLocked marks s faulty unless it holds the last in-sync copy of
+// some chunk; it reports whether it did. Caller holds metaMu.
+func (a *Array) failSlotLocked(s *slot) bool {
+	if MemberState(s.state.Load()) == MemberInSync {
+		for _, p := range a.geo.pairs() {
+			other := -1
+			if p[0] == s.idx {
+				other = p[1]
+			} else if p[1] == s.idx {
+				other = p[0]
+			}
+			if other >= 0 && MemberState(a.slots[other].state.Load()) != MemberInSync {
+				return false
+			}
+		}
+	}
+	s.state.Store(int32(MemberFaulty))
+	return true
 }
 
 // FailMember marks slot faulty, as mdadm --fail does.
@@ -595,7 +625,16 @@ func (a *Array) FailMember(slot int) error {
 	if r == nil {
 		return nil
 	}
-	a.memberFailed(s, r, "fail", fmt.Errorf("raid10: failed by request"))
+	a.metaMu.Lock()
+	defer a.metaMu.Unlock()
+	if st := MemberState(s.state.Load()); st == MemberFaulty || st == MemberMissing {
+		return nil
+	}
+	if !a.failSlotLocked(s) {
+		return fmt.Errorf("%w: slot %d", ErrLastCopy, slot)
+	}
+	klog.InfoS("raid10: member failed by request", "member", slot)
+	a.writeSuperblocksLocked(true, false)
 	return nil
 }
 
@@ -610,6 +649,9 @@ func (a *Array) State() ArrayState {
 func (a *Array) stateLocked() ArrayState {
 	st := ArrayOptimal
 	for _, s := range a.slots {
+		if s.broken.Load() {
+			return ArrayFailed
+		}
 		if MemberState(s.state.Load()) != MemberInSync {
 			st = ArrayDegraded
 		}

@@ -48,6 +48,9 @@ var (
 	// ErrSlotInUse: ReplaceMember on a slot whose member is still in sync or
 	// recovering; fail it first.
 	ErrSlotInUse = errors.New("raid10: slot in use")
+	// ErrLastCopy: FailMember on a member holding the last in-sync copy of
+	// some chunk.
+	ErrLastCopy = errors.New("raid10: member holds the last in-sync copy of some data")
 	// ErrNoFreeSlot: AddMember found no faulty or missing slot.
 	ErrNoFreeSlot = errors.New("raid10: no free slot")
 )

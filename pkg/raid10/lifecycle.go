@@ -168,8 +168,11 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 			if _, err := r.m.WriteAt(a.sbBuf, off); err != nil {
 				klog.ErrorS(err, "raid10: superblock write failed", "member", i)
 				s.writeErrs.Add(1)
-				s.state.Store(int32(MemberFaulty))
-				failed = true
+				if a.failSlotLocked(s) {
+					failed = true
+				} else {
+					s.broken.Store(true)
+				}
 				continue
 			}
 			written[i] = r
@@ -180,8 +183,11 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 			}
 			if err := written[i].m.Flush(); err != nil {
 				klog.ErrorS(err, "raid10: superblock flush failed", "member", i)
-				s.state.Store(int32(MemberFaulty))
-				failed = true
+				if a.failSlotLocked(s) {
+					failed = true
+				} else {
+					s.broken.Store(true)
+				}
 			}
 		}
 		if !failed {
@@ -266,10 +272,18 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 		s := a.slots[i]
 		s.ref.Store(&memberRef{m: c.m, uuid: c.sb.memberUUID})
 		s.sbSeq = c.sb.seq
-		fresh := c.sb.events == ref.events && c.sb.recoveryOff == recoveryDone && ref.slots[i] == slotActive
+		// The freshest slot table decides: a member it calls active got
+		// every acknowledged write (a failure to write it would have failed
+		// it, or, for a last copy, failed the write), even if it missed the
+		// last superblock updates. Copies that may differ are in dirty
+		// bitmap regions, which an unclean start resyncs.
+		fresh := c.sb.recoveryOff == recoveryDone && ref.slots[i] == slotActive
 		switch {
 		case fresh:
 			s.state.Store(int32(MemberInSync))
+			if c.sb.events != ref.events {
+				klog.InfoS("raid10: member missed superblock updates but is in sync", "member", i, "events", c.sb.events, "arrayEvents", ref.events)
+			}
 		default:
 			s.fullSync = c.sb.recoveryOff != recoveryDone || c.sb.events < ref.eventsCleared
 			s.state.Store(int32(MemberRecovering))

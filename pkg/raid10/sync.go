@@ -326,8 +326,14 @@ func (a *Array) scrub(ctx context.Context, repair bool) (ScrubResult, error) {
 	if a.closed.Load() {
 		return res, ErrClosed
 	}
-	if !a.syncRun.TryLock() {
-		return res, ErrBusy
+	for !a.syncRun.TryLock() {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-a.stop:
+			return res, ErrClosed
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	defer a.syncRun.Unlock()
 	kind := SyncCheck
