@@ -139,13 +139,20 @@ func NewServer(opts Options, exports ...Export) (*Server, error) {
 	return s, nil
 }
 
-// Flags returns the transmission flags an export advertises (for NBD_ATTR_SERVER_FLAGS).
-func (s *Server) Flags(name string) (TransmissionFlags, error) {
+// ExportInfo is what a client learns about an export in the handshake.
+type ExportInfo struct {
+	Size  int64
+	Flags TransmissionFlags
+}
+
+// Info returns an export's size and transmission flags (for the kernel attach, which gets
+// them from netlink instead of a handshake).
+func (s *Server) Info(name string) (ExportInfo, error) {
 	x, ok := s.exports[name]
 	if !ok {
-		return 0, fmt.Errorf("%w: %q", ErrUnknownExport, name)
+		return ExportInfo{}, fmt.Errorf("%w: %q", ErrUnknownExport, name)
 	}
-	return x.flags, nil
+	return ExportInfo{Size: x.size, Flags: x.flags}, nil
 }
 
 // Listen creates a unix socket with mode 0600 at path. The directory holding it must exist

@@ -1,0 +1,344 @@
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+)
+
+// Defaults of Options.
+const (
+	DefaultConnections     = 2
+	DefaultTimeout         = 30 * time.Second
+	DefaultDeadConnTimeout = 120 * time.Second
+	backendPrefix          = "raid10-csi:"
+)
+
+// Errors of the attach.
+var (
+	// ErrNotOwner is returned when the device recorded for a volume now carries another
+	// backend identifier: someone else configured it, so it is left alone.
+	ErrNotOwner = errors.New("kernel: device is owned by another backend")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("kernel: attacher closed")
+)
+
+// Options tune an Attacher. The zero value takes every default.
+type Options struct {
+	// Connections per device (the kernel spreads requests over them).
+	Connections int
+	// Timeout of one request in the kernel; expired requests are requeued.
+	Timeout time.Duration
+	// DeadConnTimeout is how long the kernel queues requests while no connection lives:
+	// the time a restarted process has to RECONFIGURE.
+	DeadConnTimeout time.Duration
+	// BlockSize of the device (default 4096).
+	BlockSize int64
+}
+
+func (o Options) withDefaults() Options {
+	if o.Connections <= 0 {
+		o.Connections = DefaultConnections
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.DeadConnTimeout <= 0 {
+		o.DeadConnTimeout = DefaultDeadConnTimeout
+	}
+	if o.BlockSize <= 0 {
+		o.BlockSize = 4096
+	}
+	return o
+}
+
+// Attacher attaches exports of an nbd.Server to /dev/nbdX devices and keeps every
+// connection of every device served: a connection that ends while its device is attached is
+// replaced by a fresh one through NBD_CMD_RECONFIGURE.
+type Attacher struct {
+	srv   *nbd.Server
+	nl    *Netlink
+	state *State
+	opts  Options
+
+	mu      sync.Mutex
+	devs    map[string]*Device
+	closing atomic.Bool
+}
+
+// Device is one attached volume.
+type Device struct {
+	VolumeID string
+	Index    uint32
+	// Reattached is true when the device was found configured (from the state file) and
+	// its connections were replaced rather than created.
+	Reattached bool
+
+	a          *Attacher
+	export     string
+	cfg        Config
+	detaching  atomic.Bool
+	wg         sync.WaitGroup
+	reconnects atomic.Int64
+}
+
+// Path is the device node.
+func (d *Device) Path() string { return DevicePath(d.Index) }
+
+// Reconnects counts connections replaced since the attach.
+func (d *Device) Reconnects() int64 { return d.reconnects.Load() }
+
+// NewAttacher returns an attacher serving devices from srv.
+func NewAttacher(srv *nbd.Server, nl *Netlink, state *State, opts Options) *Attacher {
+	return &Attacher{srv: srv, nl: nl, state: state, opts: opts.withDefaults(), devs: map[string]*Device{}}
+}
+
+// BackendID is the identifier a volume's device carries in the kernel.
+func BackendID(volumeID string) string { return backendPrefix + volumeID }
+
+// Attach serves export on a device for volumeID. If the state file records a device for the
+// volume that is still configured with the volume's backend identifier (the process was
+// restarted), its connections are replaced with NBD_CMD_RECONFIGURE and no request above it
+// fails; otherwise a free device is connected. Attaching an attached volume returns its
+// device.
+func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
+	if a.closing.Load() {
+		return nil, ErrClosed
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if d, ok := a.devs[volumeID]; ok {
+		return d, nil
+	}
+	info, err := a.srv.Info(export)
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{VolumeID: volumeID, a: a, export: export, cfg: Config{
+		Size:            info.Size,
+		BlockSize:       a.opts.BlockSize,
+		Timeout:         a.opts.Timeout,
+		DeadConnTimeout: a.opts.DeadConnTimeout,
+		ServerFlags:     uint64(info.Flags),
+		BackendID:       BackendID(volumeID),
+	}}
+	if rec, ok := a.state.Get(volumeID); ok {
+		owned, err := a.owned(rec)
+		if err != nil {
+			return nil, err
+		}
+		if owned {
+			d.Index = rec.Index
+			d.Reattached = true
+			for i := 0; i < a.opts.Connections; i++ {
+				d.wg.Add(1)
+				go d.keepServed(nil)
+			}
+			a.devs[volumeID] = d
+			klog.InfoS("Reattaching NBD device", "volumeID", volumeID, "device", d.Path())
+			return d, nil
+		}
+		klog.InfoS("Recorded NBD device is gone, connecting a new one", "volumeID", volumeID, "device", DevicePath(rec.Index))
+		if err := a.state.Delete(volumeID); err != nil {
+			return nil, err
+		}
+	}
+
+	servers := make([]net.Conn, 0, a.opts.Connections)
+	kernels := make([]*os.File, 0, a.opts.Connections)
+	defer func() {
+		for _, k := range kernels {
+			k.Close()
+		}
+	}()
+	for i := 0; i < a.opts.Connections; i++ {
+		s, k, err := socketPair()
+		if err != nil {
+			for _, s := range servers {
+				s.Close()
+			}
+			return nil, err
+		}
+		servers = append(servers, s)
+		kernels = append(kernels, k)
+	}
+	cfg := d.cfg
+	cfg.Sockets = kernels
+	idx, err := a.nl.Connect(-1, cfg)
+	if err != nil {
+		for _, s := range servers {
+			s.Close()
+		}
+		return nil, err
+	}
+	d.Index = idx
+	if err := a.state.Put(volumeID, Record{Index: idx, BackendID: d.cfg.BackendID, Export: export}); err != nil {
+		_ = a.nl.Disconnect(idx)
+		for _, s := range servers {
+			s.Close()
+		}
+		return nil, err
+	}
+	for _, s := range servers {
+		d.wg.Add(1)
+		go d.keepServed(s)
+	}
+	a.devs[volumeID] = d
+	klog.InfoS("Attached NBD device", "volumeID", volumeID, "device", d.Path(), "connections", a.opts.Connections)
+	return d, nil
+}
+
+// owned reports whether the recorded device is configured and carries the record's backend
+// identifier; a device configured by someone else is ErrNotOwner.
+func (a *Attacher) owned(rec Record) (bool, error) {
+	st, err := a.nl.Status(int(rec.Index))
+	if err != nil {
+		return false, err
+	}
+	if len(st) == 0 || !st[0].Connected {
+		return false, nil
+	}
+	id, err := BackendOf(rec.Index)
+	if err != nil {
+		return false, err
+	}
+	if id != rec.BackendID {
+		return false, fmt.Errorf("%w: %s has backend %q, want %q", ErrNotOwner, DevicePath(rec.Index), id, rec.BackendID)
+	}
+	return true, nil
+}
+
+// keepServed serves one connection slot of the device until it is detached or the attacher
+// closes. conn is the server end of a socket the kernel already has; nil means a new pair
+// must first be handed over with RECONFIGURE.
+func (d *Device) keepServed(conn net.Conn) {
+	defer d.wg.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		if conn == nil {
+			if d.detaching.Load() || d.a.closing.Load() {
+				return
+			}
+			s, k, err := socketPair()
+			if err == nil {
+				cfg := d.cfg
+				cfg.Sockets = []*os.File{k}
+				err = d.a.nl.Reconfigure(d.Index, cfg)
+				k.Close()
+				if err != nil {
+					s.Close()
+				} else {
+					conn = s
+					d.reconnects.Add(1)
+				}
+			}
+			if err != nil {
+				klog.ErrorS(err, "Reconnecting NBD device", "volumeID", d.VolumeID, "device", d.Path())
+				time.Sleep(backoff)
+				backoff = min(2*backoff, 2*time.Second)
+				continue
+			}
+		}
+		start := time.Now()
+		err := d.a.srv.ServeAttached(conn, d.export)
+		conn = nil
+		if d.detaching.Load() || d.a.closing.Load() || errors.Is(err, nbd.ErrServerClosed) {
+			return
+		}
+		if time.Since(start) > time.Second {
+			backoff = 50 * time.Millisecond
+		} else {
+			// The kernel dropped the socket at once: it had no dead slot for it yet.
+			time.Sleep(backoff)
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
+}
+
+// Detach disconnects the volume's device (the kernel sends NBD_CMD_DISC on every
+// connection), waits for its connections to end and forgets it. A volume not attached is
+// no error; a recorded device now owned by another backend is left alone.
+func (a *Attacher) Detach(volumeID string) error {
+	a.mu.Lock()
+	d := a.devs[volumeID]
+	delete(a.devs, volumeID)
+	a.mu.Unlock()
+	if d != nil {
+		d.detaching.Store(true)
+		if err := a.nl.Disconnect(d.Index); err != nil {
+			return err
+		}
+		d.wg.Wait()
+		return a.state.Delete(volumeID)
+	}
+	rec, ok := a.state.Get(volumeID)
+	if !ok {
+		return nil
+	}
+	owned, err := a.owned(rec)
+	if err != nil && !errors.Is(err, ErrNotOwner) {
+		return err
+	}
+	if owned {
+		if err := a.nl.Disconnect(rec.Index); err != nil {
+			return err
+		}
+	}
+	return a.state.Delete(volumeID)
+}
+
+// Close stops replacing connections. Devices stay attached and recorded: a restarted process
+// reattaches them. The caller shuts the nbd.Server down (which ends the connections).
+func (a *Attacher) Close() {
+	a.closing.Store(true)
+}
+
+// Wait waits until every connection goroutine has returned (after Close and the server's
+// shutdown, or after Detach of every device).
+func (a *Attacher) Wait() {
+	a.mu.Lock()
+	devs := make([]*Device, 0, len(a.devs))
+	for _, d := range a.devs {
+		devs = append(devs, d)
+	}
+	a.mu.Unlock()
+	for _, d := range devs {
+		d.wg.Wait()
+	}
+}
+
+// socketPair returns a connected pair of unix stream sockets: the server's end as a
+// net.Conn, the kernel's as a file to pass by number over netlink.
+func socketPair() (net.Conn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kernel: socketpair: %w", err)
+	}
+	sf := os.NewFile(uintptr(fds[0]), "nbd-server")
+	c, err := net.FileConn(sf)
+	sf.Close()
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("kernel: socketpair: %w", err)
+	}
+	return c, os.NewFile(uintptr(fds[1]), "nbd-kernel"), nil
+}
+
+// SetIOFlusher marks the process as an I/O flusher (PR_SET_IO_FLUSHER): its allocations do
+// not recurse into filesystem or block I/O reclaim, which could wait on the very device it
+// serves. Needs CAP_SYS_RESOURCE.
+func SetIOFlusher() error {
+	if err := unix.Prctl(unix.PR_SET_IO_FLUSHER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("kernel: PR_SET_IO_FLUSHER: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package kernel
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// stateVersion is the version of the state file format; a file of another version is
+// refused rather than guessed at.
+const stateVersion = 1
+
+// Record is what the state file keeps about one attached volume.
+type Record struct {
+	// Index of /dev/nbdX.
+	Index uint32 `json:"index"`
+	// BackendID given to the kernel at CONNECT.
+	BackendID string `json:"backendID"`
+	// Export served on the device's connections.
+	Export string `json:"export"`
+}
+
+type stateFile struct {
+	Version int               `json:"version"`
+	Devices map[string]Record `json:"devices"`
+}
+
+// State is the device-to-volume map persisted in a small JSON file, so that a restarted
+// process finds the devices it attached.
+type State struct {
+	path string
+	mu   sync.Mutex
+	recs map[string]Record
+}
+
+// OpenState loads the state file at path (a missing file is an empty state).
+func OpenState(path string) (*State, error) {
+	s := &State{path: path, recs: map[string]Record{}}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kernel: read state: %w", err)
+	}
+	var f stateFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("kernel: parse state %s: %w", path, err)
+	}
+	if f.Version != stateVersion {
+		return nil, fmt.Errorf("kernel: state %s has version %d, want %d", path, f.Version, stateVersion)
+	}
+	if f.Devices != nil {
+		s.recs = f.Devices
+	}
+	return s, nil
+}
+
+// Get returns the record of a volume.
+func (s *State) Get(volumeID string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[volumeID]
+	return r, ok
+}
+
+// Volumes lists the volumes recorded.
+func (s *State) Volumes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.recs))
+	for v := range s.recs {
+		out = append(out, v)
+	}
+	return out
+}
+
+// Put records a volume and writes the file.
+func (s *State) Put(volumeID string, r Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, had := s.recs[volumeID]
+	s.recs[volumeID] = r
+	if err := s.writeLocked(); err != nil {
+		if had {
+			s.recs[volumeID] = old
+		} else {
+			delete(s.recs, volumeID)
+		}
+		return err
+	}
+	return nil
+}
+
+// Delete forgets a volume and writes the file. Deleting a missing volume is no error.
+func (s *State) Delete(volumeID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, had := s.recs[volumeID]
+	if !had {
+		return nil
+	}
+	delete(s.recs, volumeID)
+	if err := s.writeLocked(); err != nil {
+		s.recs[volumeID] = old
+		return err
+	}
+	return nil
+}
+
+// writeLocked replaces the file atomically: temporary file, fsync, rename, fsync of the
+// directory. A crash leaves the old or the new file, never a torn one.
+func (s *State) writeLocked() error {
+	b, err := json.MarshalIndent(stateFile{Version: stateVersion, Devices: s.recs}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(s.path, b)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("kernel: write state: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename this finds nothing
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("kernel: write state: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("kernel: sync state: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("kernel: write state: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("kernel: rename state: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("kernel: sync state directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("kernel: sync state directory: %w", err)
+	}
+	return nil
+}

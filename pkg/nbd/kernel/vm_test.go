@@ -1,0 +1,427 @@
+package kernel
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+// The in-guest tests run as root in a QEMU guest (test/vm) whose kernel has nbd. On the host
+// they skip; TestKernelVM runs them in the guest.
+
+const helperEnv = "NBD_KERNEL_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "serve" {
+		os.Exit(serveHelper())
+	}
+	os.Exit(m.Run())
+}
+
+// TestKernelVM boots the VM and runs the TestInKernel* tests of this package there.
+func TestKernelVM(t *testing.T) {
+	if vm.InGuest() {
+		t.Skip("already in the guest")
+	}
+	vm.RunGoTestOpts(t, vm.Options{Timeout: 8 * time.Minute, Memory: 2048},
+		".", "-test.run=^TestInKernel", "-test.v", "-test.timeout=7m")
+}
+
+func inGuest(t *testing.T) {
+	t.Helper()
+	if !vm.InGuest() {
+		t.Skip("runs in the VM (TestKernelVM)")
+	}
+}
+
+// countingBackend counts what reaches a file backend.
+type countingBackend struct {
+	*nbd.FileBackend
+	flushes, discards, fua atomic.Int64
+}
+
+func (b *countingBackend) Flush() error { b.flushes.Add(1); return b.FileBackend.Flush() }
+func (b *countingBackend) Discard(off, n int64) error {
+	b.discards.Add(1)
+	return b.FileBackend.Discard(off, n)
+}
+func (b *countingBackend) WriteAtFUA(p []byte, off int64) (int, error) {
+	b.fua.Add(1)
+	return b.FileBackend.WriteAtFUA(p, off)
+}
+
+func sh(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	t.Logf("%s %s (%s)", name, strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func fioVerify(t *testing.T, file, size string, extra ...string) string {
+	t.Helper()
+	args := append([]string{"--name=verify", "--filename=" + file, "--size=" + size, "--bs=4k",
+		"--rw=randwrite", "--ioengine=libaio", "--iodepth=16", "--direct=1",
+		"--verify=crc32c", "--do_verify=1", "--verify_fatal=1"}, extra...)
+	out := sh(t, "fio", args...)
+	if !strings.Contains(out, "err= 0") {
+		t.Fatalf("fio reported errors:\n%s", out)
+	}
+	return out
+}
+
+// TestInKernelAttach attaches a file over netlink with two connections, puts ext4 and xfs on
+// it, runs fio with verification, and checks that fsync arrives as FLUSH and fstrim as TRIM.
+func TestInKernelAttach(t *testing.T) {
+	inGuest(t)
+	dir := t.TempDir()
+	fb, err := nbd.OpenFileBackend(filepath.Join(dir, "disk.img"), 512<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	cb := &countingBackend{FileBackend: fb}
+	srv, err := nbd.NewServer(nbd.Options{}, nbd.Export{Name: "vol", Backend: cb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	nl, err := Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	st, err := OpenState(filepath.Join(dir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SetIOFlusher(); err != nil {
+		t.Fatal(err)
+	}
+	a := NewAttacher(srv, nl, st, Options{Connections: 2, Timeout: 10 * time.Second, DeadConnTimeout: 60 * time.Second})
+	d, err := a.Attach("vol-attach", "vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Reattached {
+		t.Fatal("fresh attach reported as reattach")
+	}
+	status, err := nl.Status(int(d.Index))
+	if err != nil || len(status) != 1 || !status[0].Connected {
+		t.Fatalf("status %+v %v", status, err)
+	}
+	if id, _ := BackendOf(d.Index); id != "raid10-csi:vol-attach" {
+		t.Fatalf("backend %q", id)
+	}
+	if rec, ok := st.Get("vol-attach"); !ok || rec.Index != d.Index {
+		t.Fatalf("state %+v %v", rec, ok)
+	}
+
+	t.Run("device already configured is never taken", func(t *testing.T) {
+		s, k, err := socketPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		defer k.Close()
+		_, err = nl.Connect(int(d.Index), Config{Size: 1 << 20, Sockets: []*os.File{k}})
+		if !errors.Is(err, syscall.EBUSY) {
+			t.Fatalf("CONNECT on nbd%d: %v, want EBUSY", d.Index, err)
+		}
+		err = nl.Reconfigure(d.Index, Config{BackendID: "someone-else", Sockets: []*os.File{k}})
+		if !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("RECONFIGURE with a foreign backend: %v, want EINVAL", err)
+		}
+	})
+
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, fs := range []struct{ name, mkfs, force string }{{"ext4", "mkfs.ext4", "-F"}, {"xfs", "mkfs.xfs", "-f"}} {
+		t.Run(fs.name, func(t *testing.T) {
+			sh(t, fs.mkfs, "-q", fs.force, d.Path())
+			sh(t, "mount", d.Path(), mnt)
+			defer sh(t, "umount", mnt)
+			fioVerify(t, filepath.Join(mnt, "fio.dat"), "16M")
+
+			before := cb.flushes.Load()
+			sh(t, "dd", "if=/dev/zero", "of="+filepath.Join(mnt, "x"), "bs=4k", "count=16", "conv=fsync", "status=none")
+			if cb.flushes.Load() == before {
+				t.Fatal("fsync did not reach the backend as FLUSH")
+			}
+			before = cb.discards.Load()
+			if err := os.Remove(filepath.Join(mnt, "fio.dat")); err != nil {
+				t.Fatal(err)
+			}
+			sh(t, "sync")
+			sh(t, "fstrim", "-v", mnt)
+			if cb.discards.Load() == before {
+				t.Fatal("fstrim did not reach the backend as TRIM")
+			}
+			t.Logf("%s: backend saw %d flushes, %d discards, %d FUA writes so far",
+				fs.name, cb.flushes.Load(), cb.discards.Load(), cb.fua.Load())
+		})
+	}
+
+	if err := a.Detach("vol-attach"); err != nil {
+		t.Fatal(err)
+	}
+	status, err = nl.Status(int(d.Index))
+	if err != nil || len(status) != 1 || status[0].Connected {
+		t.Fatalf("after detach: status %+v %v", status, err)
+	}
+	if _, ok := st.Get("vol-attach"); ok {
+		t.Fatal("detached volume still recorded")
+	}
+	if err := a.Detach("vol-attach"); err != nil {
+		t.Fatalf("second detach: %v", err)
+	}
+}
+
+// helper is the serving process of TestInKernelKill9, the test binary run again.
+type helper struct {
+	cmd    *exec.Cmd
+	device string
+	reatt  bool
+	lines  chan string
+}
+
+func startHelper(t *testing.T, dir string) *helper {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), helperEnv+"=serve", "NBD_HELPER_DIR="+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{cmd: cmd, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			h.lines <- sc.Text()
+		}
+		close(h.lines)
+	}()
+	select {
+	case l, ok := <-h.lines:
+		var re string
+		if !ok || !strings.HasPrefix(l, "READY ") {
+			t.Fatalf("helper said %q", l)
+		}
+		fmt.Sscanf(l, "READY %s %s", &h.device, &re)
+		h.reatt = re == "reattached"
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("helper not ready after 60s")
+	}
+	t.Logf("helper pid %d serving %s (%s) after %s", cmd.Process.Pid, h.device,
+		map[bool]string{true: "reattached", false: "attached"}[h.reatt], time.Since(start).Round(time.Millisecond))
+	return h
+}
+
+// serveHelper serves a file on a device for TestInKernelKill9 until SIGTERM, then detaches.
+func serveHelper() int {
+	dir := os.Getenv("NBD_HELPER_DIR")
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "helper:", err); return 1 }
+	if err := SetIOFlusher(); err != nil {
+		return fail(err)
+	}
+	fb, err := nbd.OpenFileBackend(filepath.Join(dir, "disk.img"), 0)
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := nbd.NewServer(nbd.Options{}, nbd.Export{Name: "vol", Backend: fb})
+	if err != nil {
+		return fail(err)
+	}
+	nl, err := Dial()
+	if err != nil {
+		return fail(err)
+	}
+	st, err := OpenState(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return fail(err)
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	a := NewAttacher(srv, nl, st, Options{Connections: 2, Timeout: 5 * time.Second, DeadConnTimeout: 60 * time.Second})
+	d, err := a.Attach("vol-kill9", "vol")
+	if err != nil {
+		return fail(err)
+	}
+	how := "attached"
+	if d.Reattached {
+		how = "reattached"
+	}
+	fmt.Printf("READY %s %s\n", d.Path(), how)
+	<-term
+	if err := a.Detach("vol-kill9"); err != nil {
+		return fail(err)
+	}
+	a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		return fail(err)
+	}
+	fmt.Printf("DETACHED reconnects=%d\n", d.Reconnects())
+	return 0
+}
+
+// TestInKernelKill9 is the restart test: fio writes with verification through ext4 on the
+// device while the serving process is killed with SIGKILL and started again, several times;
+// the new process reattaches with NBD_CMD_RECONFIGURE. fio must finish without an error,
+// its verification must pass, and e2fsck must find the filesystem clean.
+func TestInKernelKill9(t *testing.T) {
+	inGuest(t)
+	const kills = 4
+	dir := t.TempDir()
+	if f, err := os.Create(filepath.Join(dir, "disk.img")); err != nil {
+		t.Fatal(err)
+	} else {
+		f.Truncate(128 << 20)
+		f.Close()
+	}
+	h := startHelper(t, dir)
+	defer func() {
+		if h.cmd.ProcessState == nil {
+			h.cmd.Process.Kill()
+			h.cmd.Wait()
+		}
+	}()
+	if h.reatt {
+		t.Fatal("first start reported a reattach")
+	}
+	dev := h.device
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	sh(t, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev)
+	sh(t, "mount", dev, mnt)
+	mounted := true
+	defer func() {
+		if mounted {
+			exec.Command("umount", "-l", mnt).Run()
+		}
+	}()
+
+	// 24 MiB at a bounded rate: about 12 s of writes, then the verification reads.
+	fio := exec.Command("fio", "--name=kill9", "--filename="+filepath.Join(mnt, "fio.dat"),
+		"--size=24M", "--bs=4k", "--rw=randwrite", "--ioengine=libaio", "--iodepth=8",
+		"--direct=1", "--rate_iops=500", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1")
+	var fioOut strings.Builder
+	fio.Stdout, fio.Stderr = &fioOut, &fioOut
+	start := time.Now()
+	if err := fio.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fioDone := make(chan error, 1)
+	go func() { fioDone <- fio.Wait() }()
+
+	during := 0
+	for i := 0; i < kills; i++ {
+		time.Sleep(2 * time.Second)
+		select {
+		case err := <-fioDone:
+			fioDone <- err
+			t.Logf("fio ended before kill %d", i+1)
+		default:
+			during++
+		}
+		killAt := time.Now()
+		h.cmd.Process.Signal(syscall.SIGKILL)
+		h.cmd.Wait()
+		t.Logf("kill %d: SIGKILL at %s into fio", i+1, killAt.Sub(start).Round(time.Millisecond))
+		h = startHelper(t, dir)
+		if !h.reatt || h.device != dev {
+			t.Fatalf("restart %d: %s reattached=%v, want %s reattached", i+1, h.device, h.reatt, dev)
+		}
+	}
+	var ferr error
+	select {
+	case ferr = <-fioDone:
+	case <-time.After(4 * time.Minute):
+		fio.Process.Kill()
+		t.Fatalf("fio hangs:\n%s", fioOut.String())
+	}
+	t.Logf("fio took %s, %d of %d kills while it wrote", time.Since(start).Round(time.Millisecond), during, kills)
+	if ferr != nil || !strings.Contains(fioOut.String(), "err= 0") || strings.Contains(fioOut.String(), "verify:") {
+		t.Fatalf("fio failed across restarts: %v\n%s", ferr, fioOut.String())
+	}
+	if during < kills-1 {
+		t.Fatalf("only %d kills happened while fio wrote", during)
+	}
+	sh(t, "umount", mnt)
+	mounted = false
+	sh(t, "e2fsck", "-fn", dev)
+	if out, _ := exec.Command("dmesg").Output(); len(out) > 0 {
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "nbd") || strings.Contains(l, "I/O error") || strings.Contains(l, "EXT4-fs error") {
+				t.Log("dmesg: " + l)
+			}
+		}
+	}
+
+	// Clean detach: the helper disconnects on SIGTERM.
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(chanReader(h.lines))
+	if err := h.cmd.Wait(); err != nil || !strings.Contains(string(rest), "DETACHED") {
+		t.Fatalf("helper detach: %v %q", err, rest)
+	}
+	nl, err := Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	var idx uint32
+	fmt.Sscanf(dev, "/dev/nbd%d", &idx)
+	if s, err := nl.Status(int(idx)); err != nil || len(s) != 1 || s[0].Connected {
+		t.Fatalf("after detach: %+v %v", s, err)
+	}
+}
+
+type chanReaderT struct {
+	c   <-chan string
+	buf []byte
+}
+
+func chanReader(c <-chan string) io.Reader { return &chanReaderT{c: c} }
+
+func (r *chanReaderT) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		l, ok := <-r.c
+		if !ok {
+			return 0, io.EOF
+		}
+		r.buf = append(r.buf, l+"\n"...)
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
