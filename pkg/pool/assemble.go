@@ -9,9 +9,10 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
-// assembleAll builds every volume from the extent tables of the present disks: per volume
-// and role the entry with the highest epoch wins (a replaced disk that comes back carries a
-// lower one); roles on failed or missing disks are left out, so the array starts degraded.
+// assembleAll builds every volume from the extent tables of the present disks: the entry
+// with the highest epoch carries the volume's member map, and only extents that map names
+// are used (a replaced disk that comes back is not); roles on failed or missing disks are
+// left out, so the array starts degraded.
 // Volumes marked deleting are deleted; superseded extents on present disks are released.
 func (p *Pool) assembleAll() {
 	type cand struct {
@@ -45,26 +46,22 @@ func (p *Pool) assembleAll() {
 			}
 			continue
 		}
-		// The newest metadata (highest epoch) decides the volume's size and member count.
+		// The entry with the highest epoch holds the current member map, size and name; an
+		// entry is live only if that map gives its role to its disk.
 		sort.SliceStable(cs, func(i, j int) bool { return cs[i].x.Epoch > cs[j].x.Epoch })
 		head := cs[0].x
-		v := &volume{uuid: u, name: head.Name, size: head.VolumeSize, members: int(head.Members), roles: make([]*role, head.Members)}
+		v := &volume{uuid: u, name: head.Name, size: head.VolumeSize, members: int(head.Members),
+			roles: make([]*role, head.Members), epoch: head.Epoch, disks: append([]UUID(nil), head.MemberDisks...)}
 		var stale []cand
 		for _, c := range cs {
 			r := int(c.x.Role)
-			if r >= v.members {
+			if r >= v.members || v.disks[r] != c.d.uuid || v.roles[r] != nil {
 				stale = append(stale, c)
 				continue
 			}
-			if cur := v.roles[r]; cur != nil {
-				if cur.ext.Epoch == c.x.Epoch {
-					v.err = fmt.Errorf("%w: volume %q role %d claimed by disks %s and %s with the same epoch",
-						ErrCorruptLabel, v.name, r, cur.disk.path, c.d.path)
-				}
-				stale = append(stale, c)
-				continue
-			}
-			v.roles[r] = &role{disk: c.d, ext: c.x}
+			x := c.x
+			x.MemberDisks, x.VolumeSize, x.Epoch, x.Name = v.disks, v.size, v.epoch, v.name
+			v.roles[r] = &role{disk: c.d, ext: x}
 		}
 		if other := p.byName[v.name]; other != nil {
 			klog.ErrorS(nil, "Two volumes with one name; keeping the first", "volume", v.name, "volumeUUID", u, "other", other.uuid)

@@ -41,16 +41,19 @@ func (p *Pool) Check() error {
 		}
 		for _, x := range ls.label.Extents {
 			k := key{x.Volume, x.Role}
-			if prev, ok := holders[k]; ok && prev.Epoch == x.Epoch {
-				errs = append(errs, fmt.Errorf("volume %s role %d held twice with epoch %d", x.Volume, x.Role, x.Epoch))
+			if _, ok := holders[k]; ok {
+				errs = append(errs, fmt.Errorf("volume %s role %d held twice", x.Volume, x.Role))
 			}
 			holders[k] = x
 			v := p.volumes[x.Volume]
 			switch {
 			case v == nil:
 				errs = append(errs, fmt.Errorf("disk %s: extent of unknown volume %s (%q)", d.path, x.Volume, x.Name))
-			case x.Name != v.name || x.VolumeSize != v.size || int(x.Members) != v.members:
-				errs = append(errs, fmt.Errorf("disk %s: extent of volume %q disagrees: name %q size %d members %d", d.path, v.name, x.Name, x.VolumeSize, x.Members))
+			case x.Name != v.name || x.VolumeSize != v.size || int(x.Members) != v.members || x.Epoch != v.epoch:
+				errs = append(errs, fmt.Errorf("disk %s: extent of volume %q disagrees: name %q size %d members %d epoch %d",
+					d.path, v.name, x.Name, x.VolumeSize, x.Members, x.Epoch))
+			case v.disks[x.Role] != d.uuid:
+				errs = append(errs, fmt.Errorf("disk %s: stale extent of volume %q role %d", d.path, v.name, x.Role))
 			}
 		}
 	}

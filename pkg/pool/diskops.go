@@ -33,12 +33,10 @@ func (p *Pool) FailDisk(ref string) error {
 // failDiskLocked marks d failed in every volume and in the table, then tries a spare.
 func (p *Pool) failDiskLocked(d *disk, reason string) {
 	wasSpare := d.state == DiskSpare
-	for _, v := range p.volumes {
-		for i, r := range v.roles {
-			if r != nil && r.disk == d && v.arr != nil {
-				if err := v.arr.FailMember(i); err != nil {
-					klog.ErrorS(err, "Failing member", "volume", v.name, "member", i)
-				}
+	for _, a := range p.affected(d) {
+		if a.v.arr != nil && a.v.roles[a.slot] != nil {
+			if err := a.v.arr.FailMember(a.slot); err != nil {
+				klog.ErrorS(err, "Failing member", "volume", a.v.name, "member", a.slot)
 			}
 		}
 	}
@@ -65,8 +63,8 @@ func (p *Pool) affected(d *disk) []struct {
 		slot int
 	}
 	for _, v := range p.volumes {
-		for i, r := range v.roles {
-			if r != nil && r.disk == d {
+		for i, u := range v.disks {
+			if u == d.uuid {
 				out = append(out, struct {
 					v    *volume
 					slot int
@@ -163,13 +161,13 @@ func (p *Pool) addNewDisk(dc DiskConfig) (*disk, error) {
 
 // replaceOnto moves every role of old onto target and starts the rebuilds.
 //
-// Order: (1) the new extents are zeroed and handed to the engine (ReplaceMember writes its
-// superblock there and starts recovery; a crash here leaves free space with garbage);
-// (2) target's label gets the extents with the role's epoch raised by one (from now on a
-// restart assembles the role from target and resumes recovery); (3) the table records
-// target Active and old Removed on every disk.
+// Order: (1) the new extents' metadata heads are zeroed and handed to the engine
+// (ReplaceMember writes its superblock there and starts recovery; a crash here leaves free
+// space with garbage); (2) target's label gets the extents, with the volume's member map
+// naming target and its epoch raised (from now on that map is the newest: a restart
+// assembles the role from target and resumes recovery); (3) the other members' labels get
+// the new map; (4) the table records target Active and old Removed on every disk.
 func (p *Pool) replaceOnto(old, target *disk) error {
-	aff := p.affected(old)
 	type plan struct {
 		v    *volume
 		slot int
@@ -179,20 +177,29 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 	var plans []plan
 	scratch := *target.label
 	scratch.Extents = append([]ExtentEntry(nil), target.label.Extents...)
-	for _, a := range aff {
-		r := a.v.roles[a.slot]
-		off, ok := allocate(&scratch, r.ext.Length, p.cfg.Allocation)
-		if !ok {
-			return fmt.Errorf("%w: disk %s has no free range of %d bytes for volume %q", ErrNoSpace, target.path, r.ext.Length, a.v.name)
+	for _, a := range p.affected(old) {
+		v := a.v
+		length := p.extentLen(v.size, v.members)
+		for _, r := range v.roles {
+			if r != nil {
+				length = r.ext.Length // the live extents' length (an interrupted expand may have grown them)
+				break
+			}
 		}
-		x := r.ext
-		x.Offset, x.Epoch, x.Flags = off, r.ext.Epoch+1, 0
+		off, ok := allocate(&scratch, length, p.cfg.Allocation)
+		if !ok {
+			return fmt.Errorf("%w: disk %s has no free range of %d bytes for volume %q", ErrNoSpace, target.path, length, v.name)
+		}
+		disks := append([]UUID(nil), v.disks...)
+		disks[a.slot] = target.uuid
+		x := ExtentEntry{Volume: v.uuid, Offset: off, Length: length, VolumeSize: v.size, Epoch: v.epoch + 1,
+			Role: uint16(a.slot), Members: uint16(v.members), Name: v.name, MemberDisks: disks}
 		scratch.Extents = append(scratch.Extents, x)
-		m, err := raid10.NewExtentMember(target.base, int64(off), int64(x.Length))
+		m, err := raid10.NewExtentMember(target.base, int64(off), int64(length))
 		if err != nil {
 			return fmt.Errorf("pool: extent on %s: %w", target.path, err)
 		}
-		plans = append(plans, plan{a.v, a.slot, x, m})
+		plans = append(plans, plan{v, a.slot, x, m})
 	}
 	for _, pl := range plans {
 		// Zero the metadata head: a superblock left by an earlier volume must not pass
@@ -215,12 +222,39 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 		return err
 	}
 	for _, pl := range plans {
-		pl.v.roles[pl.slot] = &role{disk: target, ext: pl.ext, member: pl.m}
-		klog.InfoS("Rebuild started", "volume", pl.v.name, "member", pl.slot, "disk", target.path, "replaces", old.path)
+		v := pl.v
+		v.disks, v.epoch = pl.ext.MemberDisks, pl.ext.Epoch
+		v.roles[pl.slot] = &role{disk: target, ext: pl.ext, member: pl.m}
+		if err := p.rewriteMap(v); err != nil {
+			klog.ErrorS(err, "Recording the new member map", "volume", v.name)
+		}
+		klog.InfoS("Rebuild started", "volume", v.name, "member", pl.slot, "disk", target.path, "replaces", old.path)
 	}
 	target.state = DiskActive
 	old.state = DiskRemoved
 	return p.writeTable(true)
+}
+
+// rewriteMap writes v's member map and epoch into the entries of its present members.
+func (p *Pool) rewriteMap(v *volume) error {
+	var first error
+	for _, r := range v.roles {
+		if r == nil || !r.disk.present || r.disk.state == DiskFailed {
+			continue
+		}
+		r.ext.MemberDisks, r.ext.Epoch = v.disks, v.epoch
+		err := p.writeLabel(r.disk, func(l *Label) {
+			for i := range l.Extents {
+				if l.Extents[i].Volume == v.uuid && l.Extents[i].Offset == r.ext.Offset {
+					l.Extents[i].MemberDisks, l.Extents[i].Epoch = v.disks, v.epoch
+				}
+			}
+		})
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // AddDisk offers a disk to the running pool. A blank disk (or one whose configuration opts
@@ -314,17 +348,18 @@ func (p *Pool) ReaddDisk(ref string) (DiskInfo, error) {
 	return p.diskInfo(d), nil
 }
 
-// readdRoles hands d's extents back to the engine for every role d still holds (no newer
-// epoch elsewhere).
+// readdRoles hands d's extents back to the engine for every role the volume's member map
+// still gives to d.
 func (p *Pool) readdRoles(d *disk) {
 	for _, x := range d.label.Extents {
 		v := p.volumes[x.Volume]
 		if v == nil || int(x.Role) >= len(v.roles) {
 			continue
 		}
-		if cur := v.roles[x.Role]; cur != nil && cur.disk != d && cur.ext.Epoch >= x.Epoch {
+		if v.disks[x.Role] != d.uuid {
 			continue // the role moved on while the disk was away
 		}
+		x.MemberDisks, x.Epoch, x.VolumeSize = v.disks, v.epoch, v.size
 		m, err := raid10.NewExtentMember(d.base, int64(x.Offset), int64(x.Length))
 		if err != nil {
 			klog.ErrorS(err, "Re-add", "volume", v.name, "disk", d.path)

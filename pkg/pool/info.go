@@ -33,8 +33,16 @@ func (p *Pool) volumeInfo(v *volume) VolumeInfo {
 				vi.InSync++
 			}
 		}
+		if i < len(v.disks) {
+			mi.DiskUUID = v.disks[i].String()
+			for _, d := range p.disks {
+				if d.uuid == v.disks[i] {
+					mi.DiskPath = d.path
+				}
+			}
+		}
 		if r != nil {
-			mi.DiskUUID, mi.DiskPath, mi.Offset, mi.Length = r.disk.uuid.String(), r.disk.path, r.ext.Offset, r.ext.Length
+			mi.Offset, mi.Length = r.ext.Offset, r.ext.Length
 		}
 		vi.Members = append(vi.Members, mi)
 	}

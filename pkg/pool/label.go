@@ -27,8 +27,9 @@ const (
 	maxIdentityLen  = 31
 	// MaxDisks is how many disks one pool's disk table holds.
 	MaxDisks = 64
-	// MaxExtentsPerDisk is how many extents fit in one label slot.
-	MaxExtentsPerDisk = (LabelSlotSize - labelHeaderSize - MaxDisks*diskEntrySize - 4) / extentEntrySize
+	// MaxExtentsPerDisk bounds the extents on one disk; fewer fit when volumes have many
+	// members (each extent also carries its volume's member map, 16 bytes per member).
+	MaxExtentsPerDisk = 1024
 )
 
 // labelMagic opens every label slot.
@@ -79,11 +80,13 @@ type ExtentEntry struct {
 	Offset     uint64 // bytes from the start of the disk
 	Length     uint64 // bytes
 	VolumeSize uint64 // the volume's usable size in bytes
-	Epoch      uint64 // raised each time this role is given to a new disk; the highest wins
+	Epoch      uint64 // the volume's map version: raised each time a role moves to another disk
 	Role       uint16 // the member slot of this extent in the volume's array
 	Members    uint16 // the volume's member count
-	Flags      uint32 // reserved, 0
+	Flags      uint32 // ExtentFlagDeleting
 	Name       string // the volume's name
+	// MemberDisks is the volume's member map at Epoch: the disk UUID holding each role.
+	MemberDisks []UUID
 }
 
 // Label is the decoded pool label of one disk.
@@ -103,7 +106,11 @@ type Label struct {
 
 // encodedLen is the byte length the label occupies before its checksum.
 func (l *Label) encodedLen() int {
-	return labelHeaderSize + len(l.Disks)*diskEntrySize + len(l.Extents)*extentEntrySize
+	n := labelHeaderSize + len(l.Disks)*diskEntrySize + len(l.Extents)*extentEntrySize
+	for _, x := range l.Extents {
+		n += 16 * int(x.Members)
+	}
+	return n
 }
 
 // Encode returns the label's slot image: the encoded label, its crc32c and zero padding up
@@ -116,6 +123,14 @@ func (l *Label) Encode() ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d extents on one disk, at most %d", ErrNoSpace, len(l.Extents), MaxExtentsPerDisk)
 	}
 	n := l.encodedLen()
+	if n+4 > LabelSlotSize {
+		return nil, fmt.Errorf("%w: label of %d bytes does not fit its %d-byte slot", ErrNoSpace, n+4, LabelSlotSize)
+	}
+	for i, x := range l.Extents {
+		if len(x.MemberDisks) != int(x.Members) {
+			return nil, fmt.Errorf("%w: extent %d has %d member disks for %d members", ErrInvalidArgument, i, len(x.MemberDisks), x.Members)
+		}
+	}
 	b := make([]byte, LabelSlotSize)
 	le := binary.LittleEndian
 	copy(b[0:8], labelMagic[:])
@@ -166,6 +181,12 @@ func (l *Label) Encode() ([]byte, error) {
 		}
 		off += extentEntrySize
 	}
+	for _, x := range l.Extents {
+		for _, u := range x.MemberDisks {
+			copy(b[off:off+16], u[:])
+			off += 16
+		}
+	}
 	le.PutUint32(b[n:], crc32.Checksum(b[:n], castagnoli))
 	return b, nil
 }
@@ -206,8 +227,8 @@ func DecodeLabel(b []byte) (*Label, error) {
 		return nil, fmt.Errorf("%w: unexpected header or entry sizes", ErrCorruptLabel)
 	case n < labelHeaderSize || n+4 > len(b) || n+4 > LabelSlotSize:
 		return nil, fmt.Errorf("%w: length %d out of range", ErrCorruptLabel, n)
-	case n != labelHeaderSize+nd*diskEntrySize+nx*extentEntrySize:
-		return nil, fmt.Errorf("%w: length %d does not match %d disks and %d extents", ErrCorruptLabel, n, nd, nx)
+	case n < labelHeaderSize+nd*diskEntrySize+nx*extentEntrySize:
+		return nil, fmt.Errorf("%w: length %d too short for %d disks and %d extents", ErrCorruptLabel, n, nd, nx)
 	}
 	if got, want := crc32.Checksum(b[:n], castagnoli), le.Uint32(b[n:]); got != want {
 		return nil, fmt.Errorf("%w: checksum %08x, expected %08x", ErrCorruptLabel, got, want)
@@ -249,6 +270,20 @@ func DecodeLabel(b []byte) (*Label, error) {
 		l.Extents = append(l.Extents, x)
 		off += extentEntrySize
 	}
+	for i := range l.Extents {
+		x := &l.Extents[i]
+		if off+16*int(x.Members) > n {
+			return nil, fmt.Errorf("%w: member maps run past the label length %d", ErrCorruptLabel, n)
+		}
+		x.MemberDisks = make([]UUID, x.Members)
+		for j := range x.MemberDisks {
+			copy(x.MemberDisks[j][:], b[off:off+16])
+			off += 16
+		}
+	}
+	if off != n {
+		return nil, fmt.Errorf("%w: length %d, contents %d", ErrCorruptLabel, n, off)
+	}
 	if err := l.check(); err != nil {
 		return nil, err
 	}
@@ -270,6 +305,9 @@ func (l *Label) check() error {
 		}
 		if x.Members < 2 || x.Role >= x.Members {
 			return fmt.Errorf("%w: extent %d role %d of %d members", ErrCorruptLabel, i, x.Role, x.Members)
+		}
+		if len(x.MemberDisks) != int(x.Members) || x.MemberDisks[x.Role] != l.Disk {
+			return fmt.Errorf("%w: extent %d: the member map does not give role %d to this disk", ErrCorruptLabel, i, x.Role)
 		}
 		for j := range i {
 			y := l.Extents[j]

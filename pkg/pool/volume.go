@@ -38,7 +38,9 @@ type volume struct {
 	name    string
 	size    uint64
 	members int
-	roles   []*role       // by slot; nil when no present disk holds the role
+	epoch   uint64        // member map version (ExtentEntry.Epoch)
+	disks   []UUID        // member map: the disk holding each role, present or not
+	roles   []*role       // by slot; nil when the role's disk is not present or not usable
 	arr     *raid10.Array // nil when the volume could not be assembled
 	err     error         // why arr is nil
 }
@@ -136,7 +138,10 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 	sort.SliceStable(cands, func(i, j int) bool { return largestFree(cands[i].label) > largestFree(cands[j].label) })
 	cands = cands[:n]
 	ext := p.extentLen(size, n)
-	v := &volume{uuid: NewUUID(), name: name, size: size, members: n, roles: make([]*role, n)}
+	v := &volume{uuid: NewUUID(), name: name, size: size, members: n, roles: make([]*role, n), epoch: 1}
+	for _, d := range cands {
+		v.disks = append(v.disks, d.uuid)
+	}
 	for i, d := range cands {
 		off, ok := allocate(d.label, ext, p.cfg.Allocation)
 		if !ok {
@@ -149,7 +154,7 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 		}
 		v.roles[i] = &role{disk: d, member: m, ext: ExtentEntry{
 			Volume: v.uuid, Offset: off, Length: ext, VolumeSize: size, Epoch: 1,
-			Role: uint16(i), Members: uint16(n), Name: name,
+			Role: uint16(i), Members: uint16(n), Name: name, MemberDisks: v.disks,
 		}}
 	}
 	// Fresh extents must read back equal on both copies to skip the initial resync: zero
