@@ -84,7 +84,7 @@ func RunGoTestOpts(t testing.TB, opts Options, pkg string, args ...string) *Resu
 		}
 	}
 
-	bin, dir, cleanup, err := buildTestBinary(ctx, pkg, opts.BuildFlags)
+	bin, dir, cleanup, err := BuildGoTest(ctx, pkg, opts.BuildFlags...)
 	if err != nil {
 		t.Fatalf("vm: build test binary of %s: %v", pkg, err)
 	}
@@ -115,9 +115,12 @@ func RunGoTestOpts(t testing.TB, opts Options, pkg string, args ...string) *Resu
 	return res
 }
 
-// buildTestBinary returns the binary to run and the directory to run it in. A new
-// binary is built under CacheDir() (outside /tmp, which the guest mounts fresh).
-func buildTestBinary(ctx context.Context, pkg string, flags []string) (bin, dir string, cleanup func(), err error) {
+// BuildGoTest builds the test binary of pkg with `go test -c [flags] pkg` under
+// CacheDir()/bin (outside /tmp, which the guest mounts fresh) and returns its path,
+// the package directory (go test runs a test binary there) and a function that
+// removes the binary. pkg naming an existing executable file is returned as is,
+// with dir "". Use it to build once and boot several VMs with Run.
+func BuildGoTest(ctx context.Context, pkg string, flags ...string) (bin, dir string, cleanup func(), err error) {
 	cleanup = func() {}
 	if st, err := os.Stat(pkg); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
 		abs, err := filepath.Abs(pkg)

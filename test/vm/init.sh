@@ -65,9 +65,27 @@ vm_mount_configfs() {
 . /vmrun/config.sh
 vm_setup
 log "ready"
-chroot $H /bin/sh -c '. "$0/env.sh" && cd "$1" && exec /bin/sh "$0/script.sh"' \
-	"$RUN_DIR" "$WORK_DIR" >/vmrun/output 2>&1 </dev/null
+# The command runs in its own session, so the watchdog can signal all of it.
+setsid chroot $H /bin/sh -c '. "$0/env.sh" && cd "$1" && exec /bin/sh "$0/script.sh"' \
+	"$RUN_DIR" "$WORK_DIR" >/vmrun/output 2>&1 </dev/null &
+pid=$!
+wd=
+if [ -n "$CMD_TIMEOUT" ]; then
+	# Guest-side watchdog, before the host kills QEMU: SIGQUIT makes a Go test
+	# binary print every goroutine's stack into the output.
+	(
+		sleep "$CMD_TIMEOUT"
+		log "watchdog: command still running after ${CMD_TIMEOUT}s: SIGQUIT, then SIGKILL in 10s"
+		echo "$CMD_TIMEOUT" >/vmrun/timedout
+		kill -QUIT -$pid
+		sleep 10
+		kill -KILL -$pid
+	) &
+	wd=$!
+fi
+wait $pid
 rc=$?
+[ -n "$wd" ] && kill $wd 2>/dev/null
 echo "$rc" >/vmrun/exit.tmp && mv /vmrun/exit.tmp /vmrun/exit
 log "exit status $rc"
 halt

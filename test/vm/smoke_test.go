@@ -86,7 +86,7 @@ func TestSmokeNBDAndRAID10(t *testing.T) {
 	if err != nil {
 		t.Fatalf("vm.Run: %v", err)
 	}
-	t.Logf("boot+run+poweroff took %s (kernel %s)", res.Duration.Round(time.Millisecond), res.Kernel.Version)
+	t.Logf("boot %s, boot+run+poweroff %s (kernel %s)", res.Boot.Round(time.Millisecond), res.Duration.Round(time.Millisecond), res.Kernel.Version)
 	logSteps(t, res)
 	if res.ExitCode != 0 {
 		t.Fatalf("smoke script exited %d; output:\n%s\nconsole tail:\n%s", res.ExitCode, res.Output, res.ConsoleTail(30))

@@ -48,7 +48,13 @@ type Options struct {
 	// CPUs is the number of virtual CPUs (default 2).
 	CPUs int
 	// Timeout bounds the whole boot, command and power-off (default 10 minutes).
+	// From 90 s on, the guest also sends the command SIGQUIT (a Go binary then
+	// prints all goroutine stacks) and SIGKILL at Timeout less 60 s, so that
+	// ErrTimeout comes with the command's output instead of a killed QEMU.
 	Timeout time.Duration
+	// Watchdog overrides that guest-side limit on the command (whole seconds;
+	// negative: none).
+	Watchdog time.Duration
 	// Env is added to the guest command's environment, as "KEY=value".
 	// The guest also gets PATH and HOME=/tmp, RAID10_IN_VM=1 and RAID10_VM_RUNDIR.
 	Env []string
@@ -144,7 +150,7 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	if runDir, err = filepath.Abs(runDir); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{"output", "exit", "exit.tmp", "console.log"} {
+	for _, f := range []string{"output", "exit", "exit.tmp", "timedout", "console.log"} {
 		os.Remove(filepath.Join(runDir, f))
 	}
 	if err := writeRunFiles(runDir, o, script); err != nil {
@@ -216,8 +222,8 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	}
 
 	if ctx.Err() != nil {
-		return res, fmt.Errorf("%w after %s (%v); qemu killed; console tail:\n%s",
-			ErrTimeout, res.Duration.Round(time.Millisecond), context.Cause(ctx), res.ConsoleTail(40))
+		return res, fmt.Errorf("%w after %s (%v); qemu killed; console tail:\n%s\noutput tail:\n%s",
+			ErrTimeout, res.Duration.Round(time.Millisecond), context.Cause(ctx), res.ConsoleTail(40), tailLines(res.Output, 40))
 	}
 	b, err := os.ReadFile(filepath.Join(runDir, "exit"))
 	if err != nil {
@@ -228,7 +234,26 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		return res, fmt.Errorf("%w: bad exit file %q", ErrNoExitStatus, b)
 	}
 	res.ExitCode = code
+	if _, err := os.Stat(filepath.Join(runDir, "timedout")); err == nil {
+		return res, fmt.Errorf("%w: the command ran past %s in the guest and got SIGQUIT, then SIGKILL (exit status %d); output tail:\n%s",
+			ErrTimeout, o.watchdog(), code, tailLines(res.Output, 60))
+	}
 	return res, nil
+}
+
+// watchdog is how long the command may run in the guest before the guest itself
+// sends it SIGQUIT (stack dumps from Go) and SIGKILL: Timeout less a minute for
+// boot and power-off. Zero (no watchdog) for timeouts under 90 s.
+func (o Options) watchdog() time.Duration {
+	switch {
+	case o.Watchdog < 0:
+		return 0
+	case o.Watchdog > 0:
+		return o.Watchdog.Round(time.Second)
+	case o.Timeout < 90*time.Second:
+		return 0
+	}
+	return o.Timeout - 60*time.Second
 }
 
 // removeStale removes entries of dir matching pattern older than age: run
@@ -326,6 +351,9 @@ func (o Options) writableShares() []string {
 func writeRunFiles(runDir string, o Options, script string) error {
 	var c strings.Builder
 	fmt.Fprintf(&c, "RUN_DIR=%s\nWORK_DIR=%s\n", shQuote(runDir), shQuote(o.Dir))
+	if wd := o.watchdog(); wd > 0 {
+		fmt.Fprintf(&c, "CMD_TIMEOUT=%d\n", int(wd.Seconds()))
+	}
 	c.WriteString("vm_setup() {\n\tvm_mount_std\n")
 	fmt.Fprintf(&c, "\tvm_bind_run %s\n", shQuote(runDir))
 	for i, w := range o.writableShares() {

@@ -117,3 +117,40 @@ func TestInGuest(t *testing.T) {
 		t.Errorf("write to the writable share: %v", err)
 	}
 }
+
+// TestRunWatchdogDumpsGoStacks: a hung Go test binary is stopped by the guest-side
+// watchdog with SIGQUIT, so the error carries its goroutine stacks.
+func TestRunWatchdogDumpsGoStacks(t *testing.T) {
+	vm.Require(t)
+	ctx := context.Background()
+	bin, dir, cleanup, err := vm.BuildGoTest(ctx, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	res, err := vm.Run(ctx, vm.Options{
+		Timeout:  3 * time.Minute,
+		Watchdog: 5 * time.Second,
+		CPUs:     1,
+		Modules:  []string{},
+		Dir:      dir,
+		Env:      []string{"VM_TEST_HANG=1"},
+	}, vm.ShellJoin(bin, "-test.run=^TestInGuestHang$", "-test.v"))
+	if !errors.Is(err, vm.ErrTimeout) {
+		t.Fatalf("err = %v, want ErrTimeout; output:\n%s", err, res.Output)
+	}
+	for _, want := range []string{"SIGQUIT", "TestInGuestHang"} {
+		if !strings.Contains(res.Output, want) || !strings.Contains(err.Error(), want) {
+			t.Errorf("output and error should show %q (a goroutine dump):\n%v", want, err)
+		}
+	}
+	t.Logf("stopped by the guest watchdog after %s, exit status %d", res.Duration.Round(time.Millisecond), res.ExitCode)
+}
+
+// TestInGuestHang is the in-guest half of TestRunWatchdogDumpsGoStacks.
+func TestInGuestHang(t *testing.T) {
+	if !vm.InGuest() || os.Getenv("VM_TEST_HANG") != "1" {
+		t.Skip("runs inside the VM only (see TestRunWatchdogDumpsGoStacks)")
+	}
+	time.Sleep(time.Hour) // not select{}: the runtime would report a deadlock
+}
