@@ -10,6 +10,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// handoffLatency is the member write latency above which the two copies of
+// a write are issued in parallel (see writePiece).
+const handoffLatency = 20 * time.Microsecond
+
 // nBuckets is the number of barrier buckets; array chunk c uses bucket
 // c mod nBuckets (md hashes its 64 MiB barrier units the same way).
 const (
@@ -47,6 +51,7 @@ type slot struct {
 	state    atomic.Int32 // MemberState
 	inflight atomic.Int64
 	headPos  atomic.Int64 // member offset just after the last read
+	wlat     atomic.Int64 // moving average of write latency, ns
 
 	readErrs, writeErrs atomic.Uint64
 	readOps, writeOps   atomic.Uint64
@@ -113,9 +118,10 @@ type Array struct {
 	raiseMu        sync.Mutex    // one barrier raiser at a time
 	syncWake       chan struct{} // a raiser waits here for pending to drain
 
-	closed atomic.Bool
-	work   chan *wreq
-	reqs   sync.Pool
+	closed       atomic.Bool
+	handoffBelow int64 // in-flight count under which the copies go in parallel
+	work         chan *wreq
+	reqs         sync.Pool
 
 	bm *bitmap
 
@@ -166,6 +172,7 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 		resyncNeed: make([]atomic.Uint64, (geo.regions+63)/64),
 	}
 	a.barrierCond = sync.NewCond(&a.barrierMu)
+	a.handoffBelow = int64(runtime.GOMAXPROCS(0))
 	a.reqs.New = func() any { return &wreq{done: make(chan struct{}, 1)} }
 	for i := range a.slots {
 		s := &slot{idx: i}
@@ -472,7 +479,13 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 	sync1 := r1 != nil && MemberState(s1.state.Load()) == MemberInSync
 	var e0, e1 error
 	switch {
-	case r0 != nil && r1 != nil:
+	case r0 != nil && r1 != nil && s0.inflight.Load()+s1.inflight.Load() < a.handoffBelow &&
+		min(s0.wlat.Load(), s1.wlat.Load()) >= int64(handoffLatency):
+		// Few requests in flight on members with device latency: write
+		// the copies in parallel, the second by a worker. With a queue
+		// already, the submitters themselves give the parallelism, and a
+		// write that completes in memory (tmpfs, page cache) costs less
+		// than the hand-off, so both are then written in turn.
 		req := a.reqs.Get().(*wreq)
 		req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = s1, r1, op, p, o1, length, fua
 		a.work <- req
@@ -481,6 +494,9 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 		e1 = req.err
 		req.s, req.ref, req.p, req.err = nil, nil, nil, nil
 		a.reqs.Put(req)
+	case r0 != nil && r1 != nil:
+		e0 = a.memberWrite(s0, r0, op, p, o0, length, fua)
+		e1 = a.memberWrite(s1, r1, op, p, o1, length, fua)
 	case r0 != nil:
 		e0 = a.memberWrite(s0, r0, op, p, o0, length, fua)
 	case r1 != nil:
@@ -509,6 +525,7 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 
 func (a *Array) memberWrite(s *slot, r *memberRef, op opKind, p []byte, off, length int64, fua bool) error {
 	s.inflight.Add(1)
+	t0 := time.Now()
 	var err error
 	switch op {
 	case opWrite:
@@ -526,6 +543,10 @@ func (a *Array) memberWrite(s *slot, r *memberRef, op opKind, p []byte, off, len
 		err = r.m.Flush()
 	}
 	s.inflight.Add(-1)
+	if lat := int64(time.Since(t0)); op == opWrite && !fua {
+		old := s.wlat.Load()
+		s.wlat.Store(old + (lat-old)/8) // racy EWMA: a hint, lost updates are fine
+	}
 	s.writeOps.Add(1)
 	s.wrBytes.Add(uint64(length))
 	if err != nil {

@@ -219,8 +219,7 @@ func (b *bitmap) sweep() {
 	if !a.allInSync() || a.resyncActive.Load() {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	// Candidates are marked with a CAS on the state word alone; no lock.
 	var cands []int64
 	for r := range b.st {
 		st := &b.st[r]
@@ -234,6 +233,8 @@ func (b *bitmap) sweep() {
 	if len(cands) == 0 {
 		return
 	}
+	// Every write a candidate saw completed before it was marked (a later
+	// one clears the mark); make them durable before any bit goes.
 	for _, s := range a.slots {
 		if r := s.live(); r != nil {
 			if err := r.m.Flush(); err != nil {
@@ -242,6 +243,8 @@ func (b *bitmap) sweep() {
 			}
 		}
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	a.metaMu.Lock()
 	if a.eventsCleared != a.events {
 		a.eventsCleared = a.events

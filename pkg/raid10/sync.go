@@ -102,9 +102,11 @@ func (a *Array) throttle() {
 		return
 	}
 	if fg := a.fgOps(); fg != a.lastFg {
+		// Foreground I/O since the last chunk: fall back towards the floor.
 		a.lastFg = fg
-		if rate > float64(a.opts.SyncRateMin) {
-			a.sleep(2 * time.Millisecond)
+		if mn := a.opts.SyncRateMin; mn > 0 && rate > float64(mn) {
+			want := time.Duration(float64(done) / float64(mn) * float64(time.Second))
+			a.sleep(min(want-el, 10*time.Millisecond))
 		}
 	}
 }

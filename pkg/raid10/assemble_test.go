@@ -1,0 +1,253 @@
+package raid10
+
+import (
+	"errors"
+	"testing"
+)
+
+// newMemArray creates an array over n in-memory members, closes it cleanly
+// and returns the members for Assemble.
+func newMemArray(t *testing.T, n int, opts CreateOptions) []*MemMember {
+	t.Helper()
+	ms := make([]Member, n)
+	mm := make([]*MemMember, n)
+	for i := range ms {
+		mm[i] = NewMemMember(4 << 20)
+		ms[i] = mm[i]
+	}
+	opts.Options = testOpts()
+	opts.AssumeClean = true
+	if opts.ChunkSize == 0 {
+		opts.ChunkSize = testChunk
+	}
+	a, err := Create(ms, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return mm
+}
+
+func members(mm ...*MemMember) []Member {
+	ms := make([]Member, len(mm))
+	for i, m := range mm {
+		if m != nil {
+			ms[i] = m
+		}
+	}
+	return ms
+}
+
+func corrupt(m *MemMember, off int64) { m.data[off+100] ^= 0xff }
+
+func TestAssembleErrors(t *testing.T) {
+	uuid := [16]byte{1, 2, 3}
+	cases := []struct {
+		name    string
+		members func(t *testing.T) []Member
+		opts    AssembleOptions
+		want    error // nil: assembles
+		state   ArrayState
+	}{
+		{
+			name:    "all members",
+			members: func(t *testing.T) []Member { return members(newMemArray(t, 4, CreateOptions{})...) },
+			state:   ArrayOptimal,
+		},
+		{
+			name: "one member missing",
+			members: func(t *testing.T) []Member {
+				m := newMemArray(t, 4, CreateOptions{})
+				return members(m[0], nil, m[2], m[3])
+			},
+			state: ArrayDegraded,
+		},
+		{
+			name: "odd count, every other member missing is too few",
+			members: func(t *testing.T) []Member {
+				m := newMemArray(t, 3, CreateOptions{})
+				return members(m[0])
+			},
+			want: ErrTooFewMembers,
+		},
+		{
+			name: "both copies of a pair missing",
+			members: func(t *testing.T) []Member {
+				m := newMemArray(t, 4, CreateOptions{})
+				return members(m[2], m[3])
+			},
+			want: ErrTooFewMembers,
+		},
+		{
+			name:    "no members",
+			members: func(t *testing.T) []Member { return nil },
+			want:    ErrTooFewMembers,
+		},
+		{
+			name: "members of different arrays",
+			members: func(t *testing.T) []Member {
+				a := newMemArray(t, 2, CreateOptions{})
+				b := newMemArray(t, 2, CreateOptions{})
+				return members(a[0], b[1])
+			},
+			want: ErrMixedArrays,
+		},
+		{
+			name: "not the expected array",
+			members: func(t *testing.T) []Member {
+				return members(newMemArray(t, 2, CreateOptions{})...)
+			},
+			opts: AssembleOptions{UUID: uuid},
+			want: ErrMixedArrays,
+		},
+		{
+			name: "same UUID, different geometry",
+			members: func(t *testing.T) []Member {
+				a := newMemArray(t, 2, CreateOptions{UUID: uuid})
+				b := newMemArray(t, 2, CreateOptions{UUID: uuid, ChunkSize: 2 * testChunk})
+				return members(a[0], b[1])
+			},
+			want: ErrGeometryMismatch,
+		},
+		{
+			name: "both superblock copies corrupt",
+			members: func(t *testing.T) []Member {
+				m := newMemArray(t, 2, CreateOptions{})
+				corrupt(m[1], sbCopyA)
+				corrupt(m[1], sbCopyB)
+				return members(m...)
+			},
+			want: ErrCorruptSuperblock,
+		},
+		{
+			name: "one superblock copy corrupt (torn write) is fine",
+			members: func(t *testing.T) []Member {
+				m := newMemArray(t, 2, CreateOptions{})
+				corrupt(m[0], sbCopyA)
+				corrupt(m[1], sbCopyB)
+				return members(m...)
+			},
+			state: ArrayOptimal,
+		},
+		{
+			name: "blank member",
+			members: func(t *testing.T) []Member {
+				m := newMemArray(t, 2, CreateOptions{})
+				return members(m[0], NewMemMember(4<<20))
+			},
+			want: ErrNoSuperblock,
+		},
+		{
+			name: "same member twice",
+			members: func(t *testing.T) []Member {
+				m := newMemArray(t, 2, CreateOptions{})
+				return members(m[0], m[0], m[1])
+			},
+			want: ErrDuplicateRole,
+		},
+		{
+			name: "member shrunk",
+			members: func(t *testing.T) []Member {
+				m := newMemArray(t, 2, CreateOptions{})
+				short, err := NewExtentMember(m[1], 0, 2<<20)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return []Member{m[0], short}
+			},
+			want: ErrMemberTooSmall,
+		},
+		{
+			name: "corrupt bitmap block is tolerated",
+			members: func(t *testing.T) []Member {
+				m := newMemArray(t, 2, CreateOptions{})
+				corrupt(m[0], bitmapOffset)
+				return members(m...)
+			},
+			state: ArrayOptimal,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Options = testOpts()
+			a, err := Assemble(tc.members(t), tc.opts)
+			if tc.want != nil {
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("got %v, want %v", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			if st := a.State(); st != tc.state {
+				t.Fatalf("state %v, want %v", st, tc.state)
+			}
+		})
+	}
+}
+
+func TestCreateErrors(t *testing.T) {
+	cases := []struct {
+		name    string
+		members []Member
+		opts    CreateOptions
+		want    error
+	}{
+		{"one member", []Member{NewMemMember(4 << 20)}, CreateOptions{}, ErrTooFewMembers},
+		{"tiny members", []Member{NewMemMember(64 << 10), NewMemMember(64 << 10)}, CreateOptions{}, ErrMemberTooSmall},
+		{"chunk not a power of two", []Member{NewMemMember(4 << 20), NewMemMember(4 << 20)}, CreateOptions{ChunkSize: 12288}, ErrInvalid},
+		{"region not a chunk multiple", []Member{NewMemMember(4 << 20), NewMemMember(4 << 20)}, CreateOptions{ChunkSize: 8192, RegionSize: 12288}, ErrInvalid},
+		{"size too large", []Member{NewMemMember(4 << 20), NewMemMember(4 << 20)}, CreateOptions{ChunkSize: 8192, Size: 8 << 20}, ErrInvalid},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Create(tc.members, tc.opts)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestUncleanResyncUsesBitmap checks that after an unclean stop only the
+// regions written are resynced, and that differing copies end up equal.
+func TestUncleanResyncUsesBitmap(t *testing.T) {
+	mm := newMemArray(t, 4, CreateOptions{RegionSize: testChunk})
+	a, err := Assemble(members(mm...), AssembleOptions{Options: Options{SyncRateMax: -1, BitmapClearDelay: 1 << 40}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := AlignedBuffer(BlockSize)
+	p[0] = 7
+	if _, err := a.WriteAt(p, 5*testChunk); err != nil {
+		t.Fatal(err)
+	}
+	// Make the copies differ behind the array's back, then "crash": no
+	// Close, so the superblocks stay dirty.
+	d0, d1, o0, o1 := a.geo.mapChunk(5)
+	mm[d1].data[o1] = 9
+	_ = d0
+	_ = o0
+	a.closed.Store(true)
+	close(a.stop)
+	a.bg.Wait()
+	b, err := Assemble(members(mm...), AssembleOptions{Options: testOpts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.WaitSync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Status(); st.Sync.Kind != SyncResync || st.Sync.Total != testChunk || st.Sync.Done != testChunk {
+		t.Fatalf("want a resync of one region: %+v", st.Sync)
+	}
+	res, err := b.Check(t.Context())
+	if err != nil || res.Mismatches != 0 {
+		t.Fatalf("check: %+v %v", res, err)
+	}
+}
