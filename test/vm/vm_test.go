@@ -16,6 +16,7 @@ import (
 // and the environment pass through.
 func TestRunExitStatusOutputEnv(t *testing.T) {
 	vm.Require(t)
+	t.Parallel()
 	var streamed strings.Builder
 	res, err := vm.Run(context.Background(), vm.Options{
 		Timeout: 3 * time.Minute,
@@ -49,6 +50,7 @@ func TestRunExitStatusOutputEnv(t *testing.T) {
 // with ErrTimeout and the console tail.
 func TestRunTimeoutKillsGuest(t *testing.T) {
 	vm.Require(t)
+	t.Parallel()
 	const timeout = 15 * time.Second
 	start := time.Now()
 	res, err := vm.Run(context.Background(), vm.Options{Timeout: timeout, CPUs: 1, Modules: []string{}}, "sleep 3600")
@@ -122,6 +124,7 @@ func TestInGuest(t *testing.T) {
 // watchdog with SIGQUIT, so the error carries its goroutine stacks.
 func TestRunWatchdogDumpsGoStacks(t *testing.T) {
 	vm.Require(t)
+	t.Parallel()
 	ctx := context.Background()
 	bin, dir, cleanup, err := vm.BuildGoTest(ctx, ".")
 	if err != nil {

@@ -5,6 +5,7 @@
 //
 //	go run ./test/vm/cmd/vmrun -- 'cat /proc/mdstat; ls /dev/nbd0'
 //	go run ./test/vm/cmd/vmrun -env FOO=bar -mem 3072 -- ./my.test -test.v
+//	go run ./test/vm/cmd/vmrun -gotest ./pkg/nbd -- -test.run=TestKernel -test.v
 package main
 
 import (
@@ -36,6 +37,7 @@ func main() {
 		params   envFlag
 		modules  string
 		console  bool
+		gotest   string
 	)
 	flag.IntVar(&opts.Memory, "mem", 2048, "guest memory in MiB")
 	flag.IntVar(&opts.CPUs, "cpus", 2, "guest virtual CPUs")
@@ -47,18 +49,37 @@ func main() {
 	flag.StringVar(&modules, "modules", strings.Join(vm.DefaultModules, ","), "modules to load before the command (comma-separated)")
 	flag.BoolVar(&console, "console", false, "stream the serial console to stderr")
 	flag.BoolVar(&opts.KeepRunDir, "keep", false, "keep the run directory (script, output, console.log)")
+	flag.DurationVar(&opts.Watchdog, "watchdog", 0, "SIGQUIT+SIGKILL the command in the guest after this long (default: timeout less 1m; negative: never)")
+	flag.StringVar(&gotest, "gotest", "", "build this package's test binary (go test -c) and run it with the arguments, in its directory")
+	var buildFlags string
+	flag.StringVar(&buildFlags, "buildflags", "", "with -gotest: flags for go test -c, space-separated (e.g. -race)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: vmrun [flags] -- command [args...]\n"+
 			"A single argument is run as a shell script; several are quoted and run as argv.\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() == 0 {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var script string
+	switch {
+	case gotest != "":
+		bin, dir, cleanup, err := vm.BuildGoTest(ctx, gotest, strings.Fields(buildFlags)...)
+		if err != nil {
+			klog.ErrorS(err, "build test binary", "package", gotest)
+			klog.FlushAndExit(klog.ExitFlushTimeout, 125)
+		}
+		defer cleanup()
+		if opts.Dir == "" {
+			opts.Dir = dir
+		}
+		script = "exec " + vm.ShellJoin(append([]string{bin}, flag.Args()...)...)
+	case flag.NArg() == 0:
 		flag.Usage()
 		os.Exit(2)
-	}
-	script := flag.Arg(0)
-	if flag.NArg() > 1 {
+	case flag.NArg() == 1:
+		script = flag.Arg(0)
+	default:
 		script = "exec " + vm.ShellJoin(flag.Args()...)
 	}
 	opts.Env = env
@@ -83,8 +104,6 @@ func main() {
 		opts.Console = os.Stderr
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	res, err := vm.Run(ctx, opts, script)
 	if err != nil {
 		if res != nil && !console && !errors.Is(err, vm.ErrTimeout) && !errors.Is(err, vm.ErrNoExitStatus) {
@@ -93,6 +112,8 @@ func main() {
 		klog.ErrorS(err, "vm run failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 125)
 	}
-	fmt.Fprintf(os.Stderr, "vmrun: kernel %s, exit status %d, %s\n", res.Kernel.Version, res.ExitCode, res.Duration.Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "vmrun: kernel %s, exit status %d, boot %s, total %s\n", res.Kernel.Version, res.ExitCode,
+		res.Boot.Round(time.Millisecond), res.Duration.Round(time.Millisecond))
+	stop()
 	os.Exit(res.ExitCode)
 }
