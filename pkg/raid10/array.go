@@ -387,7 +387,7 @@ func (a *Array) fixRead(p []byte, aoff, c int64, bad *slot, badRef *memberRef, b
 		// The only copy failed to read; try it once more under the barrier.
 		if err := a.memberRead(bad, badRef, p, badOff); err != nil {
 			a.memberFailed(bad, badRef, "read", err)
-			return fmt.Errorf("%w: %w", ErrIO, &memberError{slot: bad.idx, op: "read", err: err})
+			return fmt.Errorf("%w: %w", ErrIO, &MemberError{Member: bad.idx, Op: "read", Err: err})
 		}
 		return nil
 	}
@@ -396,7 +396,7 @@ func (a *Array) fixRead(p []byte, aoff, c int64, bad *slot, badRef *memberRef, b
 		if err2 := a.memberRead(bad, badRef, p, badOff); err2 == nil {
 			return nil
 		}
-		return fmt.Errorf("%w: both copies of chunk %d failed: %w", ErrIO, c, &memberError{slot: good.idx, op: "read", err: err})
+		return fmt.Errorf("%w: both copies of chunk %d failed: %w", ErrIO, c, &MemberError{Member: good.idx, Op: "read", Err: err})
 	}
 	if bad.ref.Load() == badRef && MemberState(bad.state.Load()) == MemberInSync {
 		if err := a.bm.startWrite(aoff / a.geo.region); err == nil {

@@ -50,6 +50,7 @@ func TestAssembleErrors(t *testing.T) {
 		opts    AssembleOptions
 		want    error // nil: assembles
 		state   ArrayState
+		member  int // for superblock errors: the position reported
 	}{
 		{
 			name:    "all members",
@@ -119,7 +120,8 @@ func TestAssembleErrors(t *testing.T) {
 				corrupt(m[1], sbCopyB)
 				return members(m...)
 			},
-			want: ErrCorruptSuperblock,
+			want:   ErrCorruptSuperblock,
+			member: 1,
 		},
 		{
 			name: "one superblock copy corrupt (torn write) is fine",
@@ -137,7 +139,8 @@ func TestAssembleErrors(t *testing.T) {
 				m := newMemArray(t, 2, CreateOptions{})
 				return members(m[0], NewMemMember(4<<20))
 			},
-			want: ErrNoSuperblock,
+			want:   ErrNoSuperblock,
+			member: 1,
 		},
 		{
 			name: "same member twice",
@@ -176,6 +179,10 @@ func TestAssembleErrors(t *testing.T) {
 			if tc.want != nil {
 				if !errors.Is(err, tc.want) {
 					t.Fatalf("got %v, want %v", err, tc.want)
+				}
+				var me *MemberError
+				if errors.As(err, &me) && me.Member != tc.member {
+					t.Fatalf("error names member %d, want %d", me.Member, tc.member)
 				}
 				return
 			}

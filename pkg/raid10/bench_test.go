@@ -15,8 +15,9 @@ import (
 
 // The benchmarks compare 4 KiB random I/O on an array of 4 file members
 // with pread/pwrite on one of those files, at 1, 4, 16 and 64 concurrent
-// submitters, on tmpfs (/dev/shm, buffered: tmpfs has no O_DIRECT) and on
-// the disk under os.TempDir (O_DIRECT). Each raid10 result reports:
+// submitters, on tmpfs (/dev/shm) and on the disk under os.TempDir, both
+// opened with OpenFileMember (O_DIRECT where the kernel allows it; Linux
+// 6.6+ allows it on tmpfs). Each raid10 result reports:
 //
 //	x-ref    throughput relative to the reference run just before it
 //	mutex-%  share of the submitters' time spent blocked on a mutex

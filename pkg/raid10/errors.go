@@ -69,18 +69,21 @@ func (e *wrapped) Is(target error) bool {
 	return ok && t == e.errno
 }
 
-// memberError carries the slot of a failing member and the member's error.
-type memberError struct {
-	slot int
-	op   string
-	err  error
+// MemberError names the member an error came from: the slot for I/O
+// errors, the position in the members slice for Assemble's superblock
+// errors (so a caller can retry with that entry nil to start degraded).
+// errors.Is sees through it to the sentinel or errno inside.
+type MemberError struct {
+	Member int
+	Op     string
+	Err    error
 }
 
-func (e *memberError) Error() string {
-	return fmt.Sprintf("raid10: member %d failed: %s: %v", e.slot, e.op, e.err)
+func (e *MemberError) Error() string {
+	return fmt.Sprintf("raid10: member %d: %s: %v", e.Member, e.Op, e.Err)
 }
 
-func (e *memberError) Unwrap() error { return e.err }
+func (e *MemberError) Unwrap() error { return e.Err }
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

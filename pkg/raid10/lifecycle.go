@@ -217,7 +217,7 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 		}
 		sb, err := readSuperblock(m)
 		if err != nil {
-			return nil, fmt.Errorf("raid10: member %d: %w", i, err)
+			return nil, &MemberError{Member: i, Op: "read superblock", Err: err}
 		}
 		cands = append(cands, assembleCand{pos: i, m: m, sb: sb})
 	}

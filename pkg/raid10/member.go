@@ -96,9 +96,10 @@ func putBounce(b *[]byte) {
 }
 
 // FileMember is a regular file or a block device, opened with O_DIRECT
-// where the file system supports it (tmpfs does not: the open falls back to
-// buffered I/O, logs it once, and Direct reports false; Flush then still
-// makes the data durable with fdatasync).
+// where the file system supports it. Where it does not (tmpfs before Linux
+// 6.6, some FUSE and network file systems) the open fails with EINVAL; the
+// member then falls back to buffered I/O, logs it, and Direct reports false.
+// Flush makes the data durable with fdatasync either way.
 type FileMember struct {
 	f      *os.File
 	path   string
