@@ -45,8 +45,8 @@ func Require(t testing.TB) {
 	if InGuest() {
 		t.Skip("vm: already inside the test VM")
 	}
-	if testing.Short() {
-		t.Skip("vm: QEMU tests are slow; skipped in -short mode")
+	if testing.Short() || os.Getenv("RAID10_SKIP_HEAVY") != "" {
+		t.Skip("vm: QEMU tests are slow; skipped in -short mode and with RAID10_SKIP_HEAVY")
 	}
 	if err := Available(); err != nil {
 		if os.Getenv("CI") != "" {

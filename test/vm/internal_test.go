@@ -115,6 +115,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"defaults", Options{}, true},
 		{"comma in path", Options{Writable: []string{"/tmp/a,b"}}, false},
 		{"space in dir", Options{Dir: "/tmp/a b"}, false},
+		{"missing dir", Options{Dir: "/nonexistent/raid10-vm"}, false},
 		{"bad env", Options{Env: []string{"NOEQUALS"}}, false},
 		{"bad env name", Options{Env: []string{"A-B=1"}}, false},
 		{"env value anything", Options{Env: []string{"A=it's ; $x"}}, true},

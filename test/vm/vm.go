@@ -211,6 +211,30 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		defer close(tailDone)
 		output = followFile(filepath.Join(runDir, "output"), o.Stdout, stopTail)
 	}()
+	go func() {
+		// Once the guest reported its exit status, QEMU has 30 s to power off;
+		// a guest stuck in poweroff must not turn a finished run into a timeout.
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		exitFile := filepath.Join(runDir, "exit")
+		for {
+			select {
+			case <-stopTail:
+				return
+			case <-tick.C:
+			}
+			if _, err := os.Stat(exitFile); err != nil {
+				continue
+			}
+			select {
+			case <-stopTail:
+			case <-time.After(30 * time.Second):
+				fmt.Fprintf(console, "\nraid10-vm(host): guest did not power off 30 s after reporting its exit status; killing qemu\n")
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			}
+			return
+		}
+	}()
 	waitErr := cmd.Wait()
 	res.Duration = time.Since(start)
 	close(stopTail)
@@ -290,6 +314,9 @@ func (o Options) withDefaults() (Options, error) {
 	var err error
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
 		return o, err
+	}
+	if st, err := os.Stat(o.Dir); err != nil || !st.IsDir() {
+		return o, fmt.Errorf("vm: Dir %s is not a directory (%v)", o.Dir, err)
 	}
 	for i, w := range o.Writable {
 		if o.Writable[i], err = filepath.Abs(w); err != nil {
