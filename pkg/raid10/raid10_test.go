@@ -236,3 +236,51 @@ func TestFailoverAndRecovery(t *testing.T) {
 		t.Fatalf("state %v, want failed", a.State())
 	}
 }
+
+// TestRecoveryRateAndProgress checks the rate ceiling and that progress,
+// rate and ETA are reported while a recovery runs.
+func TestRecoveryRateAndProgress(t *testing.T) {
+	ms := []Member{NewMemMember(4 << 20), NewMemMember(4 << 20)}
+	const ceiling = 4 << 20
+	a, err := Create(ms, CreateOptions{
+		Options:   Options{SyncRateMin: 1 << 20, SyncRateMax: ceiling, BitmapClearDelay: time.Hour},
+		ChunkSize: testChunk, AssumeClean: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.FailMember(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.FailMember(0); !errors.Is(err, ErrLastCopy) {
+		t.Fatalf("failing the last copy: %v", err)
+	}
+	start := time.Now()
+	if err := a.ReplaceMember(1, NewMemMember(4<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ReplaceMember(1, NewMemMember(4<<20)); !errors.Is(err, ErrSlotInUse) {
+		t.Fatalf("replacing a recovering slot: %v", err)
+	}
+	var seen SyncProgress
+	for {
+		st := a.Status()
+		if st.Sync.Running && st.Sync.Kind == SyncRecovery && st.Sync.Done > 0 && st.Sync.Done < st.Sync.Total {
+			seen = st.Sync
+		}
+		if st.State == ArrayOptimal {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	el := time.Since(start)
+	total := a.Size()
+	if min := time.Duration(float64(total) / ceiling * 0.8 * float64(time.Second)); el < min {
+		t.Errorf("recovery of %d bytes took %v, the ceiling allows no less than %v", total, el, min)
+	}
+	if seen.Total != total || seen.Rate <= 0 || seen.ETA <= 0 {
+		t.Errorf("progress while running: %+v", seen)
+	}
+	t.Logf("recovered %d bytes in %v; sample %+v", total, el, seen)
+}
