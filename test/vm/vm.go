@@ -245,17 +245,21 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		res.Boot = console.markerAt.Sub(start)
 	}
 
-	if ctx.Err() != nil {
-		return res, fmt.Errorf("%w after %s (%v); qemu killed; console tail:\n%s\noutput tail:\n%s",
-			ErrTimeout, res.Duration.Round(time.Millisecond), context.Cause(ctx), res.ConsoleTail(40), tailLines(res.Output, 40))
-	}
-	b, err := os.ReadFile(filepath.Join(runDir, "exit"))
-	if err != nil {
+	// The exit file decides: a guest that reported its status and was then killed
+	// while powering off still ran its command to the end.
+	b, readErr := os.ReadFile(filepath.Join(runDir, "exit"))
+	code, convErr := strconv.Atoi(strings.TrimSpace(string(b)))
+	if readErr != nil || convErr != nil {
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return res, fmt.Errorf("%w after %s (timeout %s); qemu killed; console tail:\n%s\noutput tail:\n%s",
+				ErrTimeout, res.Duration.Round(time.Millisecond), o.Timeout, res.ConsoleTail(40), tailLines(res.Output, 40))
+		case ctx.Err() != nil:
+			return res, fmt.Errorf("vm: run canceled after %s, qemu killed: %w", res.Duration.Round(time.Millisecond), ctx.Err())
+		case readErr == nil:
+			return res, fmt.Errorf("%w: bad exit file %q", ErrNoExitStatus, b)
+		}
 		return res, fmt.Errorf("%w (qemu: %v); console tail:\n%s", ErrNoExitStatus, waitErr, res.ConsoleTail(40))
-	}
-	code, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return res, fmt.Errorf("%w: bad exit file %q", ErrNoExitStatus, b)
 	}
 	res.ExitCode = code
 	if _, err := os.Stat(filepath.Join(runDir, "timedout")); err == nil {
