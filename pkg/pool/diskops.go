@@ -93,8 +93,9 @@ func (p *Pool) useSpare(d *disk) {
 	}
 }
 
-// ReplaceDisk replaces a failed or missing disk with a new one: the new disk (a blank disk,
-// or wipe-enabled, or one of the pool's spares) is claimed, every volume that had a member
+// ReplaceDisk replaces a failed or missing disk with another: a new disk (blank, or with
+// wipe set) is claimed; a pool disk may serve too (a spare, or an active disk with room
+// that holds no member of the affected volumes); every volume that had a member
 // on the old disk gets an extent on it and rebuilds onto it in the background (see
 // VolumeInfo.Sync for progress). An Active disk must be failed first.
 func (p *Pool) ReplaceDisk(ref string, with DiskConfig) (DiskInfo, error) {
@@ -115,7 +116,16 @@ func (p *Pool) ReplaceDisk(ref string, with DiskConfig) (DiskInfo, error) {
 	}
 	target, err := p.findDisk(with.Path)
 	switch {
-	case err == nil && target.present && target.state == DiskSpare:
+	case err == nil && target.present && (target.state == DiskSpare || target.state == DiskActive):
+		// A spare, or an active disk with room (e.g. a blank disk a glob picked up at start).
+		for _, a := range p.affected(old) {
+			for _, u := range a.v.disks {
+				if u == target.uuid {
+					return DiskInfo{}, fmt.Errorf("%w: disk %s already holds a member of volume %q; both copies would share it",
+						ErrFailedPrecondition, with.Path, a.v.name)
+				}
+			}
+		}
 	case err == nil && target.present:
 		return DiskInfo{}, fmt.Errorf("%w: disk %s is already in the pool as %s", ErrFailedPrecondition, with.Path, target.state)
 	default:
@@ -135,7 +145,7 @@ func (p *Pool) addNewDisk(dc DiskConfig) (*disk, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &disk{path: dc.Path, cfg: dc, file: f, size: uint64(f.size), ident: f.ident.String()}
+	d := &disk{path: dc.Path, cfg: dc, file: f, size: uint64(f.size), ident: f.ident.String(), listed: p.listed(dc.Path)}
 	ls := readLabel(f.f)
 	switch lerr := ls.err(); {
 	case lerr == nil && !dc.Wipe:
@@ -304,7 +314,7 @@ func (p *Pool) AddDisk(dc DiskConfig) (DiskInfo, error) {
 
 // returnDisk brings back a missing disk of this pool.
 func (p *Pool) returnDisk(d *disk, f *diskFile, ls labelSlots, dc DiskConfig) (DiskInfo, error) {
-	d.file, d.label, d.slot, d.path, d.cfg = f, ls.label, ls.slot, dc.Path, dc
+	d.file, d.label, d.slot, d.path, d.cfg, d.listed = f, ls.label, ls.slot, dc.Path, dc, p.listed(dc.Path)
 	d.refused = nil
 	if err := d.openBase(); err != nil {
 		_ = f.close()

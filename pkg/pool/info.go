@@ -114,6 +114,9 @@ func (p *Pool) diskInfo(d *disk) DiskInfo {
 		}
 	default:
 		di.Status = DiskStatus(d.state.String())
+		if !d.listed {
+			di.Reason = "not in the configured disk list: add it (or a glob matching it) or a restart will not find it"
+		}
 	}
 	if l := d.label; l != nil && d.present {
 		di.DataSize = l.DataEnd - l.DataStart

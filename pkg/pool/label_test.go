@@ -204,12 +204,11 @@ func TestCorruptLabels(t *testing.T) {
 	if err := p.FailDisk(old); err != nil {
 		t.Fatal(err)
 	}
-	// The reclaimed disk is Active already, so it cannot be a replacement target.
-	if _, err := p.ReplaceDisk(old, DiskConfig{Path: paths[3]}); !errors.Is(err, ErrFailedPrecondition) {
-		t.Fatalf("replace onto an active pool disk: %v", err)
+	// Disk 0 holds a member of v: not a replacement. The reclaimed disk 3 is.
+	if _, err := p.ReplaceDisk(old, DiskConfig{Path: paths[0]}); !errors.Is(err, ErrFailedPrecondition) {
+		t.Fatalf("replace onto a disk of the same volume: %v", err)
 	}
-	extra := makeDisks(t, t.TempDir(), 1, 64<<20)[0]
-	if _, err := p.ReplaceDisk(old, DiskConfig{Path: extra}); err != nil {
+	if _, err := p.ReplaceDisk(old, DiskConfig{Path: paths[3]}); err != nil {
 		t.Fatal(err)
 	}
 	waitHealth(t, p, "v", Healthy)

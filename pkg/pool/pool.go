@@ -48,6 +48,7 @@ type disk struct {
 	present bool          // opened and carries this pool's label
 	refused error         // why the disk was not claimed
 	ident   string        // identity from the table (serial/WWN)
+	listed  bool          // the configuration's disk list names it (else a restart will not find it)
 	size    uint64
 }
 
@@ -85,7 +86,7 @@ func Open(cfg Config) (*Pool, error) {
 	}
 	var probes []*probe
 	for _, dc := range expandDisks(cfg.Disks) {
-		d := &disk{path: dc.Path, cfg: dc}
+		d := &disk{path: dc.Path, cfg: dc, listed: true}
 		pr := &probe{d: d}
 		probes = append(probes, pr)
 		f, err := openDisk(dc.Path)
@@ -392,6 +393,16 @@ func (p *Pool) findDisk(ref string) (*disk, error) {
 		return hits[0], nil
 	}
 	return nil, fmt.Errorf("%w: disk reference %q is ambiguous", ErrInvalidArgument, ref)
+}
+
+// listed reports whether the configuration's disk list (globs expanded now) names path.
+func (p *Pool) listed(path string) bool {
+	for _, dc := range expandDisks(p.cfg.Disks) {
+		if dc.Path == path {
+			return true
+		}
+	}
+	return false
 }
 
 // Close stops the monitor, closes every array cleanly and releases the disks.
