@@ -42,7 +42,15 @@ type conn struct {
 
 	free chan *request // idle slots: the reader blocks here at MaxInflight
 	work chan *request // read requests, to the workers
-	done chan *request // executed requests, to the writer
+
+	// Replies are written by whoever executed the request, under wmu. waiting counts the
+	// goroutines about to take wmu: the last writer of a burst (waiting == 0) flushes, so
+	// replies are batched into few writes without a reply ever waiting for a slow request.
+	wmu     sync.Mutex
+	bw      *bufio.Writer
+	werr    error
+	waiting atomic.Int32
+	hdr     [replyHeaderSize]byte // under wmu; a field so that it is not allocated per reply
 
 	draining atomic.Bool
 }
@@ -61,10 +69,10 @@ func (c *conn) transmit() error {
 	if c.br == nil {
 		c.br = bufio.NewReaderSize(c.nc, readBufferSize)
 	}
+	c.bw = bufio.NewWriterSize(c.nc, writeBufferSize)
 	slots := make([]request, o.MaxInflight)
 	c.free = make(chan *request, o.MaxInflight)
 	c.work = make(chan *request, o.MaxInflight)
-	c.done = make(chan *request, o.MaxInflight)
 	for i := range slots {
 		c.free <- &slots[i]
 	}
@@ -75,18 +83,20 @@ func (c *conn) transmit() error {
 			defer workers.Done()
 			for r := range c.work {
 				c.execute(r)
-				c.done <- r
+				c.reply(r)
 			}
 		}()
 	}
-	werrc := make(chan error, 1)
-	go func() { werrc <- c.writeReplies() }()
 
 	rerr := c.readRequests()
 	close(c.work)
 	workers.Wait()
-	close(c.done)
-	werr := <-werrc
+	c.wmu.Lock()
+	if c.werr == nil {
+		c.werr = c.bw.Flush()
+	}
+	werr := c.werr
+	c.wmu.Unlock()
 	if rerr == nil || isClosed(rerr) && werr != nil {
 		return werr
 	}
@@ -129,7 +139,7 @@ func (c *conn) readRequests() error {
 						return err
 					}
 				}
-				c.done <- r
+				c.reply(r)
 				continue
 			}
 			r.buf = c.srv.pool.Get(int(r.length))
@@ -149,7 +159,15 @@ func (c *conn) readRequests() error {
 				}
 			}
 		}
-		c.work <- r
+		// Requests already buffered go to the workers; the last one of a burst runs here,
+		// since the reader would only wait for the socket meanwhile. At queue depth 1 a
+		// request thus never changes goroutine.
+		if c.br.Buffered() >= requestHeaderSize {
+			c.work <- r
+		} else {
+			c.execute(r)
+			c.reply(r)
+		}
 	}
 }
 
@@ -256,35 +274,30 @@ func (c *conn) writeZeroes(off, length int64) error {
 	return nil
 }
 
-// writeReplies sends the replies of executed requests in completion order and recycles
-// their slots. It flushes the socket whenever no further reply is waiting. After a write
-// error it closes the connection (which stops the reader) and only recycles.
-func (c *conn) writeReplies() error {
-	bw := bufio.NewWriterSize(c.nc, writeBufferSize)
-	var h [replyHeaderSize]byte
-	binary.BigEndian.PutUint32(h[0:], magicReply)
-	var werr error
-	for r := range c.done {
-		if werr == nil {
-			binary.BigEndian.PutUint32(h[4:], uint32(r.errno))
-			binary.BigEndian.PutUint64(h[8:], r.handle)
-			_, werr = bw.Write(h[:])
-			if werr == nil && r.cmd == CmdRead && r.errno == ErrnoNone {
-				_, werr = bw.Write(r.buf)
-			}
-			if werr == nil && len(c.done) == 0 {
-				werr = bw.Flush()
-			}
-			if werr != nil {
-				c.nc.Close()
-			}
+// reply sends r's reply and recycles its slot and buffer. After a write error it closes the
+// connection (which stops the reader) and only recycles.
+func (c *conn) reply(r *request) {
+	c.waiting.Add(1)
+	c.wmu.Lock()
+	c.waiting.Add(-1)
+	if c.werr == nil {
+		h := &c.hdr
+		binary.BigEndian.PutUint32(h[0:], magicReply)
+		binary.BigEndian.PutUint32(h[4:], uint32(r.errno))
+		binary.BigEndian.PutUint64(h[8:], r.handle)
+		_, c.werr = c.bw.Write(h[:])
+		if c.werr == nil && r.cmd == CmdRead && r.errno == ErrnoNone {
+			_, c.werr = c.bw.Write(r.buf)
 		}
-		c.srv.pool.Put(r.buf)
-		r.buf = nil
-		c.free <- r
+		if c.werr == nil && c.waiting.Load() == 0 {
+			c.werr = c.bw.Flush()
+		}
+		if c.werr != nil {
+			c.nc.Close()
+		}
 	}
-	if werr == nil {
-		werr = bw.Flush()
-	}
-	return werr
+	c.wmu.Unlock()
+	c.srv.pool.Put(r.buf)
+	r.buf = nil
+	c.free <- r
 }

@@ -1,0 +1,205 @@
+package nbd
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	gonbdbackend "github.com/pojntfx/go-nbd/pkg/backend"
+	gonbdserver "github.com/pojntfx/go-nbd/pkg/server"
+)
+
+// BenchmarkFioNBD measures this server against nbdkit (C, file plugin) and go-nbd's server
+// (v0.3.2), all serving the same file (on /dev/shm when present) to fio's nbd engine over a
+// unix socket, in the same run: 4k randread and randwrite at QD1 and QD32 with 1 and 4
+// connections. Each case reports IOPS per server; the parent logs a table with the ratios.
+// NBD_BENCH_RUNTIME sets the seconds per fio run (default 5).
+func BenchmarkFioNBD(b *testing.B) {
+	needBinary(b, "fio")
+	needBinary(b, "nbdkit")
+	runtime := "5"
+	if r := os.Getenv("NBD_BENCH_RUNTIME"); r != "" {
+		runtime = r
+	}
+	const size = 256 << 20
+	dir := b.TempDir()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		d, err := os.MkdirTemp("/dev/shm", "nbdbench")
+		if err == nil {
+			dir = d
+			defer os.RemoveAll(d)
+		}
+	}
+	img := filepath.Join(dir, "bench.img")
+	fillFile(b, img, size)
+
+	sockDir, err := os.MkdirTemp("", "nbdbench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+
+	// This server.
+	fb, err := OpenFileBackend(img, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fb.Close()
+	srv, err := NewServer(Options{}, Export{Backend: fb})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ours := filepath.Join(sockDir, "ours.sock")
+	ln, err := Listen(ours)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	// go-nbd's server, in this process as well.
+	gf, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gf.Close()
+	gonbd := filepath.Join(sockDir, "gonbd.sock")
+	gln, err := net.Listen("unix", gonbd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gln.Close()
+	gexports := []*gonbdserver.Export{{Name: "", Backend: gonbdbackend.NewFileBackend(gf)}}
+	go func() {
+		for {
+			c, err := gln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = gonbdserver.Handle(c, gexports, &gonbdserver.Options{
+					MinimumBlockSize: 1, PreferredBlockSize: 4096, MaximumBlockSize: 32 << 20,
+					SupportsMultiConn: true,
+				})
+			}()
+		}
+	}()
+
+	// nbdkit, the C reference.
+	kit := filepath.Join(sockDir, "nbdkit.sock")
+	kitCmd := exec.Command("nbdkit", "--foreground", "--exit-with-parent", "--unix", kit, "file", img)
+	kitCmd.Stderr = os.Stderr
+	if err := kitCmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { kitCmd.Process.Kill(); kitCmd.Wait() }()
+	waitSocket(b, kit)
+
+	servers := []struct{ name, sock string }{{"raid10-csi", ours}, {"nbdkit", kit}, {"go-nbd", gonbd}}
+	type key struct{ cas, server string }
+	iops := map[key]float64{}
+	var cases []string
+	for _, rw := range []string{"randread", "randwrite"} {
+		for _, qd := range []int{1, 32} {
+			for _, conns := range []int{1, 4} {
+				cas := fmt.Sprintf("%s/qd%d/conns%d", rw, qd, conns)
+				cases = append(cases, cas)
+				for _, s := range servers {
+					b.Run(cas+"/"+s.name, func(b *testing.B) {
+						v := runFio(b, s.sock, rw, qd, conns, runtime)
+						iops[key{cas, s.name}] = v
+						b.ReportMetric(v, "iops")
+						b.ReportMetric(0, "ns/op")
+					})
+				}
+			}
+		}
+	}
+	var t strings.Builder
+	fmt.Fprintf(&t, "\n%-24s %12s %12s %12s %10s %10s\n", "4k, fio nbd engine", "raid10-csi", "nbdkit", "go-nbd", "/nbdkit", "/go-nbd")
+	for _, c := range cases {
+		o, k, g := iops[key{c, "raid10-csi"}], iops[key{c, "nbdkit"}], iops[key{c, "go-nbd"}]
+		fmt.Fprintf(&t, "%-24s %12.0f %12.0f %12.0f %9.2fx %9.2fx\n", c, o, k, g, ratio(o, k), ratio(o, g))
+	}
+	b.Log(t.String())
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func fillFile(b *testing.B, path string, size int) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	rand.Read(chunk)
+	for off := 0; off < size; off += len(chunk) {
+		chunk[0]++
+		if _, err := f.WriteAt(chunk, int64(off)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func waitSocket(b *testing.B, path string) {
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.Fatalf("%s never accepted", path)
+}
+
+func runFio(b *testing.B, sock, rw string, qd, conns int, runtime string) float64 {
+	out, err := exec.Command("fio", "--name=bench", "--ioengine=nbd", "--uri="+uri(sock),
+		"--rw="+rw, "--bs=4k", fmt.Sprintf("--iodepth=%d", qd), fmt.Sprintf("--numjobs=%d", conns),
+		"--size=256M", "--time_based", "--runtime="+runtime, "--ramp_time=1",
+		"--group_reporting", "--output-format=json").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			b.Fatalf("fio: %v\n%s\n%s", err, out, ee.Stderr)
+		}
+		b.Fatal(err)
+	}
+	var r struct {
+		Jobs []struct {
+			Error int `json:"error"`
+			Read  struct {
+				IOPS float64 `json:"iops"`
+			} `json:"read"`
+			Write struct {
+				IOPS float64 `json:"iops"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	// fio may print notices before the JSON document.
+	js := string(out)
+	if i := strings.Index(js, "{"); i > 0 {
+		js = js[i:]
+	}
+	if err := json.Unmarshal([]byte(js), &r); err != nil || len(r.Jobs) == 0 {
+		b.Fatalf("fio output: %v\n%s", err, out)
+	}
+	if r.Jobs[0].Error != 0 {
+		b.Fatalf("fio error %d", r.Jobs[0].Error)
+	}
+	return r.Jobs[0].Read.IOPS + r.Jobs[0].Write.IOPS
+}
