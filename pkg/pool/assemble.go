@@ -27,7 +27,7 @@ func (p *Pool) assembleAll() {
 		}
 		for _, x := range d.label.Extents {
 			byVol[x.Volume] = append(byVol[x.Volume], cand{d, x})
-			if x.Flags&ExtentFlagDeleting != 0 {
+			if x.Flags&(ExtentFlagDeleting|ExtentFlagCreating) != 0 {
 				deleting[x.Volume] = true
 			}
 		}
@@ -40,7 +40,7 @@ func (p *Pool) assembleAll() {
 	for _, u := range uuids {
 		cs := byVol[u]
 		if deleting[u] {
-			klog.InfoS("Finishing an interrupted volume delete", "volumeUUID", u, "volume", cs[0].x.Name)
+			klog.InfoS("Finishing an interrupted volume delete, or rolling back an interrupted create", "volumeUUID", u, "volume", cs[0].x.Name)
 			if err := p.finishDelete(u); err != nil {
 				klog.ErrorS(err, "Finishing delete", "volumeUUID", u)
 			}

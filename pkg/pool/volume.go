@@ -22,8 +22,15 @@ const (
 	extentMetaSize = 1 << 20
 )
 
-// ExtentFlagDeleting marks the extents of a volume being deleted; Open finishes the delete.
-const ExtentFlagDeleting = 1
+// Extent entry flags.
+const (
+	// ExtentFlagDeleting marks the extents of a volume being deleted; Open finishes the
+	// delete.
+	ExtentFlagDeleting = 1
+	// ExtentFlagCreating marks the extents of a volume whose create has not returned yet;
+	// Open rolls such a volume back (the caller never saw it; a retry creates it again).
+	ExtentFlagCreating = 2
+)
 
 // role is one member slot of a volume.
 type role struct {
@@ -96,8 +103,9 @@ func checkSize(size uint64) (uint64, error) {
 // same name and (rounded) size is returned; another size is ErrAlreadyExists.
 //
 // Durability order: the extents are zeroed and the engine writes its superblocks into them
-// first (free space, harmless if the process dies here), then each member disk's label is
-// written with the new extent; only then is the volume returned.
+// first (free space, harmless if the process dies here), then each member disk's label gets
+// the extent flagged creating, then the flags are cleared; only then is the volume
+// returned. Open rolls back a volume that still has a creating extent anywhere.
 func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (VolumeInfo, error) {
 	if err := ValidateName(name); err != nil {
 		return VolumeInfo{}, err
@@ -180,12 +188,27 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 	}
 	v.arr = arr
 	for i, r := range v.roles {
-		if err := p.writeLabel(r.disk, func(l *Label) { l.Extents = append(l.Extents, r.ext) }); err != nil {
+		x := r.ext
+		x.Flags |= ExtentFlagCreating
+		if err := p.writeLabel(r.disk, func(l *Label) { l.Extents = append(l.Extents, x) }); err != nil {
 			// Roll back the labels already written; the extents become free again.
 			for _, w := range v.roles[:i] {
 				_ = p.writeLabel(w.disk, func(l *Label) { l.Extents = removeVolume(l.Extents, v.uuid) })
 			}
 			_ = arr.Close()
+			return VolumeInfo{}, fmt.Errorf("pool: create volume %q: %w", name, err)
+		}
+	}
+	for _, r := range v.roles {
+		if err := p.writeLabel(r.disk, func(l *Label) {
+			for i := range l.Extents {
+				if l.Extents[i].Volume == v.uuid {
+					l.Extents[i].Flags &^= ExtentFlagCreating
+				}
+			}
+		}); err != nil {
+			_ = arr.Close()
+			_ = p.finishDelete(v.uuid)
 			return VolumeInfo{}, fmt.Errorf("pool: create volume %q: %w", name, err)
 		}
 	}

@@ -199,7 +199,6 @@ func TestDeleteReleasesAndDiscards(t *testing.T) {
 	p.mu.Unlock()
 	p.Close()
 	p = openPool(t, cfg)
-	defer p.Close()
 	if vs := p.Volumes(); len(vs) != 0 {
 		t.Fatalf("volumes after an interrupted delete: %+v", vs)
 	}
@@ -210,6 +209,25 @@ func TestDeleteReleasesAndDiscards(t *testing.T) {
 	}
 	if err := p.Check(); err != nil {
 		t.Fatal(err)
+	}
+
+	// Interrupted create: one disk's extent still flagged creating. Rolled back.
+	if _, err := p.CreateVolume("f", 32<<20, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	if err := p.writeLabel(p.disks[2], func(l *Label) { l.Extents[0].Flags |= ExtentFlagCreating }); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Unlock()
+	p.Close()
+	p = openPool(t, cfg)
+	defer p.Close()
+	if vs := p.Volumes(); len(vs) != 0 {
+		t.Fatalf("volumes after an interrupted create: %+v", vs)
+	}
+	if c := p.Capacity(); c.FreeRaw != c.Raw {
+		t.Fatalf("space not released: %+v", c)
 	}
 }
 
