@@ -24,19 +24,22 @@ type bitmap struct {
 	a  *Array
 	st []atomic.Uint32
 
-	mu    sync.Mutex
-	image []byte // on-disk bits, bmBitsPerBlock per block, LSB first
-	buf   []byte // aligned block buffer
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when a group commit ends
+	writing bool       // a group commit is writing blocks
+	pending []int64    // regions set in image, not yet written
+	image   []byte     // bits, bmBitsPerBlock per block, LSB first
 }
 
 func newBitmap(a *Array) *bitmap {
 	blocks := (a.geo.regions + bmBitsPerBlock - 1) / bmBitsPerBlock
-	return &bitmap{
+	b := &bitmap{
 		a:     a,
 		st:    make([]atomic.Uint32, a.geo.regions),
 		image: make([]byte, blocks*bmBitsPerBlock/8),
-		buf:   AlignedBuffer(sbSize),
 	}
+	b.cond = sync.NewCond(&b.mu)
+	return b
 }
 
 // startWrite must precede every write into region r; endWrite follows it.
@@ -60,41 +63,104 @@ func (b *bitmap) startWrite(r int64) error {
 
 func (b *bitmap) endWrite(r int64) { b.st[r].Add(^uint32(0)) }
 
+// persist makes region r's bit durable. Bits are group-committed: one
+// goroutine at a time (the writer) writes the blocks of every bit set so
+// far, without holding the mutex during the I/O; goroutines whose bits
+// arrive meanwhile wait on the condition and are covered by the next batch.
 func (b *bitmap) persist(r int64) error {
+	st := &b.st[r]
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := &b.st[r]
-	if st.Load()&bmOnDisk != 0 {
-		st.And(^bmCand)
-		return nil
+	for {
+		if st.Load()&bmOnDisk != 0 {
+			st.And(^bmCand)
+			return nil
+		}
+		if b.image[r/8]&(1<<(r%8)) == 0 {
+			b.image[r/8] |= 1 << (r % 8)
+			b.pending = append(b.pending, r)
+		}
+		if !b.writing {
+			break
+		}
+		b.cond.Wait()
 	}
-	b.image[r/8] |= 1 << (r % 8)
-	if err := b.writeBlocks(map[int64]bool{r / bmBitsPerBlock: true}); err != nil {
-		b.image[r/8] &^= 1 << (r % 8)
-		return err
+	b.writing = true
+	var err error
+	for len(b.pending) > 0 {
+		regions := b.pending
+		b.pending = nil
+		blocks := make(map[int64]bool)
+		for _, x := range regions {
+			blocks[x/bmBitsPerBlock] = true
+		}
+		bufs := b.marshal(blocks)
+		b.mu.Unlock()
+		werr := b.writeMarshaled(bufs)
+		b.mu.Lock()
+		for _, x := range regions {
+			if werr != nil {
+				// Not durable: drop the bit; a waiter for x retries.
+				b.image[x/8] &^= 1 << (x % 8)
+				if x == r {
+					err = werr
+				}
+			} else {
+				b.st[x].Or(bmOnDisk)
+			}
+		}
 	}
-	st.Or(bmOnDisk)
-	st.And(^bmCand)
-	return nil
+	b.writing = false
+	b.cond.Broadcast()
+	return err
 }
 
-// writeBlocks writes the given bitmap blocks to every live member and
-// flushes them. Caller holds b.mu. It fails only if no in-sync member took
-// the blocks; members that fail are failed.
+// idle waits until no group commit is writing, so the caller (holding
+// b.mu) may write bitmap blocks itself. Caller holds b.mu.
+func (b *bitmap) idle() {
+	for b.writing {
+		b.cond.Wait()
+	}
+}
+
+type blockBuf struct {
+	blk int64
+	buf []byte
+}
+
+// marshal encodes the given blocks of the image. Caller holds b.mu.
+func (b *bitmap) marshal(blocks map[int64]bool) []blockBuf {
+	out := make([]blockBuf, 0, len(blocks))
+	for blk := range blocks {
+		lo := blk * bmBitsPerBlock / 8
+		bb := blockBuf{blk: blk, buf: AlignedBuffer(sbSize)}
+		marshalBitmapBlock(bb.buf, uint32(blk), b.image[lo:lo+bmBitsPerBlock/8])
+		out = append(out, bb)
+	}
+	return out
+}
+
+// writeBlocks writes the given blocks of the image. Caller holds b.mu and
+// has waited for idle.
 func (b *bitmap) writeBlocks(blocks map[int64]bool) error {
+	return b.writeMarshaled(b.marshal(blocks))
+}
+
+// writeMarshaled writes encoded bitmap blocks to every live member and
+// flushes them. It fails only if no in-sync member took the blocks; members
+// that fail are failed.
+func (b *bitmap) writeMarshaled(bufs []blockBuf) error {
 	a := b.a
 	var refs [MaxMembers]*memberRef
 	for i, s := range a.slots {
 		refs[i] = s.live()
 	}
-	for blk := range blocks {
-		lo := blk * bmBitsPerBlock / 8
-		marshalBitmapBlock(b.buf, uint32(blk), b.image[lo:lo+bmBitsPerBlock/8])
+	for _, bb := range bufs {
 		for i, s := range a.slots {
 			if refs[i] == nil {
 				continue
 			}
-			if _, err := refs[i].m.WriteAt(b.buf, bitmapOffset+blk*sbSize); err != nil {
+			if _, err := refs[i].m.WriteAt(bb.buf, bitmapOffset+bb.blk*sbSize); err != nil {
 				a.memberFailed(s, refs[i], "bitmap write", err)
 				refs[i] = nil
 			}
@@ -245,6 +311,7 @@ func (b *bitmap) sweep() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.idle()
 	a.metaMu.Lock()
 	if a.eventsCleared != a.events {
 		a.eventsCleared = a.events
@@ -274,6 +341,7 @@ func (b *bitmap) clearAllIfClean() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.idle()
 	dirty := false
 	for r := range b.st {
 		if b.st[r].Swap(0)&bmOnDisk != 0 {
