@@ -153,7 +153,7 @@ func (c *conn) optInfo(bw *bufio.Writer, id OptionID, data []byte) (done bool, e
 		return false, err
 	}
 	binary.BigEndian.PutUint16(b[0:], uint16(InfoBlockSize))
-	binary.BigEndian.PutUint32(b[2:], 1)
+	binary.BigEndian.PutUint32(b[2:], uint32(c.srv.opts.MinBlockSize))
 	binary.BigEndian.PutUint32(b[6:], uint32(c.srv.opts.BlockSize))
 	binary.BigEndian.PutUint32(b[10:], uint32(c.srv.opts.MaxRequestSize))
 	if err := c.optReply(bw, id, RepInfo, b[:14]); err != nil {

@@ -57,8 +57,11 @@ type Options struct {
 	Workers int
 	// MemoryLimit bounds the bytes of request buffers across all connections.
 	MemoryLimit int64
-	// BlockSize is the preferred block size advertised; the minimum is 1.
+	// BlockSize is the preferred block size advertised (default 4096).
 	BlockSize int
+	// MinBlockSize is the minimum block size advertised (default 1). A backend that only
+	// takes aligned I/O (the RAID10 engine: 4096) sets it so that clients align.
+	MinBlockSize int
 }
 
 func (o *Options) withDefaults() Options {
@@ -80,6 +83,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.BlockSize <= 0 {
 		r.BlockSize = DefaultBlockSize
+	}
+	if r.MinBlockSize <= 0 {
+		r.MinBlockSize = 1
+	}
+	if r.BlockSize < r.MinBlockSize {
+		r.BlockSize = r.MinBlockSize
 	}
 	return r
 }
