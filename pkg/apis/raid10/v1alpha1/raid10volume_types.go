@@ -1,0 +1,212 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// VolumeMode is how the volume is handed to a pod.
+// +kubebuilder:validation:Enum=Filesystem;Block
+type VolumeMode string
+
+// The volume modes.
+const (
+	VolumeModeFilesystem VolumeMode = "Filesystem"
+	VolumeModeBlock      VolumeMode = "Block"
+)
+
+// FSType is the filesystem the node plugin creates on a blank Filesystem volume.
+// +kubebuilder:validation:Enum=ext4;xfs
+type FSType string
+
+// The supported filesystems.
+const (
+	FSTypeExt4 FSType = "ext4"
+	FSTypeXFS  FSType = "xfs"
+)
+
+// Layout is the RAID10 geometry: near-2 (every chunk on two adjacent members), striped over
+// Members members with ChunkSizeBytes chunks, as Linux md raid10 "n2".
+type Layout struct {
+	// Members is the number of member disks; even, at least 2.
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=32
+	// +kubebuilder:validation:XValidation:rule="self % 2 == 0",message="members must be even"
+	Members int32 `json:"members"`
+	// ChunkSizeBytes is the stripe chunk size; a power of two from 4Ki to 16Mi.
+	// +kubebuilder:validation:Minimum=4096
+	// +kubebuilder:validation:Maximum=16777216
+	// +kubebuilder:validation:XValidation:rule="(self & (self - 1)) == 0",message="chunkSizeBytes must be a power of two"
+	ChunkSizeBytes int64 `json:"chunkSizeBytes"`
+}
+
+// Raid10VolumeSpec is what the controller plugin asks of the node agent.
+// +kubebuilder:validation:XValidation:rule="self.volumeMode == 'Block' || has(self.fsType)",message="fsType is required for Filesystem volumes"
+type Raid10VolumeSpec struct {
+	// Node is the Kubernetes node whose local disks hold the array.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="node is immutable"
+	Node string `json:"node"`
+	// SizeBytes is the usable size of the volume (after mirroring). It may grow, never shrink.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="sizeBytes may not shrink"
+	SizeBytes int64 `json:"sizeBytes"`
+	// Layout is the RAID10 geometry.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="layout is immutable"
+	Layout Layout `json:"layout"`
+	// VolumeMode is Filesystem or Block.
+	VolumeMode VolumeMode `json:"volumeMode"`
+	// FSType is the filesystem of a Filesystem volume.
+	// +optional
+	FSType FSType `json:"fsType,omitempty"`
+}
+
+// VolumePhase is where a Raid10Volume is in its life.
+// +kubebuilder:validation:Enum=Pending;Creating;Ready;Expanding;Deleting;Failed
+type VolumePhase string
+
+// The phases of a Raid10Volume. An empty phase means the node agent has not seen it yet.
+const (
+	VolumePhasePending   VolumePhase = "Pending"
+	VolumePhaseCreating  VolumePhase = "Creating"
+	VolumePhaseReady     VolumePhase = "Ready"
+	VolumePhaseExpanding VolumePhase = "Expanding"
+	VolumePhaseDeleting  VolumePhase = "Deleting"
+	VolumePhaseFailed    VolumePhase = "Failed"
+)
+
+// VolumeHealth is the redundancy state of the array.
+// +kubebuilder:validation:Enum=Healthy;Degraded;Rebuilding;Failed
+type VolumeHealth string
+
+// The health states of a Raid10Volume.
+const (
+	// VolumeHealthHealthy: every member in sync.
+	VolumeHealthHealthy VolumeHealth = "Healthy"
+	// VolumeHealthDegraded: at least one member failed or missing, every chunk still has a copy.
+	VolumeHealthDegraded VolumeHealth = "Degraded"
+	// VolumeHealthRebuilding: a replacement member is being filled from its mirror.
+	VolumeHealthRebuilding VolumeHealth = "Rebuilding"
+	// VolumeHealthFailed: both copies of some chunk are lost; I/O fails.
+	VolumeHealthFailed VolumeHealth = "Failed"
+)
+
+// MemberState is the state of one member of the array.
+// +kubebuilder:validation:Enum=InSync;Rebuilding;Failed;Missing
+type MemberState string
+
+// The member states.
+const (
+	MemberStateInSync     MemberState = "InSync"
+	MemberStateRebuilding MemberState = "Rebuilding"
+	MemberStateFailed     MemberState = "Failed"
+	MemberStateMissing    MemberState = "Missing"
+)
+
+// MemberStatus is one member slot of the array and the disk extent behind it.
+type MemberStatus struct {
+	// Index is the member's slot in the layout, from 0.
+	Index int32 `json:"index"`
+	// Disk is the stable identity (as in Raid10Node status.disks[].id) of the disk holding
+	// this member; empty while the slot has no disk.
+	// +optional
+	Disk string `json:"disk,omitempty"`
+	// State is the member's state.
+	State MemberState `json:"state"`
+	// Message says why a member is not InSync.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// RebuildProgress is the progress of a running rebuild (recovery onto a replacement member).
+type RebuildProgress struct {
+	// Member is the index of the member being rebuilt.
+	Member int32 `json:"member"`
+	// Percent done, 0 to 100.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Percent int32 `json:"percent"`
+	// DoneBytes of TotalBytes have been copied.
+	DoneBytes int64 `json:"doneBytes"`
+	// TotalBytes is the size of the member being rebuilt.
+	TotalBytes int64 `json:"totalBytes"`
+	// BytesPerSecond is the recent copy rate.
+	// +optional
+	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
+	// ETASeconds is the estimated time left at the recent rate.
+	// +optional
+	ETASeconds *int64 `json:"etaSeconds,omitempty"`
+	// StartTime is when the rebuild started.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+}
+
+// Raid10VolumeStatus is reported by the node agent.
+type Raid10VolumeStatus struct {
+	// ObservedGeneration is the metadata.generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase is where the volume is in its life.
+	// +optional
+	Phase VolumePhase `json:"phase,omitempty"`
+	// Health is the redundancy state of the array.
+	// +optional
+	Health VolumeHealth `json:"health,omitempty"`
+	// Capacity is the usable size the array has now (may exceed spec.sizeBytes by rounding).
+	// +optional
+	Capacity *resource.Quantity `json:"capacity,omitempty"`
+	// Members lists every member slot.
+	// +optional
+	// +listType=map
+	// +listMapKey=index
+	Members []MemberStatus `json:"members,omitempty"`
+	// InSync counts the members in sync against all members, as "4/4".
+	// +optional
+	InSync string `json:"inSync,omitempty"`
+	// Rebuild is the progress of a running rebuild; absent when none runs.
+	// +optional
+	Rebuild *RebuildProgress `json:"rebuild,omitempty"`
+	// DevicePath is the block device the array is served on, on its node (/dev/nbdN).
+	// +optional
+	DevicePath string `json:"devicePath,omitempty"`
+	// Message is a human-readable summary of the last problem.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Conditions: Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Raid10Volume is one RAID10 volume on one node's local disks.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=r10v,categories=raid10
+// +kubebuilder:selectablefield:JSONPath=`.spec.node`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
+// +kubebuilder:printcolumn:name="Size",type=string,JSONPath=`.status.capacity`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Health",type=string,JSONPath=`.status.health`
+// +kubebuilder:printcolumn:name="Members",type=string,JSONPath=`.status.inSync`
+// +kubebuilder:printcolumn:name="Rebuild",type=integer,JSONPath=`.status.rebuild.percent`,description="Rebuild progress in percent"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.devicePath`,priority=1
+// +kubebuilder:printcolumn:name="Requested",type=integer,JSONPath=`.spec.sizeBytes`,priority=1
+type Raid10Volume struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   Raid10VolumeSpec   `json:"spec"`
+	Status Raid10VolumeStatus `json:"status,omitempty"`
+}
+
+// Raid10VolumeList is a list of Raid10Volume.
+//
+// +kubebuilder:object:root=true
+type Raid10VolumeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Raid10Volume `json:"items"`
+}

@@ -1,0 +1,25 @@
+package v1alpha1
+
+// Well-known names shared by the controller plugin, the node agent and the manifests.
+const (
+	// DriverName is the CSI driver name.
+	DriverName = "raid10.csi.io"
+	// TopologyNodeKey is the topology key whose value is the node that holds a volume.
+	TopologyNodeKey = "raid10.csi.io/node"
+	// VolumeFinalizer keeps a Raid10Volume until the node agent has freed its extents.
+	VolumeFinalizer = "raid10.csi.io/extents"
+	// CSINameAnnotation records the CreateVolume name a Raid10Volume was created for (the
+	// object name differs when that name is not a valid Kubernetes name).
+	CSINameAnnotation = "raid10.csi.io/csi-name"
+	// PVCNameAnnotation, PVCNamespaceAnnotation and PVNameAnnotation record the claim and
+	// volume a Raid10Volume was provisioned for (from the provisioner's extra create metadata).
+	PVCNameAnnotation      = "raid10.csi.io/pvc-name"
+	PVCNamespaceAnnotation = "raid10.csi.io/pvc-namespace"
+	PVNameAnnotation       = "raid10.csi.io/pv-name"
+	// ConditionReady is the condition type both resources report.
+	ConditionReady = "Ready"
+	// ReasonInsufficientCapacity is the Ready condition reason (status False) that the node
+	// agent sets on a Raid10Volume it cannot allocate; the controller then answers
+	// ResourceExhausted so that the provisioner picks another node.
+	ReasonInsufficientCapacity = "InsufficientCapacity"
+)
