@@ -1,0 +1,176 @@
+package kernel
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+const benchEnv = "NBD_VM_BENCH_OUT"
+
+// BenchmarkKernelVM compares, in one VM run, fio libaio 4k randread and randwrite at QD32 on
+// /dev/md0 (md raid10 over 4 brd ramdisks), on /dev/nbdX served by this server with the RAID10
+// engine over the same 4 ramdisks, and on /dev/nbdY served by nbdkit's memory plugin (the
+// limit of the userspace NBD path). It logs IOPS and ratios, and the top of a CPU profile of
+// the server taken in the guest.
+func BenchmarkKernelVM(b *testing.B) {
+	if vm.InGuest() {
+		b.Skip("host side")
+	}
+	out := b.TempDir()
+	vm.RunGoTestOpts(b, vm.Options{
+		Timeout:      6 * time.Minute,
+		Memory:       2048,
+		Env:          []string{benchEnv + "=" + out},
+		Writable:     []string{out},
+		ModuleParams: map[string]string{"brd": "rd_nr=4 rd_size=131072"},
+	}, ".", "-test.run=^TestInKernelBench$", "-test.v", "-test.timeout=5m")
+	if res, err := os.ReadFile(filepath.Join(out, "result.txt")); err == nil {
+		b.Log("\n" + string(res))
+	}
+	// The profile carries its symbols: the guest's test binary is gone by now.
+	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25",
+		filepath.Join(out, "server.cpu")).CombinedOutput()
+	if err == nil {
+		b.Log("CPU profile of the server in the guest during the raid10-csi runs:\n" + string(top))
+	}
+}
+
+func guestFio(t *testing.T, dev, rw string) float64 {
+	t.Helper()
+	out, err := exec.Command("fio", "--name=b", "--filename="+dev, "--ioengine=libaio", "--direct=1",
+		"--rw="+rw, "--bs=4k", "--iodepth=32", "--time_based", "--runtime=8", "--ramp_time=1",
+		"--size=200M", "--output-format=json").Output()
+	if err != nil {
+		t.Fatalf("fio %s %s: %v\n%s", rw, dev, err, out)
+	}
+	js := string(out)
+	if i := strings.Index(js, "{"); i > 0 {
+		js = js[i:]
+	}
+	var r struct {
+		Jobs []struct {
+			Read, Write struct {
+				IOPS float64 `json:"iops"`
+			}
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(js), &r); err != nil || len(r.Jobs) == 0 {
+		t.Fatalf("fio output: %v\n%s", err, out)
+	}
+	v := r.Jobs[0].Read.IOPS + r.Jobs[0].Write.IOPS
+	t.Logf("%s %s: %.0f IOPS", dev, rw, v)
+	return v
+}
+
+// TestInKernelBench is the guest half of BenchmarkKernelVM.
+func TestInKernelBench(t *testing.T) {
+	inGuest(t)
+	outDir := os.Getenv(benchEnv)
+	if outDir == "" {
+		t.Skip("run by BenchmarkKernelVM")
+	}
+	rams := []string{"/dev/ram0", "/dev/ram1", "/dev/ram2", "/dev/ram3"}
+	iops := map[string]float64{}
+
+	// md raid10 over the ramdisks.
+	sh(t, "mdadm", append([]string{"--create", "/dev/md0", "--level=10", "--raid-devices=4",
+		"--run", "--assume-clean", "--quiet"}, rams...)...)
+	for _, rw := range []string{"randread", "randwrite"} {
+		iops["md/"+rw] = guestFio(t, "/dev/md0", rw)
+	}
+	sh(t, "mdadm", "--stop", "/dev/md0")
+	sh(t, "mdadm", append([]string{"--zero-superblock"}, rams...)...)
+
+	// This server with the RAID10 engine over the same ramdisks.
+	var members []raid10.Member
+	for _, r := range rams {
+		m, err := raid10.OpenFileMember(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+	}
+	arr, err := raid10.Create(members, raid10.CreateOptions{AssumeClean: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := nbd.NewServer(nbd.Options{MinBlockSize: raid10.BlockSize}, nbd.Export{Name: "r10", Backend: arr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nl, err := Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	st, err := OpenState(filepath.Join(t.TempDir(), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAttacher(srv, nl, st, Options{Connections: 2})
+	d, err := a.Attach("bench", "r10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := os.Create(filepath.Join(outDir, "server.cpu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(prof); err != nil {
+		t.Fatal(err)
+	}
+	for _, rw := range []string{"randread", "randwrite"} {
+		iops["raid10-csi/"+rw] = guestFio(t, d.Path(), rw)
+	}
+	pprof.StopCPUProfile()
+	prof.Close()
+	if err := a.Detach("bench"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	arr.Close()
+
+	// nbdkit's memory plugin attached by nbd-client with as many connections.
+	sock := filepath.Join(t.TempDir(), "nbdkit.sock")
+	kit := exec.Command("nbdkit", "--foreground", "--unix", sock, "memory", "512M")
+	if err := kit.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { kit.Process.Kill(); kit.Wait() }()
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	kdev := fmt.Sprintf("/dev/nbd%d", d.Index+1)
+	sh(t, "nbd-client", "-N", "", "-u", sock, kdev, "-b", "4096", "-C", "2")
+	for _, rw := range []string{"randread", "randwrite"} {
+		iops["nbdkit/"+rw] = guestFio(t, kdev, rw)
+	}
+	sh(t, "nbd-client", "-d", kdev)
+
+	var r strings.Builder
+	fmt.Fprintf(&r, "fio libaio 4k QD32 in the VM (TCG), 2 NBD connections\n")
+	fmt.Fprintf(&r, "%-10s %12s %12s %12s %12s %10s\n", "", "md raid10", "raid10-csi", "nbdkit mem", "/nbdkit", "/md")
+	for _, rw := range []string{"randread", "randwrite"} {
+		o, k, m := iops["raid10-csi/"+rw], iops["nbdkit/"+rw], iops["md/"+rw]
+		fmt.Fprintf(&r, "%-10s %12.0f %12.0f %12.0f %11.2fx %9.2fx\n", rw, m, o, k, o/k, o/m)
+	}
+	t.Log("\n" + r.String())
+	if err := os.WriteFile(filepath.Join(outDir, "result.txt"), []byte(r.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
