@@ -59,6 +59,7 @@ type slot struct {
 
 	// under metaMu
 	broken   atomic.Bool // last copy that errored; see memberFailed
+	failing  atomic.Bool // failed, not yet recorded durably; see memberFailed
 	sbSeq    uint64
 	fullSync bool // recovery must copy every chunk, not only dirty regions
 	_        [64]byte
@@ -589,13 +590,15 @@ func (a *Array) Flush() error {
 	return nil
 }
 
-// memberFailed marks the slot faulty (unless its member was replaced
-// meanwhile) and records it in the superblocks of the remaining members
-// before returning, so a write acknowledged on one copy can never be read
-// back from the stale one after a crash. As md does, the last in-sync copy
-// of some chunk is never failed: it is marked broken instead (the array
-// reports Failed, I/O that needs it fails) and its superblock stays as it
-// was, so the array can be assembled again once the member is back.
+// memberFailed fails the slot (unless its member was replaced meanwhile).
+// The failure is in the superblocks of the remaining members before any
+// write skips the member: until then the slot is only "failing", writes
+// still go to it, and one that errors waits here on metaMu. So a write
+// acknowledged on one copy can never be read back from the stale one after
+// a crash. As md does, the last in-sync copy of some chunk is never failed:
+// it is marked broken instead (the array reports Failed, I/O that needs it
+// fails) and its superblock stays as it was, so the array can be assembled
+// again once the member is back.
 func (a *Array) memberFailed(s *slot, r *memberRef, op string, err error) {
 	a.metaMu.Lock()
 	defer a.metaMu.Unlock()
@@ -606,33 +609,34 @@ func (a *Array) memberFailed(s *slot, r *memberRef, op string, err error) {
 	if st == MemberFaulty || st == MemberMissing {
 		return
 	}
-	if !a.failSlotLocked(s) {
+	if !a.canFailLocked(s) {
 		if !s.broken.Swap(true) {
 			klog.ErrorS(err, "raid10: last copy failed, array failed", "member", s.idx, "op", op)
 		}
 		return
 	}
-	klog.ErrorS(err, "raid10: member failed", "member", s.idx, "op", op, "state", a.stateLocked().String())
+	klog.ErrorS(err, "raid10: member failed", "member", s.idx, "op", op)
+	s.failing.Store(true)
 	a.writeSuperblocksLocked(true, false)
 }
 
-// failSlotLocked marks s faulty unless it holds the last in-sync copy of
-// some chunk; it reports whether it did. Caller holds metaMu.
-func (a *Array) failSlotLocked(s *slot) bool {
-	if MemberState(s.state.Load()) == MemberInSync {
-		for _, p := range a.geo.pairs() {
-			other := -1
-			if p[0] == s.idx {
-				other = p[1]
-			} else if p[1] == s.idx {
-				other = p[0]
-			}
-			if other >= 0 && MemberState(a.slots[other].state.Load()) != MemberInSync {
-				return false
-			}
+// canFailLocked reports whether s may be failed: it must not hold the last
+// in-sync copy of any chunk. Caller holds metaMu.
+func (a *Array) canFailLocked(s *slot) bool {
+	if MemberState(s.state.Load()) != MemberInSync {
+		return true
+	}
+	for _, p := range a.geo.pairs() {
+		other := -1
+		if p[0] == s.idx {
+			other = p[1]
+		} else if p[1] == s.idx {
+			other = p[0]
+		}
+		if other >= 0 && (MemberState(a.slots[other].state.Load()) != MemberInSync || a.slots[other].failing.Load()) {
+			return false
 		}
 	}
-	s.state.Store(int32(MemberFaulty))
 	return true
 }
 
@@ -651,10 +655,11 @@ func (a *Array) FailMember(slot int) error {
 	if st := MemberState(s.state.Load()); st == MemberFaulty || st == MemberMissing {
 		return nil
 	}
-	if !a.failSlotLocked(s) {
+	if !a.canFailLocked(s) {
 		return fmt.Errorf("%w: slot %d", ErrLastCopy, slot)
 	}
 	klog.InfoS("raid10: member failed by request", "member", slot)
+	s.failing.Store(true)
 	a.writeSuperblocksLocked(true, false)
 	return nil
 }

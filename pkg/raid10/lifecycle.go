@@ -110,9 +110,11 @@ func Create(members []Member, opts CreateOptions) (*Array, error) {
 
 // writeSuperblocksLocked writes the superblock of every live member (the
 // copy the member's sequence number selects, A or B alternately) and then
-// flushes each: the durability order is data, bitmap, superblock. A member
-// that fails is marked faulty and the remaining ones are written again so
-// that their slot table records it. Caller holds metaMu.
+// flushes each: the durability order is data, bitmap, superblock. Slots
+// marked failing are recorded as faulty and get no superblock; a member
+// whose write or flush fails becomes failing and the others are written
+// again. Only when the table is durable do failing slots turn Faulty (and
+// writes stop going to them). Caller holds metaMu.
 func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 	if bump {
 		a.events++
@@ -135,21 +137,33 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 		sb.eventsCleared = a.eventsCleared
 		sb.ctime = a.ctime
 		for i, s := range a.slots {
-			switch MemberState(s.state.Load()) {
-			case MemberInSync:
+			switch {
+			case s.failing.Load():
+				sb.slots[i] = slotFaulty
+			case MemberState(s.state.Load()) == MemberInSync:
 				sb.slots[i] = slotActive
-			case MemberRecovering:
+			case MemberState(s.state.Load()) == MemberRecovering:
 				sb.slots[i] = slotRecovering
-			case MemberFaulty:
+			case MemberState(s.state.Load()) == MemberFaulty:
 				sb.slots[i] = slotFaulty
 			default:
 				sb.slots[i] = slotMissing
 			}
 		}
+		fail := func(s *slot, what string, err error) {
+			klog.ErrorS(err, "raid10: superblock "+what+" failed", "member", s.idx)
+			s.writeErrs.Add(1)
+			if a.canFailLocked(s) {
+				s.failing.Store(true)
+				failed = true
+			} else {
+				s.broken.Store(true)
+			}
+		}
 		var written [MaxMembers]*memberRef
 		for i, s := range a.slots {
 			r := s.live()
-			if r == nil {
+			if r == nil || s.failing.Load() {
 				continue
 			}
 			sb.role = uint32(i)
@@ -166,13 +180,7 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 				off = sbCopyB
 			}
 			if _, err := r.m.WriteAt(a.sbBuf, off); err != nil {
-				klog.ErrorS(err, "raid10: superblock write failed", "member", i)
-				s.writeErrs.Add(1)
-				if a.failSlotLocked(s) {
-					failed = true
-				} else {
-					s.broken.Store(true)
-				}
+				fail(s, "write", err)
 				continue
 			}
 			written[i] = r
@@ -182,18 +190,19 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 				continue
 			}
 			if err := written[i].m.Flush(); err != nil {
-				klog.ErrorS(err, "raid10: superblock flush failed", "member", i)
-				if a.failSlotLocked(s) {
-					failed = true
-				} else {
-					s.broken.Store(true)
-				}
+				fail(s, "flush", err)
 			}
 		}
 		if !failed {
-			return
+			break
 		}
 		a.events++
+	}
+	for _, s := range a.slots {
+		if s.failing.Load() {
+			s.state.Store(int32(MemberFaulty))
+			s.failing.Store(false)
+		}
 	}
 }
 
