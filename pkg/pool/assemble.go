@@ -53,6 +53,7 @@ func (p *Pool) assembleAll() {
 		v := &volume{uuid: u, name: head.Name, size: head.VolumeSize, members: int(head.Members),
 			roles: make([]*role, head.Members), epoch: head.Epoch, disks: append([]UUID(nil), head.MemberDisks...)}
 		var stale []cand
+		repair := false
 		for _, c := range cs {
 			r := int(c.x.Role)
 			if r >= v.members || v.disks[r] != c.d.uuid || v.roles[r] != nil {
@@ -60,8 +61,17 @@ func (p *Pool) assembleAll() {
 				continue
 			}
 			x := c.x
+			if x.Epoch != v.epoch && c.d.usable() {
+				repair = true // a replace stopped before every member got the new map
+			}
 			x.MemberDisks, x.VolumeSize, x.Epoch, x.Name = v.disks, v.size, v.epoch, v.name
 			v.roles[r] = &role{disk: c.d, ext: x}
+		}
+		if repair {
+			klog.InfoS("Bringing member maps up to date", "volume", v.name, "epoch", v.epoch)
+			if err := p.rewriteMap(v); err != nil {
+				klog.ErrorS(err, "Member map repair", "volume", v.name)
+			}
 		}
 		if other := p.byName[v.name]; other != nil {
 			klog.ErrorS(nil, "Two volumes with one name; keeping the first", "volume", v.name, "volumeUUID", u, "other", other.uuid)

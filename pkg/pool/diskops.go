@@ -45,9 +45,6 @@ func (p *Pool) failDiskLocked(d *disk, reason string) {
 		klog.ErrorS(err, "Recording the failed disk")
 	}
 	klog.InfoS("Disk marked failed", "disk", d.path, "diskUUID", d.uuid, "reason", reason)
-	if p.failHook != nil {
-		p.failHook(d)
-	}
 	if !wasSpare {
 		p.useSpare(d)
 	}
@@ -224,11 +221,17 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 			return fmt.Errorf("pool: volume %q: replace member %d: %w", pl.v.name, pl.slot, err)
 		}
 	}
+	if err := p.fail("replace.engine"); err != nil {
+		return err
+	}
 	if err := p.writeLabel(target, func(l *Label) {
 		for _, pl := range plans {
 			l.Extents = append(l.Extents, pl.ext)
 		}
 	}); err != nil {
+		return err
+	}
+	if err := p.fail("replace.target-label"); err != nil {
 		return err
 	}
 	for _, pl := range plans {
@@ -239,6 +242,9 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 			klog.ErrorS(err, "Recording the new member map", "volume", v.name)
 		}
 		klog.InfoS("Rebuild started", "volume", v.name, "member", pl.slot, "disk", target.path, "replaces", old.path)
+	}
+	if err := p.fail("replace.member-maps"); err != nil {
+		return err
 	}
 	target.state = DiskActive
 	old.state = DiskRemoved

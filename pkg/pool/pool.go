@@ -31,7 +31,9 @@ type Pool struct {
 	closed   bool
 	stop     chan struct{}
 	done     chan struct{}
-	failHook func(d *disk) // tests: called after a disk is marked failed
+	// failpoint, set by tests, is called at every durability ordering point; an error makes
+	// the operation stop there as if the process had died.
+	failpoint func(name string) error
 }
 
 // disk is a disk known to the pool: claimed and present, in the table but missing, or
@@ -478,6 +480,14 @@ func (p *Pool) monitor() {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// fail runs the test failpoint called name.
+func (p *Pool) fail(name string) error {
+	if p.failpoint == nil {
+		return nil
+	}
+	return p.failpoint(name)
 }
 
 // UUID returns the pool's UUID.

@@ -187,7 +187,17 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 		return VolumeInfo{}, fmt.Errorf("pool: create volume %q: %w", name, err)
 	}
 	v.arr = arr
+	if err := p.fail("create.engine"); err != nil {
+		_ = arr.Close()
+		return VolumeInfo{}, err
+	}
 	for i, r := range v.roles {
+		if i == 1 {
+			if err := p.fail("create.first-label"); err != nil {
+				_ = arr.Close()
+				return VolumeInfo{}, err
+			}
+		}
 		x := r.ext
 		x.Flags |= ExtentFlagCreating
 		if err := p.writeLabel(r.disk, func(l *Label) { l.Extents = append(l.Extents, x) }); err != nil {
@@ -199,7 +209,11 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 			return VolumeInfo{}, fmt.Errorf("pool: create volume %q: %w", name, err)
 		}
 	}
-	for _, r := range v.roles {
+	for i, r := range v.roles {
+		if err := p.fail(fmt.Sprintf("create.clear-flag-%d", i)); err != nil {
+			_ = arr.Close()
+			return VolumeInfo{}, err
+		}
 		if err := p.writeLabel(r.disk, func(l *Label) {
 			for i := range l.Extents {
 				if l.Extents[i].Volume == v.uuid {
@@ -279,12 +293,25 @@ func (p *Pool) finishDelete(u UUID) error {
 			}
 		}
 	}
-	for _, d := range holders {
+	for i, d := range holders {
+		if i == 1 {
+			if err := p.fail("delete.first-mark"); err != nil {
+				return err
+			}
+		}
 		if err := p.writeLabel(d, mark); err != nil {
 			return err
 		}
 	}
-	for _, d := range holders {
+	if err := p.fail("delete.marked"); err != nil {
+		return err
+	}
+	for i, d := range holders {
+		if i == 1 {
+			if err := p.fail("delete.first-removed"); err != nil {
+				return err
+			}
+		}
 		for _, x := range d.label.Extents {
 			if x.Volume == u {
 				if err := d.file.discard(int64(x.Offset), int64(x.Length)); err != nil {
