@@ -14,7 +14,17 @@
 // builds ./pkg/nbd's test binary (`go test -c`), runs it in the guest in the
 // package directory, streams its output to t.Log, and fails t on a non-zero exit.
 // In the guest RAID10_IN_VM=1 (vm.InGuest()), so the in-guest test can skip on the
-// host. For a shell command:
+// host; the pattern is a pair of tests in the same package:
+//
+//	func TestInKernelAttach(t *testing.T) {
+//		if !vm.InGuest() {
+//			t.Skip("runs in the VM (TestKernelNBD)")
+//		}
+//		// root, /dev/nbd0.., netlink, mkfs, fio, kill -9: all real here
+//	}
+//
+// Require skips inside the guest, so a host-side test never recurses. For a
+// shell command:
 //
 //	res, err := vm.Run(ctx, vm.Options{Timeout: 2 * time.Minute}, "mdadm --version")
 //	// err: the VM failed (ErrTimeout, ErrNoExitStatus; text has the console tail)
