@@ -128,3 +128,68 @@ func TestOptionsValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestReadModuleDecompresses: compressed modules come out as plain .ko files.
+func TestReadModuleDecompresses(t *testing.T) {
+	want := bytes.Repeat([]byte("\x7fELF fake module "), 1000)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		tool []string // compressor, reads stdin, writes stdout
+		ext  string
+	}{
+		{"plain", nil, ""},
+		{"gzip", []string{"gzip", "-c"}, ".gz"},
+		{"xz", []string{"xz", "-c", "--check=crc32"}, ".xz"},
+		{"zstd", []string{"zstd", "-q", "-c"}, ".zst"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := want
+			if tc.tool != nil {
+				if _, err := exec.LookPath(tc.tool[0]); err != nil {
+					t.Skipf("%s not installed", tc.tool[0])
+				}
+				cmd := exec.Command(tc.tool[0], tc.tool[1:]...)
+				cmd.Stdin = bytes.NewReader(want)
+				var err error
+				if data, err = cmd.Output(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := filepath.Join(dir, "fake.ko"+tc.ext)
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, name, err := readModule(t.Context(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name != "fake.ko" || !bytes.Equal(got, want) {
+				t.Errorf("readModule(%s) = %d bytes named %q, want %d bytes named fake.ko", p, len(got), name, len(want))
+			}
+		})
+	}
+}
+
+// TestHasPVHNote: the real kernel's vmlinux has the PVH note (when the vm cache
+// has extracted it), random bytes do not.
+func TestHasPVHNote(t *testing.T) {
+	if hasPVHNote([]byte("not an elf file")) {
+		t.Error("hasPVHNote(garbage) = true")
+	}
+	k, err := FindKernel()
+	if err != nil {
+		t.Skip(err)
+	}
+	p, err := extractVmlinux(t.Context(), k)
+	if err != nil {
+		t.Skipf("kernel %s: %v (booted as bzImage)", k.Version, err)
+	}
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasPVHNote(raw) {
+		t.Errorf("%s: extracted vmlinux lacks the PVH note", p)
+	}
+}
