@@ -78,3 +78,39 @@ func TestBlockDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestBlockIdentity(t *testing.T) {
+	root := t.TempDir()
+	oldSys, oldByID := sysClassBlock, devDiskByID
+	sysClassBlock, devDiskByID = root+"/sys", root+"/by-id"
+	defer func() { sysClassBlock, devDiskByID = oldSys, oldByID }()
+	write := func(p, v string) {
+		if err := os.MkdirAll(p[:strings.LastIndex(p, "/")], 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dev := root + "/dev/nvme0n1"
+	write(dev, "")
+	write(sysClassBlock+"/nvme0n1/wwid", "eui.0025385b71b0a1c2")
+	write(sysClassBlock+"/nvme0n1/device/serial", "S4EWNX0R123456")
+	write(sysClassBlock+"/sdb/device/wwid", "naa.5000c500a1b2c3d4")
+	_ = os.MkdirAll(devDiskByID, 0o755)
+	_ = os.Symlink(dev, devDiskByID+"/nvme-Samsung_SSD_970_S4EWNX0R123456")
+	_ = os.Symlink(dev, devDiskByID+"/wwn-eui.0025385b71b0a1c2")
+	_ = os.Symlink(root+"/dev/other", devDiskByID+"/nvme-other")
+
+	id := blockIdentity(dev)
+	want := Identity{WWN: "eui.0025385b71b0a1c2", Serial: "S4EWNX0R123456", ByID: devDiskByID + "/wwn-eui.0025385b71b0a1c2"}
+	if id != want || id.String() != want.WWN {
+		t.Fatalf("nvme: %+v", id)
+	}
+	if id := blockIdentity(root + "/dev/sdb"); id.WWN != "naa.5000c500a1b2c3d4" || id.Serial != "" {
+		t.Fatalf("sdb: %+v", id)
+	}
+	if id := blockIdentity(root + "/dev/loop9"); id != (Identity{}) || id.String() != "" {
+		t.Fatalf("loop: %+v", id)
+	}
+}

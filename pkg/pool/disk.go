@@ -91,8 +91,15 @@ func openDisk(path string) (*diskFile, error) {
 
 func (d *diskFile) close() error { return d.f.Close() }
 
-// blockIdentity reads the serial and WWN of a block device from sysfs and finds its
-// /dev/disk/by-id name. Missing attributes are left empty.
+// Where blockIdentity looks; tests point them at a fake tree.
+var (
+	sysClassBlock = "/sys/class/block"
+	devDiskByID   = "/dev/disk/by-id"
+)
+
+// blockIdentity reads the WWN and serial of a block device from sysfs (NVMe and virtio
+// keep them on the block device, SCSI/SATA on its device) and finds its /dev/disk/by-id
+// name. Missing attributes are left empty.
 func blockIdentity(devPath string) Identity {
 	name := filepath.Base(devPath)
 	read := func(p string) string {
@@ -102,12 +109,12 @@ func blockIdentity(devPath string) Identity {
 		}
 		return strings.TrimSpace(string(b))
 	}
-	sys := filepath.Join("/sys/class/block", name)
+	sys := filepath.Join(sysClassBlock, name)
 	id := Identity{
 		WWN:    firstNonEmpty(read(filepath.Join(sys, "wwid")), read(filepath.Join(sys, "device", "wwid"))),
 		Serial: firstNonEmpty(read(filepath.Join(sys, "device", "serial")), read(filepath.Join(sys, "serial"))),
 	}
-	links, _ := filepath.Glob("/dev/disk/by-id/*")
+	links, _ := filepath.Glob(filepath.Join(devDiskByID, "*"))
 	for _, l := range links {
 		if t, err := filepath.EvalSymlinks(l); err == nil && t == devPath {
 			if id.ByID == "" || strings.HasPrefix(filepath.Base(l), "wwn-") {

@@ -241,8 +241,14 @@ func Open(cfg Config) (*Pool, error) {
 		return nil, err
 	}
 
-	// 6. Assemble the volumes.
+	// 6. Assemble the volumes; spares take over disks recorded as failed. (A missing disk
+	// is waited for instead: when it returns it resyncs only what changed.)
 	p.assembleAll()
+	for _, d := range p.disks {
+		if d.state == DiskFailed {
+			p.useSpare(d)
+		}
+	}
 	klog.InfoS("Pool open", "pool", p.uuid, "name", p.name, "disks", len(p.disks), "volumes", len(p.volumes))
 	go p.monitor()
 	return p, nil

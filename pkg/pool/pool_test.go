@@ -351,3 +351,35 @@ func TestReaddFailedDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSpareAtStart: a disk recorded as failed and a spare configured since: the spare takes
+// over when the pool opens.
+func TestSpareAtStart(t *testing.T) {
+	dir := t.TempDir()
+	paths := makeDisks(t, dir, 5, 96<<20)
+	cfg := configFor(paths[:4]...)
+	p := openPool(t, cfg)
+	if _, err := p.CreateVolume("v", 32<<20, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(1 << 20)
+	writeVolume(t, p, "v", data, 0)
+	if err := p.FailDisk(paths[2]); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	cfg.Disks = append(cfg.Disks, DiskConfig{Path: paths[4], Spare: true})
+	p = openPool(t, cfg)
+	defer p.Close()
+	waitHealth(t, p, "v", Healthy)
+	if d := diskByPath(t, p, paths[4]); d.Status != StatusActive {
+		t.Fatalf("spare: %+v", d)
+	}
+	if d := diskByPath(t, p, paths[2]); d.Status != StatusRemoved {
+		t.Fatalf("failed disk: %+v", d)
+	}
+	checkVolume(t, p, "v", data, 0)
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
