@@ -52,6 +52,7 @@ const (
 	DiskRemoved DiskState = 4
 )
 
+// String names the state as operators see it.
 func (s DiskState) String() string {
 	switch s {
 	case DiskActive:

@@ -19,6 +19,7 @@ type Signature struct {
 	Offset int64 `json:"offset"`
 }
 
+// String names the signature and where its magic was found.
 func (s Signature) String() string { return fmt.Sprintf("%s (magic at byte %d)", s.Name, s.Offset) }
 
 // probeHead is how much of a disk's head DetectSignatures reads: it covers the pool label
@@ -197,6 +198,7 @@ type SignatureError struct {
 	Found []Signature
 }
 
+// Error names the disk and every signature found on it.
 func (e *SignatureError) Error() string {
 	names := make([]string, len(e.Found))
 	for i, s := range e.Found {
