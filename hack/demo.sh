@@ -35,6 +35,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The real NBD clients come from Debian packages; install just those when they are missing
+# (make deps installs them too, with everything the tests need).
+if ! command -v nbdcopy >/dev/null || ! command -v nbdinfo >/dev/null || ! command -v qemu-io >/dev/null; then
+  if command -v apt-get >/dev/null; then
+    echo "demo: installing the NBD clients (libnbd-bin, qemu-utils)"
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends libnbd-bin qemu-utils >/dev/null
+  fi
+fi
 for tool in nbdcopy nbdinfo qemu-io go; do
   command -v "$tool" >/dev/null || fail "$tool not found (make deps installs libnbd-bin and qemu-utils)"
 done
