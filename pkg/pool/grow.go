@@ -17,6 +17,13 @@ type grower interface {
 	Grow(newSize int64) error
 }
 
+// resizer is what an extent member needs to grow in place under a running array (the
+// array keeps the member object it was given).
+type resizer interface {
+	// Resize sets the member's length; the range must stay inside its base.
+	Resize(length int64) error
+}
+
 // readdMember puts m back into slot; the engine copies only the regions its bitmap marks
 // when m's superblock is recent enough, everything otherwise.
 func (p *Pool) readdMember(v *volume, slot int, m raid10.Member) error {
@@ -30,6 +37,11 @@ func (p *Pool) readdMember(v *volume, slot int, m raid10.Member) error {
 // then the engine grows, then the labels record the new volume size.
 func (p *Pool) growLocked(v *volume, newSize, ext uint64) (VolumeInfo, error) {
 	g, ok := any(v.arr).(grower)
+	for _, r := range v.roles {
+		if _, rok := r.member.(resizer); !rok {
+			ok = false
+		}
+	}
 	if !ok {
 		return VolumeInfo{}, fmt.Errorf("%w: volume %q: there is room to grow in place, but the RAID10 engine cannot grow a running array yet",
 			ErrFailedPrecondition, v.name)
@@ -48,11 +60,10 @@ func (p *Pool) growLocked(v *volume, newSize, ext uint64) (VolumeInfo, error) {
 		if err := p.writeLabel(r.disk, setLen(ext, v.size)); err != nil {
 			return VolumeInfo{}, err
 		}
-		m, err := raid10.NewExtentMember(r.disk.base, int64(r.ext.Offset), int64(ext))
-		if err != nil {
-			return VolumeInfo{}, err
+		if err := r.member.(resizer).Resize(int64(ext)); err != nil {
+			return VolumeInfo{}, fmt.Errorf("pool: grow extent on %s: %w", r.disk.path, err)
 		}
-		r.ext.Length, r.member = ext, m
+		r.ext.Length = ext
 	}
 	if err := g.Grow(int64(newSize)); err != nil {
 		return VolumeInfo{}, fmt.Errorf("pool: grow volume %q: %w", v.name, err)

@@ -248,9 +248,9 @@ func TestExpand(t *testing.T) {
 	}
 	// b has room after it; growing then depends on the engine.
 	vi, err := p.ExpandVolume("b", 32<<20)
-	if _, ok := any(&volume{}).(grower); ok || err == nil {
-		if err != nil || vi.Size != 32<<20 {
-			t.Fatalf("expand with room: %+v %v", vi, err)
+	if err == nil { // the engine can grow
+		if vi.Size != 32<<20 || vi.Health != Healthy {
+			t.Fatalf("expand with room: %+v", vi)
 		}
 		return
 	}
