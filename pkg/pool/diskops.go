@@ -162,7 +162,14 @@ func (p *Pool) addNewDisk(dc DiskConfig) (*disk, error) {
 		_ = f.close()
 		return nil, err
 	}
-	p.disks = append(p.disks, d)
+	// A disk refused earlier under this path (since wiped by hand, say) is this one now.
+	kept := p.disks[:0]
+	for _, o := range p.disks {
+		if !(o.refused != nil && o.path == d.path) {
+			kept = append(kept, o)
+		}
+	}
+	p.disks = append(kept, d)
 	return d, nil
 }
 

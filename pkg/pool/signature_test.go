@@ -180,12 +180,35 @@ func TestForeignDiskRefusedUntouched(t *testing.T) {
 	if !errors.Is(err, ErrForeignSignature) || !errors.As(err, &se) || se.Disk != ext4 || se.Found[0].Offset != 1080 {
 		t.Fatalf("AddDisk of an ext4 disk: %v", err)
 	}
-	p.Close()
 	if hashFile(t, ext4) != before {
 		t.Fatal("the refused ext4 disk was modified")
 	}
 	if _, err := exec.LookPath("blkid"); err == nil && blkidType(ext4) != "ext4" {
 		t.Fatal("blkid no longer sees ext4")
+	}
+
+	// Wiped by hand (wipefs, or here: zeroes), then offered again: claimed, listed once.
+	poke(t, ext4, 0, make([]byte, 1<<20))
+	before = hashFile(t, ext4)
+	if d, err := p.AddDisk(DiskConfig{Path: ext4}); err != nil || d.Status != StatusActive {
+		t.Fatalf("AddDisk after a wipe: %+v %v", d, err)
+	}
+	n := 0
+	for _, d := range p.Disks() {
+		if d.Path == ext4 {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("disk listed %d times: %+v", n, p.Disks())
+	}
+	p.Close()
+	if err := os.Truncate(ext4, 0); err != nil { // start over for the wipe opt-in below
+		t.Fatal(err)
+	}
+	sparse(t, ext4, 64<<20)
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", ext4).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
 	}
 
 	// Explicit opt-in: wiped and claimed.
