@@ -401,7 +401,7 @@ func (a *Array) fixRead(p []byte, aoff, c int64, bad *slot, badRef *memberRef, b
 	}
 	if bad.ref.Load() == badRef && MemberState(bad.state.Load()) == MemberInSync {
 		if err := a.bm.startWrite(aoff / a.geo.region); err == nil {
-			if werr := a.memberWrite(bad, badRef, opWrite, p, badOff, 0, false); werr != nil {
+			if werr := a.memberWrite(bad, badRef, opWrite, p, badOff, int64(len(p)), false); werr != nil {
 				a.memberFailed(bad, badRef, "rewrite", werr)
 			}
 			a.bm.endWrite(aoff / a.geo.region)

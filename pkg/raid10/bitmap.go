@@ -309,15 +309,18 @@ func (b *bitmap) sweep() {
 			}
 		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.idle()
 	a.metaMu.Lock()
 	if a.eventsCleared != a.events {
 		a.eventsCleared = a.events
 		a.writeSuperblocksLocked(false, false)
 	}
 	a.metaMu.Unlock()
+	// Take the writer token like a group commit, so that first writes
+	// arriving meanwhile wait on the condition, not on the mutex, and no
+	// lock is held across the I/O.
+	b.mu.Lock()
+	b.idle()
+	b.writing = true
 	blocks := make(map[int64]bool)
 	for _, r := range cands {
 		if b.st[r].CompareAndSwap(bmOnDisk|bmCand, 0) {
@@ -325,11 +328,17 @@ func (b *bitmap) sweep() {
 			blocks[r/bmBitsPerBlock] = true
 		}
 	}
-	if len(blocks) > 0 {
-		if err := b.writeBlocks(blocks); err != nil {
+	bufs := b.marshal(blocks)
+	b.mu.Unlock()
+	if len(bufs) > 0 {
+		if err := b.writeMarshaled(bufs); err != nil {
 			klog.ErrorS(err, "raid10: clearing bitmap bits failed")
 		}
 	}
+	b.mu.Lock()
+	b.writing = false
+	b.cond.Broadcast() // a first write waiting meanwhile becomes the writer
+	b.mu.Unlock()
 }
 
 // clearAllIfClean clears every bit at Close when the array is in sync and
