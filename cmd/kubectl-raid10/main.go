@@ -53,6 +53,7 @@ Modes:
   (default)      cluster mode, through the Raid10Volume/Raid10Node resources (arrives with the CSI driver)
   --local        this node's pool directly: through the running node agent's admin socket,
                  or by opening the pool from --pool-config when no agent runs
+                 (also written as a leading "local" command: kubectl raid10 local status)
 
 Commands:
   status                         pool capacity, disks and volumes
@@ -99,6 +100,9 @@ func main() {
 		os.Exit(2)
 	}
 	args := fs.Args()
+	if len(args) > 0 && args[0] == "local" { // `kubectl raid10 local <command>` reads as --local
+		o.Local, args = true, args[1:]
+	}
 	if len(args) == 0 || args[0] == "help" {
 		fs.Usage()
 		return
