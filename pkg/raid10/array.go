@@ -88,7 +88,7 @@ const (
 	opZeroes
 )
 
-// wreq is the preallocated, pooled request that hands one copy of a write
+// wreq is the preallocated request that hands one copy of a write
 // to a worker, so both copies are written concurrently without a goroutine
 // or an allocation per request.
 type wreq struct {
@@ -101,6 +101,7 @@ type wreq struct {
 	fua    bool
 	err    error
 	done   chan struct{}
+	idx    uint32 // position in reqList
 }
 
 // Array is a RAID10 (near=2) array. Its I/O methods are safe for concurrent
@@ -122,7 +123,7 @@ type Array struct {
 	closed       atomic.Bool
 	handoffBelow int64 // in-flight count under which the copies go in parallel
 	work         chan *wreq
-	reqs         sync.Pool
+	reqs         *reqList
 
 	bm *bitmap
 
@@ -174,13 +175,13 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 	}
 	a.barrierCond = sync.NewCond(&a.barrierMu)
 	a.handoffBelow = int64(runtime.GOMAXPROCS(0))
-	a.reqs.New = func() any { return &wreq{done: make(chan struct{}, 1)} }
 	for i := range a.slots {
 		s := &slot{idx: i}
 		s.state.Store(int32(MemberMissing))
 		a.slots[i] = s
 	}
 	a.bm = newBitmap(a)
+	a.reqs = newReqList(cap(a.work))
 	return a
 }
 
@@ -479,22 +480,25 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 	sync0 := r0 != nil && MemberState(s0.state.Load()) == MemberInSync
 	sync1 := r1 != nil && MemberState(s1.state.Load()) == MemberInSync
 	var e0, e1 error
-	switch {
-	case r0 != nil && r1 != nil && s0.inflight.Load()+s1.inflight.Load() < a.handoffBelow &&
-		min(s0.wlat.Load(), s1.wlat.Load()) >= int64(handoffLatency):
+	var req *wreq
+	if r0 != nil && r1 != nil && s0.inflight.Load()+s1.inflight.Load() < a.handoffBelow &&
+		min(s0.wlat.Load(), s1.wlat.Load()) >= int64(handoffLatency) {
 		// Few requests in flight on members with device latency: write
 		// the copies in parallel, the second by a worker. With a queue
 		// already, the submitters themselves give the parallelism, and a
 		// write that completes in memory (tmpfs, page cache) costs less
 		// than the hand-off, so both are then written in turn.
-		req := a.reqs.Get().(*wreq)
+		req = a.reqs.pop()
+	}
+	switch {
+	case req != nil:
 		req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = s1, r1, op, p, o1, length, fua
 		a.work <- req
 		e0 = a.memberWrite(s0, r0, op, p, o0, length, fua)
 		<-req.done
 		e1 = req.err
 		req.s, req.ref, req.p, req.err = nil, nil, nil, nil
-		a.reqs.Put(req)
+		a.reqs.push(req)
 	case r0 != nil && r1 != nil:
 		e0 = a.memberWrite(s0, r0, op, p, o0, length, fua)
 		e1 = a.memberWrite(s1, r1, op, p, o1, length, fua)

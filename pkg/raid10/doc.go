@@ -35,9 +35,16 @@
 //     mutex to persist the bit.
 //   - member selection: atomic loads of the slot state and member pointer;
 //     in-flight counters are per member.
-//   - the second copy of a write is handed to a long-lived worker in a pooled
-//     request struct (sync.Pool) with a preallocated completion channel:
-//     no goroutine and no allocation per request.
+//   - writes: when few requests are in flight on members with device
+//     latency (moving average >= 20µs), the second copy is handed to a
+//     long-lived worker in a preallocated request (a lock-free, ABA-tagged
+//     free list; a preallocated completion channel) so both copies are
+//     written at once; otherwise (a queue exists already, or the members
+//     complete in memory) the submitter writes both in turn, which costs
+//     less than the hand-off. No goroutine and no allocation per request.
+//   - buffers: the caller's buffer goes to the members as is; a direct-I/O
+//     member bounces a buffer that is not 4 KiB aligned through per-size
+//     pools of aligned buffers (AlignedBuffer gives aligned ones).
 //
 // State changes (member failed, recovery done) take Array.metaMu and write
 // the superblocks; they never happen on the fast path of a healthy array.
