@@ -36,15 +36,19 @@
 //
 // # Transmission
 //
-// Each connection has one reader goroutine, a fixed set of workers and one writer goroutine.
-// The reader decodes a request into a preallocated slot (at most Options.MaxInflight slots
-// per connection: when all are busy the reader stops reading the socket, which is the
-// back-pressure), takes a buffer from the server-wide BufferPool (bounded by
-// Options.MemoryLimit: when it is exhausted the reader waits) and hands the slot to a
-// worker. Workers call the Backend and hand the slot to the writer, which writes the replies
-// in completion order (so out of order with respect to the requests, matched by handle) and
-// flushes the socket when no further reply is ready. Nothing is allocated per request once
-// the pool is warm.
+// Each connection has one reader goroutine and a fixed set of workers. The reader decodes a
+// request into a preallocated slot (at most Options.MaxInflight slots per connection: when
+// all are busy the reader stops reading the socket, which is the back-pressure) and takes a
+// buffer from the server-wide BufferPool (bounded by Options.MemoryLimit: when it is
+// exhausted the reader waits). Requests that are already buffered behind it go to the
+// workers; the last request of a burst is executed by the reader itself, which would only
+// wait for the socket meanwhile, so a request at queue depth 1 never changes goroutine.
+// Whoever executed a request writes its reply (out of order with respect to the requests,
+// matched by handle) under the connection's write lock; the last writer of a burst flushes,
+// so replies are batched into few writes without a reply ever waiting for a slow request.
+// Nothing is allocated per request once the pool is warm.
+//
+// A client has Options.NegotiationTimeout to finish the handshake.
 //
 // A failed request gets an error reply (EIO, ENOSPC, EINVAL, EPERM); the connection stays
 // up. Only a broken framing (bad request magic, a short read) closes the connection.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 )
 
 // maxOptionLength bounds the data of one option that is read into memory.
@@ -19,6 +20,25 @@ var errAborted = errors.New("nbd: client aborted negotiation")
 // negotiate runs the fixed-newstyle handshake on c until the client picks an export (c.exp
 // is set and nil is returned) or the negotiation ends.
 func (c *conn) negotiate() error {
+	if err := c.nc.SetDeadline(time.Now().Add(c.srv.opts.NegotiationTimeout)); err != nil {
+		return err
+	}
+	if err := c.options(); err != nil {
+		return err
+	}
+	// Clear the deadline, then look at draining: a drain that raced with the clearing is
+	// seen here, one that comes later sets its own deadline.
+	if err := c.nc.SetDeadline(time.Time{}); err != nil {
+		return err
+	}
+	if c.draining.Load() {
+		return errDrained
+	}
+	return nil
+}
+
+// options runs the handshake proper.
+func (c *conn) options() error {
 	// The reader is kept for the transmission phase: it may already hold a request.
 	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
 	br := c.br

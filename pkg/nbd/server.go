@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -32,6 +33,8 @@ const (
 	DefaultWorkers        = 16
 	DefaultMemoryLimit    = 128 << 20
 	DefaultBlockSize      = 4096
+
+	DefaultNegotiationTimeout = 30 * time.Second
 )
 
 // Export is one block device a Server offers under a name.
@@ -59,6 +62,8 @@ type Options struct {
 	MemoryLimit int64
 	// BlockSize is the preferred block size advertised (default 4096).
 	BlockSize int
+	// NegotiationTimeout bounds the handshake of a connection (default 30s).
+	NegotiationTimeout time.Duration
 	// MinBlockSize is the minimum block size advertised (default 1). A backend that only
 	// takes aligned I/O (the RAID10 engine: 4096) sets it so that clients align.
 	MinBlockSize int
@@ -83,6 +88,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.BlockSize <= 0 {
 		r.BlockSize = DefaultBlockSize
+	}
+	if r.NegotiationTimeout <= 0 {
+		r.NegotiationTimeout = DefaultNegotiationTimeout
 	}
 	if r.MinBlockSize <= 0 {
 		r.MinBlockSize = 1

@@ -371,3 +371,16 @@ func ioReadFull(c *rawClient, p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// TestNegotiationTimeout checks that a client that never finishes the handshake is dropped.
+func TestNegotiationTimeout(t *testing.T) {
+	_, sock := startServer(t, Options{NegotiationTimeout: 200 * time.Millisecond}, Export{Backend: newMemBackend(1 << 20)})
+	c := dialRaw(t, sock)
+	start := time.Now()
+	if _, err := c.br.ReadByte(); err == nil {
+		t.Fatal("server sent something unasked")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("dropped after %s", d)
+	}
+}
