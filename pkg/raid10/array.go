@@ -121,7 +121,8 @@ type Array struct {
 	syncWake       chan struct{} // a raiser waits here for pending to drain
 
 	closed       atomic.Bool
-	handoffBelow int64 // in-flight count under which the copies go in parallel
+	slowOps      atomic.Int32 // requests in a slow path outside any bucket
+	handoffBelow int64        // in-flight count under which the copies go in parallel
 	work         chan *wreq
 	reqs         *reqList
 
@@ -352,6 +353,10 @@ func (a *Array) readPiece(p []byte, aoff int64) error {
 		a.exit(bk)
 		return nil
 	}
+	// fixRead raises this bucket's barrier, so leave the bucket first; the
+	// slow-path counter keeps Close waiting for the fix.
+	a.slowOps.Add(1)
+	defer a.slowOps.Add(-1)
 	a.exit(bk)
 	return a.fixRead(p, aoff, c, s0, r0, o0, s1, o1, err)
 }
@@ -759,6 +764,9 @@ func (a *Array) Close() error {
 		for a.buckets[i].pending.Load() != 0 {
 			time.Sleep(100 * time.Microsecond)
 		}
+	}
+	for a.slowOps.Load() != 0 {
+		time.Sleep(100 * time.Microsecond)
 	}
 	close(a.stop)
 	a.bg.Wait()
