@@ -32,7 +32,8 @@
 //     queues).
 //   - bitmap: one atomic add on the region's state word at the start and one
 //     at the end. Only the first write into a clean region takes the bitmap
-//     mutex to persist the bit.
+//     mutex, briefly: bits are group-committed by one writer at a time,
+//     which holds no lock during the I/O; others wait on a condition.
 //   - member selection: atomic loads of the slot state and member pointer;
 //     in-flight counters are per member.
 //   - writes: when few requests are in flight on members with device
@@ -48,6 +49,12 @@
 //
 // State changes (member failed, recovery done) take Array.metaMu and write
 // the superblocks; they never happen on the fast path of a healthy array.
+// A failed member stays "failing" (still written to) until its failure is
+// durable in the other superblocks, so no write is acknowledged on one copy
+// while a crash could still bring the other, stale copy back as in sync.
+// The last in-sync copy of a chunk is never failed (as md): the array
+// reports Failed and I/O needing it errors, but the metadata stays
+// assemblable.
 //
 // # On-disk format
 //
