@@ -121,16 +121,25 @@ func healthOf(st raid10.Status) (Health, *Progress) {
 			prog.Percent = float64(st.Sync.Done) * 100 / float64(st.Sync.Total)
 		}
 	}
-	switch st.State {
-	case raid10.ArrayOptimal:
-		return Healthy, prog
-	case raid10.ArrayDegraded:
-		for _, m := range st.Members {
-			if m.State == raid10.MemberRecovering {
-				return Rebuilding, prog
-			}
+	if st.State != raid10.ArrayOptimal && st.State != raid10.ArrayDegraded {
+		return Failed, prog
+	}
+	// From the members, not st.State: the snapshot reads them after the state, and a
+	// recovery that ends in between would show "degraded" with every member in sync.
+	recovering, down := false, false
+	for _, m := range st.Members {
+		switch m.State {
+		case raid10.MemberRecovering:
+			recovering = true
+		case raid10.MemberFaulty, raid10.MemberMissing:
+			down = true
 		}
+	}
+	switch {
+	case recovering:
+		return Rebuilding, prog
+	case down:
 		return Degraded, prog
 	}
-	return Failed, prog
+	return Healthy, prog
 }
