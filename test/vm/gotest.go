@@ -134,7 +134,7 @@ func BuildGoTest(ctx context.Context, pkg string, flags ...string) (bin, dir str
 	list.Stderr = &stderr
 	out, err := list.Output()
 	if err != nil {
-		return "", "", cleanup, fmt.Errorf("go list %s: %v: %s", pkg, err, stderr.String())
+		return "", "", cleanup, fmt.Errorf("go list %s: %w: %s", pkg, err, stderr.String())
 	}
 	dir = strings.TrimSpace(string(out))
 	base := filepath.Join(CacheDir(), "bin")
@@ -146,7 +146,7 @@ func BuildGoTest(ctx context.Context, pkg string, flags ...string) (bin, dir str
 	if err != nil {
 		return "", "", cleanup, err
 	}
-	cleanup = func() { os.RemoveAll(tmp) }
+	cleanup = func() { _ = os.RemoveAll(tmp) }
 	bin = filepath.Join(tmp, filepath.Base(dir)+".test")
 	stderr.Reset()
 	build := exec.CommandContext(ctx, "go", append(append([]string{"test", "-c", "-o", bin}, flags...), pkg)...)
@@ -154,7 +154,7 @@ func BuildGoTest(ctx context.Context, pkg string, flags ...string) (bin, dir str
 	build.Stdout = &stderr
 	if err := build.Run(); err != nil {
 		cleanup()
-		return "", "", func() {}, fmt.Errorf("go test -c %s: %v: %s", pkg, err, stderr.String())
+		return "", "", func() {}, fmt.Errorf("go test -c %s: %w: %s", pkg, err, stderr.String())
 	}
 	if _, err := os.Stat(bin); err != nil {
 		cleanup()

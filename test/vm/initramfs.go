@@ -59,7 +59,7 @@ func findBusybox() (string, error) {
 				static = false
 			}
 		}
-		f.Close()
+		_ = f.Close()
 		if static {
 			return p, nil
 		}
@@ -107,7 +107,7 @@ func BuildInitramfs(ctx context.Context, k Kernel) (string, error) {
 
 	h := sha256.New()
 	for _, f := range files {
-		fmt.Fprintf(h, "%s %o %d\n", f.name, f.mode, len(f.data))
+		_, _ = fmt.Fprintf(h, "%s %o %d\n", f.name, f.mode, len(f.data))
 		h.Write(f.data)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))[:16]
@@ -153,7 +153,7 @@ func readModule(ctx context.Context, p string) ([]byte, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		zr, err := gzip.NewReader(f)
 		if err != nil {
 			return nil, "", fmt.Errorf("vm: %s: %w", p, err)
@@ -170,7 +170,7 @@ func readModule(ctx context.Context, p string) ([]byte, string, error) {
 		cmd.Stderr = &stderr
 		b, err := cmd.Output()
 		if err != nil {
-			return nil, "", fmt.Errorf("vm: %s -dc %s: %v: %s", tool, p, err, stderr.String())
+			return nil, "", fmt.Errorf("vm: %s -dc %s: %w: %s", tool, p, err, stderr.String())
 		}
 		return b, strings.TrimSuffix(base, ext), nil
 	}

@@ -65,7 +65,7 @@ func (k Kernel) check() error {
 	if err != nil {
 		return err
 	}
-	f.Close()
+	_ = f.Close()
 	if _, err := os.Stat(filepath.Join(k.ModulesDir, "modules.dep")); err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func moduleDeps(ctx context.Context, kver string, mods ...string) ([]string, err
 		cmd.Stderr = &stderr
 		b, err := cmd.Output()
 		if err != nil {
-			return nil, fmt.Errorf("vm: modprobe -S %s --show-depends %s: %v: %s", kver, m, err, strings.TrimSpace(stderr.String()))
+			return nil, fmt.Errorf("vm: modprobe -S %s --show-depends %s: %w: %s", kver, m, err, strings.TrimSpace(stderr.String()))
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {
@@ -195,7 +195,7 @@ func hasPVHNote(raw []byte) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_NOTE {
 			continue
@@ -231,9 +231,9 @@ func writeFileAtomic(p string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // fails once renamed: fine
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return err
 	}
 	if err := tmp.Close(); err != nil {

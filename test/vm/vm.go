@@ -142,7 +142,7 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 			return nil, err
 		}
 		if !o.KeepRunDir {
-			defer os.RemoveAll(runDir)
+			defer func() { _ = os.RemoveAll(runDir) }()
 		}
 	} else if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return nil, err
@@ -151,7 +151,7 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		return nil, err
 	}
 	for _, f := range []string{"output", "exit", "exit.tmp", "timedout", "console.log"} {
-		os.Remove(filepath.Join(runDir, f))
+		_ = os.Remove(filepath.Join(runDir, f)) // leftovers of a reused RunDir
 	}
 	if err := writeRunFiles(runDir, o, script); err != nil {
 		return nil, err
@@ -190,12 +190,13 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer consoleFile.Close()
+	defer func() { _ = consoleFile.Close() }()
 	console := &syncBuffer{marker: []byte("] ready\n")}
-	var cw io.Writer = io.MultiWriter(console, consoleFile)
+	sinks := []io.Writer{console, consoleFile}
 	if o.Console != nil {
-		cw = io.MultiWriter(console, consoleFile, o.Console)
+		sinks = append(sinks, o.Console)
 	}
+	cw := io.MultiWriter(sinks...)
 	cmd.Stdout = cw
 	cmd.Stderr = cw
 
@@ -229,8 +230,8 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 			select {
 			case <-stopTail:
 			case <-time.After(30 * time.Second):
-				fmt.Fprintf(console, "\nraid10-vm(host): guest did not power off 30 s after reporting its exit status; killing qemu\n")
-				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				_, _ = fmt.Fprintf(console, "\nraid10-vm(host): guest did not power off 30 s after reporting its exit status; killing qemu\n")
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			}
 			return
 		}
@@ -259,7 +260,10 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		case readErr == nil:
 			return res, fmt.Errorf("%w: bad exit file %q", ErrNoExitStatus, b)
 		}
-		return res, fmt.Errorf("%w (qemu: %v); console tail:\n%s", ErrNoExitStatus, waitErr, res.ConsoleTail(40))
+		if waitErr == nil {
+			waitErr = errors.New("exited with status 0")
+		}
+		return res, fmt.Errorf("%w (qemu: %w); console tail:\n%s", ErrNoExitStatus, waitErr, res.ConsoleTail(40))
 	}
 	res.ExitCode = code
 	if _, err := os.Stat(filepath.Join(runDir, "timedout")); err == nil {
@@ -290,7 +294,7 @@ func removeStale(dir, pattern string, age time.Duration) {
 	old, _ := filepath.Glob(filepath.Join(dir, pattern))
 	for _, p := range old {
 		if st, err := os.Stat(p); err == nil && time.Since(st.ModTime()) > age {
-			os.RemoveAll(p)
+			_ = os.RemoveAll(p)
 		}
 	}
 }
@@ -319,8 +323,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Dir, err = filepath.Abs(o.Dir); err != nil {
 		return o, err
 	}
-	if st, err := os.Stat(o.Dir); err != nil || !st.IsDir() {
-		return o, fmt.Errorf("vm: Dir %s is not a directory (%v)", o.Dir, err)
+	if st, err := os.Stat(o.Dir); err != nil {
+		return o, fmt.Errorf("vm: Dir: %w", err)
+	} else if !st.IsDir() {
+		return o, fmt.Errorf("vm: Dir %s is not a directory", o.Dir)
 	}
 	for i, w := range o.Writable {
 		if o.Writable[i], err = filepath.Abs(w); err != nil {
@@ -461,7 +467,7 @@ func followFile(p string, w io.Writer, stop <-chan struct{}) []byte {
 	var f *os.File
 	defer func() {
 		if f != nil {
-			f.Close()
+			_ = f.Close()
 		}
 	}()
 	buf := make([]byte, 64<<10)
@@ -477,7 +483,7 @@ func followFile(p string, w io.Writer, stop <-chan struct{}) []byte {
 			if n > 0 {
 				all.Write(buf[:n])
 				if w != nil {
-					w.Write(buf[:n])
+					_, _ = w.Write(buf[:n]) // a failing reader must not stop the capture
 				}
 			}
 			if err != nil || n == 0 {

@@ -157,3 +157,19 @@ func TestInGuestHang(t *testing.T) {
 	}
 	time.Sleep(time.Hour) // not select{}: the runtime would report a deadlock
 }
+
+// TestRunGuestPanicReported: a kernel panic in the guest ends QEMU (panic=-1,
+// -no-reboot) and is reported as ErrNoExitStatus with the panic in the console tail.
+func TestRunGuestPanicReported(t *testing.T) {
+	vm.Require(t)
+	t.Parallel()
+	res, err := vm.Run(context.Background(), vm.Options{Timeout: 3 * time.Minute, CPUs: 1, Modules: []string{}},
+		"echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger; sleep 60")
+	if !errors.Is(err, vm.ErrNoExitStatus) {
+		t.Fatalf("err = %v, want ErrNoExitStatus", err)
+	}
+	if !strings.Contains(err.Error(), "Kernel panic") {
+		t.Errorf("error lacks the panic from the console:\n%v", err)
+	}
+	t.Logf("panicked guest reported after %s", res.Duration.Round(time.Millisecond))
+}

@@ -29,7 +29,11 @@ type envFlag []string
 func (e *envFlag) String() string     { return strings.Join(*e, ",") }
 func (e *envFlag) Set(s string) error { *e = append(*e, s); return nil }
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run returns the exit status: the guest command's, 125 when the VM failed, 2
+// for bad usage. (A function, so that its defers run before os.Exit.)
+func run() int {
 	var (
 		opts     vm.Options
 		env      envFlag
@@ -67,7 +71,8 @@ func main() {
 		bin, dir, cleanup, err := vm.BuildGoTest(ctx, gotest, strings.Fields(buildFlags)...)
 		if err != nil {
 			klog.ErrorS(err, "build test binary", "package", gotest)
-			klog.FlushAndExit(klog.ExitFlushTimeout, 125)
+			klog.Flush()
+			return 125
 		}
 		defer cleanup()
 		if opts.Dir == "" {
@@ -76,7 +81,7 @@ func main() {
 		script = "exec " + vm.ShellJoin(append([]string{bin}, flag.Args()...)...)
 	case flag.NArg() == 0:
 		flag.Usage()
-		os.Exit(2)
+		return 2
 	case flag.NArg() == 1:
 		script = flag.Arg(0)
 	default:
@@ -95,7 +100,8 @@ func main() {
 		m, v, ok := strings.Cut(p, "=")
 		if !ok {
 			klog.ErrorS(nil, "bad -param, want module=params", "param", p)
-			klog.FlushAndExit(klog.ExitFlushTimeout, 2)
+			klog.Flush()
+			return 2
 		}
 		opts.ModuleParams[m] = v
 	}
@@ -110,10 +116,10 @@ func main() {
 			fmt.Fprint(os.Stderr, res.ConsoleTail(40))
 		}
 		klog.ErrorS(err, "vm run failed")
-		klog.FlushAndExit(klog.ExitFlushTimeout, 125)
+		klog.Flush()
+		return 125
 	}
 	fmt.Fprintf(os.Stderr, "vmrun: kernel %s, exit status %d, boot %s, total %s\n", res.Kernel.Version, res.ExitCode,
 		res.Boot.Round(time.Millisecond), res.Duration.Round(time.Millisecond))
-	stop()
-	os.Exit(res.ExitCode)
+	return res.ExitCode
 }
