@@ -196,7 +196,7 @@ func (c *conn) execute(r *request) {
 			return
 		}
 		n, err := x.Backend.ReadAt(r.buf, int64(r.off))
-		if err != nil && !(errors.Is(err, io.EOF) && n == len(r.buf)) {
+		if err != nil && (!errors.Is(err, io.EOF) || n != len(r.buf)) {
 			r.errno = errnoOf(err)
 		}
 	case CmdWrite:
@@ -293,7 +293,7 @@ func (c *conn) reply(r *request) {
 			c.werr = c.bw.Flush()
 		}
 		if c.werr != nil {
-			c.nc.Close()
+			_ = c.nc.Close()
 		}
 	}
 	c.wmu.Unlock()

@@ -32,13 +32,13 @@ func OpenFileBackend(path string, size int64) (*FileBackend, error) {
 	}
 	if size > 0 {
 		if err := f.Truncate(size); err != nil {
-			f.Close()
+			_ = f.Close()
 			return nil, fmt.Errorf("nbd: size backend file: %w", err)
 		}
 	}
 	end, err := f.Seek(0, 2)
 	if err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, fmt.Errorf("nbd: size of backend file: %w", err)
 	}
 	return &FileBackend{f: f, size: end}, nil

@@ -17,6 +17,7 @@ const (
 // HandshakeFlags are the server's handshake flags; the client echoes the ones it uses.
 type HandshakeFlags uint16
 
+// Handshake flags.
 const (
 	FlagFixedNewstyle HandshakeFlags = HandshakeFlags(protocol.NEGOTIATION_HANDSHAKE_FLAG_FIXED_NEWSTYLE)
 	FlagNoZeroes      HandshakeFlags = 1 << 1
@@ -25,6 +26,7 @@ const (
 // OptionID identifies a negotiation option.
 type OptionID uint32
 
+// Options of the negotiation phase.
 const (
 	OptExportName      OptionID = 1
 	OptAbort           OptionID = OptionID(protocol.NEGOTIATION_ID_OPTION_ABORT)
@@ -41,6 +43,7 @@ const (
 // ReplyType is the type of an option reply. Error types have bit 31 set.
 type ReplyType uint32
 
+// Option reply types.
 const (
 	RepAck             ReplyType = ReplyType(protocol.NEGOTIATION_TYPE_REPLY_ACK)
 	RepServer          ReplyType = ReplyType(protocol.NEGOTIATION_TYPE_REPLY_SERVER)
@@ -59,6 +62,7 @@ const (
 // InfoType is the type of an NBD_REP_INFO payload.
 type InfoType uint16
 
+// Information types of NBD_REP_INFO.
 const (
 	InfoExport      InfoType = InfoType(protocol.NEGOTIATION_TYPE_INFO_EXPORT)
 	InfoName        InfoType = InfoType(protocol.NEGOTIATION_TYPE_INFO_NAME)
@@ -70,6 +74,7 @@ const (
 // NBD_ATTR_SERVER_FLAGS).
 type TransmissionFlags uint16
 
+// Transmission flags.
 const (
 	FlagHasFlags        TransmissionFlags = TransmissionFlags(protocol.NEGOTIATION_REPLY_FLAGS_HAS_FLAGS)
 	FlagReadOnly        TransmissionFlags = 1 << 1
@@ -88,6 +93,7 @@ const (
 // Command is a transmission request type.
 type Command uint16
 
+// Transmission commands.
 const (
 	CmdRead        Command = Command(protocol.TRANSMISSION_TYPE_REQUEST_READ)
 	CmdWrite       Command = Command(protocol.TRANSMISSION_TYPE_REQUEST_WRITE)
@@ -103,6 +109,7 @@ const (
 // CommandFlags modify a transmission request.
 type CommandFlags uint16
 
+// Command flags.
 const (
 	CmdFlagFUA      CommandFlags = 1 << 0
 	CmdFlagNoHole   CommandFlags = 1 << 1
@@ -114,6 +121,7 @@ const (
 // Errno is the error field of a reply: a Linux errno value, as the protocol fixes them.
 type Errno uint32
 
+// Error codes of replies.
 const (
 	ErrnoNone     Errno = 0
 	ErrnoPerm     Errno = Errno(protocol.TRANSMISSION_ERROR_EPERM)

@@ -196,7 +196,7 @@ func Listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("nbd: listen: %w", err)
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
+		_ = ln.Close()
 		return nil, fmt.Errorf("nbd: chmod socket: %w", err)
 	}
 	ln.SetUnlinkOnClose(true)
@@ -258,7 +258,7 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) ServeAttached(nc net.Conn, exportName string) error {
 	x, ok := s.exports[exportName]
 	if !ok {
-		nc.Close()
+		_ = nc.Close()
 		return fmt.Errorf("%w: %q", ErrUnknownExport, exportName)
 	}
 	c := s.newConn(nc)
@@ -274,7 +274,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		nc.Close()
+		_ = nc.Close()
 		return nil
 	}
 	c := &conn{srv: s, nc: nc}
@@ -284,7 +284,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 }
 
 func (s *Server) release(c *conn) {
-	c.nc.Close()
+	_ = c.nc.Close()
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
@@ -298,7 +298,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	for ln := range s.listeners {
-		ln.Close()
+		_ = ln.Close()
 	}
 	for c := range s.conns {
 		c.drain()
@@ -310,7 +310,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		s.Close()
+		_ = s.Close()
 		<-done
 		return ctx.Err()
 	}
@@ -321,10 +321,10 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closing = true
 	for ln := range s.listeners {
-		ln.Close()
+		_ = ln.Close()
 	}
 	for c := range s.conns {
-		c.nc.Close()
+		_ = c.nc.Close()
 	}
 	s.mu.Unlock()
 	s.pool.Close()

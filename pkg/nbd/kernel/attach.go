@@ -157,14 +157,14 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 	kernels := make([]*os.File, 0, a.opts.Connections)
 	defer func() {
 		for _, k := range kernels {
-			k.Close()
+			_ = k.Close()
 		}
 	}()
 	for i := 0; i < a.opts.Connections; i++ {
 		s, k, err := socketPair()
 		if err != nil {
 			for _, s := range servers {
-				s.Close()
+				_ = s.Close()
 			}
 			return nil, err
 		}
@@ -176,7 +176,7 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 	idx, err := a.nl.Connect(-1, cfg)
 	if err != nil {
 		for _, s := range servers {
-			s.Close()
+			_ = s.Close()
 		}
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 	if err := a.state.Put(volumeID, Record{Index: idx, BackendID: d.cfg.BackendID, Export: export}); err != nil {
 		_ = a.nl.Disconnect(idx)
 		for _, s := range servers {
-			s.Close()
+			_ = s.Close()
 		}
 		return nil, err
 	}
@@ -233,9 +233,9 @@ func (d *Device) keepServed(conn net.Conn) {
 				cfg := d.cfg
 				cfg.Sockets = []*os.File{k}
 				err = d.a.nl.Reconfigure(d.Index, cfg)
-				k.Close()
+				_ = k.Close()
 				if err != nil {
-					s.Close()
+					_ = s.Close()
 				} else {
 					conn = s
 					d.reconnects.Add(1)
@@ -325,9 +325,9 @@ func socketPair() (net.Conn, *os.File, error) {
 	}
 	sf := os.NewFile(uintptr(fds[0]), "nbd-server")
 	c, err := net.FileConn(sf)
-	sf.Close()
+	_ = sf.Close()
 	if err != nil {
-		unix.Close(fds[1])
+		_ = unix.Close(fds[1])
 		return nil, nil, fmt.Errorf("kernel: socketpair: %w", err)
 	}
 	return c, os.NewFile(uintptr(fds[1]), "nbd-kernel"), nil

@@ -20,6 +20,7 @@ const (
 // Command is an nbd generic netlink command.
 type Command uint8
 
+// Commands of the nbd family.
 const (
 	CmdConnect     Command = 1
 	CmdDisconnect  Command = 2
@@ -92,7 +93,7 @@ func Dial() (*Netlink, error) {
 	}
 	f, err := c.GetFamily(familyName)
 	if err != nil {
-		c.Close()
+		_ = c.Close()
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, ErrNoNBD
 		}

@@ -127,13 +127,13 @@ func writeFileAtomic(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("kernel: write state: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename this finds nothing
+	defer func() { _ = os.Remove(tmp.Name()) }() // after a successful rename this finds nothing
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("kernel: write state: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("kernel: sync state: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
@@ -146,7 +146,7 @@ func writeFileAtomic(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("kernel: sync state directory: %w", err)
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("kernel: sync state directory: %w", err)
 	}
