@@ -45,6 +45,7 @@ func (p *Pool) failDiskLocked(d *disk, reason string) {
 		klog.ErrorS(err, "Recording the failed disk")
 	}
 	klog.InfoS("Disk marked failed", "disk", d.path, "diskUUID", d.uuid, "reason", reason)
+	p.emit(Event{Kind: EventDiskFailed, Disk: d.uuid.String(), DiskPath: d.path, Message: reason})
 	if !wasSpare {
 		p.useSpare(d)
 	}
@@ -255,6 +256,8 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 	}
 	target.state = DiskActive
 	old.state = DiskRemoved
+	p.emit(Event{Kind: EventDiskReplaced, Disk: old.uuid.String(), DiskPath: old.path,
+		Message: "volumes rebuild onto disk " + target.uuid.String() + " (" + target.path + ")"})
 	return p.writeTable(true)
 }
 

@@ -37,5 +37,9 @@
 // progress in VolumeInfo.Sync. A missing disk that returns (AddDisk, or the next Open) is
 // re-added and resyncs only the regions its absence left dirty (the engine's bitmap).
 //
+// Events (disk failed, disk replaced, volume health changes) arrive on Pool.Events within
+// a monitor tick; Pool.Status is the full snapshot. Pool.Check proves the labels and the
+// arrays consistent (tests end every fault scenario with it).
+//
 // Errors wrap the sentinels in errors.go; callers map them once, with errors.Is.
 package pool

@@ -31,6 +31,9 @@ type Pool struct {
 	closed  bool
 	stop    chan struct{}
 	done    chan struct{}
+	events     chan Event
+	lastHealth map[UUID]Health // monitor: health last reported per volume
+
 	// failpoint, set by tests, is called at every durability ordering point; an error makes
 	// the operation stop there as if the process had died.
 	failpoint func(name string) error
@@ -74,6 +77,9 @@ func Open(cfg Config) (*Pool, error) {
 		byName:  map[string]*volume{},
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
+
+		events:     make(chan Event, eventBuffer),
+		lastHealth: map[UUID]Health{},
 	}
 	var want UUID
 	if cfg.PoolUUID != "" {
@@ -484,6 +490,7 @@ func (p *Pool) monitor() {
 				}
 			}
 		}
+		p.observeHealth()
 		p.mu.Unlock()
 	}
 }
