@@ -21,16 +21,16 @@ const minDataArea = 16 << 20
 type Pool struct {
 	cfg Config
 
-	mu      sync.Mutex // guards everything below and serialises label updates
-	uuid    UUID
-	name    string
-	epoch   uint64 // pool epoch: raised on every change of the disk table
-	disks   []*disk
-	volumes map[UUID]*volume
-	byName  map[string]*volume
-	closed  bool
-	stop    chan struct{}
-	done    chan struct{}
+	mu         sync.Mutex // guards everything below and serialises label updates
+	uuid       UUID
+	name       string
+	epoch      uint64 // pool epoch: raised on every change of the disk table
+	disks      []*disk
+	volumes    map[UUID]*volume
+	byName     map[string]*volume
+	closed     bool
+	stop       chan struct{}
+	done       chan struct{}
 	events     chan Event
 	lastHealth map[UUID]Health // monitor: health last reported per volume
 
