@@ -535,7 +535,12 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 
 func (a *Array) memberWrite(s *slot, r *memberRef, op opKind, p []byte, off, length int64, fua bool) error {
 	s.inflight.Add(1)
-	t0 := time.Now()
+	// Sample the latency of one write in 16 for the hand-off decision.
+	var t0 time.Time
+	sample := op == opWrite && !fua && s.writeOps.Load()&15 == 0
+	if sample {
+		t0 = time.Now()
+	}
 	var err error
 	switch op {
 	case opWrite:
@@ -553,7 +558,8 @@ func (a *Array) memberWrite(s *slot, r *memberRef, op opKind, p []byte, off, len
 		err = r.m.Flush()
 	}
 	s.inflight.Add(-1)
-	if lat := int64(time.Since(t0)); op == opWrite && !fua {
+	if sample {
+		lat := int64(time.Since(t0))
 		old := s.wlat.Load()
 		s.wlat.Store(old + (lat-old)/8) // racy EWMA: a hint, lost updates are fine
 	}
