@@ -193,3 +193,21 @@ func TestHasPVHNote(t *testing.T) {
 		t.Errorf("%s: extracted vmlinux lacks the PVH note", p)
 	}
 }
+
+func TestConsoleTailKeepsPanicLine(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("boot\nKernel panic - not syncing: sysrq triggered crash\n")
+	for i := 0; i < 100; i++ {
+		b.WriteString(" trace line\n")
+	}
+	b.WriteString("Kernel Offset: disabled\n")
+	r := &Result{ConsoleLog: b.String()}
+	got := r.ConsoleTail(5)
+	if !strings.HasPrefix(got, "Kernel panic - not syncing") || !strings.HasSuffix(got, "Kernel Offset: disabled") ||
+		strings.Count(got, "\n") != 6 {
+		t.Errorf("ConsoleTail(5) = %q", got)
+	}
+	if got := (&Result{ConsoleLog: "a\nb\n"}).ConsoleTail(5); got != "a\nb" {
+		t.Errorf("short log: %q", got)
+	}
+}

@@ -105,8 +105,28 @@ type Result struct {
 	RunDir string
 }
 
-// ConsoleTail returns the last n lines of the console log.
-func (r *Result) ConsoleTail(n int) string { return tailLines(r.ConsoleLog, n) }
+// ConsoleTail returns the last n lines of the console log, preceded by the
+// earlier lines that tell what went wrong (kernel panic, BUG, Oops, WARNING, hung
+// task, init FATAL), which a long stack trace would otherwise push out of the tail.
+func (r *Result) ConsoleTail(n int) string {
+	lines := strings.Split(strings.TrimRight(r.ConsoleLog, "\n"), "\n")
+	if len(lines) <= n {
+		return strings.Join(lines, "\n")
+	}
+	var notable []string
+	for _, l := range lines[:len(lines)-n] {
+		if consoleNotable.MatchString(l) && len(notable) < 10 {
+			notable = append(notable, l)
+		}
+	}
+	tail := strings.Join(lines[len(lines)-n:], "\n")
+	if len(notable) == 0 {
+		return tail
+	}
+	return strings.Join(notable, "\n") + "\n[...]\n" + tail
+}
+
+var consoleNotable = regexp.MustCompile(`Kernel panic|BUG:|Oops|WARNING:|blocked for more than|raid10-vm: FATAL|raid10-vm\(host\)`)
 
 // Run boots the guest, runs script with /bin/sh inside the chroot of the host root,
 // and powers off. It returns an error (wrapping ErrTimeout or ErrNoExitStatus, with
