@@ -284,7 +284,8 @@ func (p *Pool) rewriteMap(v *volume) error {
 }
 
 // AddDisk offers a disk to the running pool. A blank disk (or one whose configuration opts
-// in to wiping) is claimed, as a hot spare when dc.Spare; if volumes are degraded by a
+// in to wiping, including a replaced disk of this pool) is claimed, as a hot spare when
+// dc.Spare; if volumes are degraded by a
 // failed disk, a new spare takes over at once. A disk of this pool that was missing comes
 // back: its volumes re-add it and resync only what changed while it was away (the
 // engine's write-intent bitmap).
@@ -295,7 +296,21 @@ func (p *Pool) AddDisk(dc DiskConfig) (DiskInfo, error) {
 		return DiskInfo{}, ErrClosed
 	}
 	if d, err := p.findDisk(dc.Path); err == nil && d.present {
-		return p.diskInfo(d), nil
+		if d.state != DiskRemoved || !dc.Wipe {
+			return p.diskInfo(d), nil
+		}
+		// A replaced disk offered again with wipe: forget it and claim it as a new disk.
+		if d.base != nil {
+			_ = d.base.Close()
+		}
+		_ = d.file.close()
+		kept := p.disks[:0]
+		for _, o := range p.disks {
+			if o != d {
+				kept = append(kept, o)
+			}
+		}
+		p.disks = kept
 	}
 	f, err := openDisk(dc.Path)
 	if err != nil {

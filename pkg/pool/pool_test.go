@@ -259,6 +259,16 @@ func TestFailReplaceAndSpare(t *testing.T) {
 	if err := p.Check(); err != nil {
 		t.Fatal(err)
 	}
+	// A replaced disk is reused only when wiped: then it comes back as a new spare.
+	if d, err := p.AddDisk(DiskConfig{Path: paths[1]}); err != nil || d.Status != StatusRemoved {
+		t.Fatalf("re-offering a replaced disk: %+v %v", d, err)
+	}
+	if d, err := p.AddDisk(DiskConfig{Path: paths[1], Wipe: true, Spare: true}); err != nil || d.Status != StatusSpare || d.Extents != 0 {
+		t.Fatalf("re-offering a replaced disk with wipe: %+v %v", d, err)
+	}
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
 	p.Close()
 
 	// After a restart the replaced disks stay out and the volume is healthy on its new ones.
