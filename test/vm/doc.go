@@ -78,7 +78,10 @@
 //     the context ends) the whole group gets SIGKILL and Run returns ErrTimeout with
 //     the console tail. QEMU exiting without an exit file (kernel panic; init's
 //     FATAL lines; panic=-1 + -no-reboot make a panic end QEMU) is ErrNoExitStatus,
-//     with the console tail. PR_SET_PDEATHSIG kills QEMU if the test process dies.
+//     with the console tail; the tail keeps the "Kernel panic", BUG, Oops, WARNING
+//     and FATAL lines that a long stack trace would push out of it. A guest that
+//     reported its status but does not power off within 30 s is killed, and the
+//     run still counts. PR_SET_PDEATHSIG kills QEMU if the test process dies.
 //
 // # Pitfalls found
 //
@@ -113,8 +116,11 @@
 //
 //   - initramfs build: 0.5 s cold (3 MB, uncompressed), 0.14 s to find it cached;
 //     vmlinux extraction: about 3 s, once per kernel.
-//   - boot to "ready" (modules loaded, shares mounted): 9-17 s wall with the
-//     vmlinux+qboot path (was 20-25 s with the bzImage and SeaBIOS).
+//   - boot to "ready" (modules loaded, shares mounted): 9-24 s wall with the
+//     vmlinux+qboot path, depending on load (was 20-25 s with the bzImage and
+//     SeaBIOS at the same load); a trivial command end to end 10-20 s.
+//   - the whole package (7 boots, 3-4 of them in parallel): 90-150 s.
+//   - test binaries built with -race run in the guest (the host's libc is there).
 //   - smoke test (one boot, NBD and raid10 steps): about 40 s wall; each guest step
 //     (attach, mkfs.ext4, mount/write/umount, detach, read back, mdadm create,
 //     8 MiB write/read, degraded read) 0.5-4 s of guest time.
