@@ -71,7 +71,9 @@ func TestCreateWriteReadAssemble(t *testing.T) {
 	for _, n := range []int{2, 3, 4, 5} {
 		t.Run(string(rune('0'+n)), func(t *testing.T) {
 			ms := fileMembers(t, n, 8<<20)
-			a, err := Create(ms, CreateOptions{Options: testOpts(), ChunkSize: testChunk, RegionSize: testChunk * 4, AssumeClean: true})
+			opts := testOpts()
+			opts.BitmapClearDelay = time.Minute // real files: no fdatasync churn
+			a, err := Create(ms, CreateOptions{Options: opts, ChunkSize: testChunk, AssumeClean: true})
 			if err != nil {
 				t.Fatal(err)
 			}
