@@ -1,0 +1,72 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
+)
+
+// Check is a readiness check: nil when ready, else an error saying what is missing.
+type Check func() error
+
+// Handler serves
+//
+//	/metrics  what g gathers, in the Prometheus exposition formats
+//	/healthz  200 "ok" while the process serves HTTP (liveness)
+//	/readyz   200 "ok" when every check passes, else 503 with the first failure
+func Handler(g prometheus.Gatherer, ready ...Check) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		for _, c := range ready {
+			if err := c(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Serve listens on addr and serves Handler(g, ready...) until ctx is done, then shuts
+// down gracefully. It returns nil after a shutdown through ctx.
+func Serve(ctx context.Context, addr string, g prometheus.Gatherer, ready ...Check) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	return ServeListener(ctx, l, g, ready...)
+}
+
+// ServeListener is Serve on a listener the caller opened (tests use 127.0.0.1:0).
+func ServeListener(ctx context.Context, l net.Listener, g prometheus.Gatherer, ready ...Check) error {
+	srv := &http.Server{Handler: Handler(g, ready...), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			klog.ErrorS(err, "Metrics server shutdown")
+		}
+	}()
+	klog.InfoS("Serving metrics and health", "address", l.Addr().String())
+	err := srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		<-done
+		return nil
+	}
+	return fmt.Errorf("metrics: serve: %w", err)
+}
