@@ -34,6 +34,10 @@ unit: ## Run only the fast host tests (no VM, no kube-apiserver).
 e2e: deps ## Run the end-to-end tests: the QEMU VM (kernel nbd/md) and the real kube-apiserver.
 	source hack/tool-env.sh && $(GO) test -count=1 -timeout 60m -v ./test/...
 
+.PHONY: vm
+vm: ## Run CMD in the QEMU test VM (kernel nbd/md): make vm CMD='cat /proc/mdstat'
+	$(GO) run ./test/vm/cmd/vmrun -- '$(CMD)'
+
 .PHONY: bench
 bench: ## Run the benchmarks (ratios against a reference measured in the same run).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

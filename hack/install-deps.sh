@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 DEB_PACKAGES=(
   # VM harness: a real kernel with nbd, md raid10, brd, null_blk.
-  qemu-system-x86 linux-image-amd64 busybox-static cpio kmod
+  qemu-system-x86 linux-image-amd64 busybox-static cpio kmod xz-utils zstd
   # Real NBD clients and the reference server.
   libnbd-bin qemu-utils fio nbdkit nbd-client
   # Filesystems and block tools used by the node plugin and the tests.
