@@ -15,8 +15,9 @@ import (
 // caches, pulls the plug at a random moment (members vanish one by one, then
 // every unsynced block is dropped or, at random, kept), reassembles, waits
 // for the bitmap resync and checks that every block acknowledged before the
-// writer's last completed flush holds that data, that every other block holds
-// one of the values written to it, and that the copies agree.
+// writer's last completed flush (or acknowledged as a FUA write) holds that
+// data, that every other block holds one of the values written to it, and
+// that the copies agree.
 func TestCrash(t *testing.T) {
 	seed := testSeed(t)
 	t.Logf("seed %d (replay with RAID10_SEED=%d)", seed, seed)
@@ -80,14 +81,18 @@ func crashRound(t *testing.T, seed uint64) {
 					// once Flush returns.
 					snap := make([][]byte, len(touched))
 					for i, b := range touched {
-						snap[i] = hist[b].since[len(hist[b].since)-1]
+						if n := len(hist[b].since); n > 0 {
+							snap[i] = hist[b].since[n-1]
+						}
 					}
 					if err := a.Flush(); err != nil {
 						return
 					}
 					for i, b := range touched {
-						hist[b].durable = snap[i]
-						hist[b].since = hist[b].since[:0]
+						if snap[i] != nil {
+							hist[b].durable = snap[i]
+							hist[b].since = hist[b].since[:0]
+						}
 					}
 					touched = touched[:0]
 					continue
@@ -98,6 +103,17 @@ func crashRound(t *testing.T, seed uint64) {
 				fillRand(wrng, p)
 				for i := int64(0); i < l; i++ { // may be written (or not) before the ack
 					hist[b+i].since = append(hist[b+i].since, p[i*BlockSize:(i+1)*BlockSize])
+				}
+				if wrng.IntN(5) == 0 {
+					// A FUA write is durable when acknowledged.
+					if _, err := a.WriteAtFUA(p, b*BlockSize); err != nil {
+						return
+					}
+					for i := int64(0); i < l; i++ {
+						hist[b+i].durable = p[i*BlockSize : (i+1)*BlockSize]
+						hist[b+i].since = hist[b+i].since[:0]
+					}
+					continue
 				}
 				if _, err := a.WriteAt(p, b*BlockSize); err != nil {
 					return
