@@ -81,7 +81,7 @@ build_go_tool() {
   ((${#pkgs[@]})) || return 0
 
   local dir=$WORK/$key start=$SECONDS
-  mkdir -p "$dir/bin"
+  mkdir -p "$dir"
   log "$key: building ${bins[*]} from $module@$version"
   (
     cd "$dir"
@@ -89,19 +89,19 @@ build_go_tool() {
     go mod edit -require="$module@$version"
     if [[ -n ${PREPARE:-} ]]; then "$PREPARE" "$dir"; fi
     go get "${pkgs[@]/%/@$version}" >get.log 2>&1 || { cat get.log >&2; exit 1; }
-    go build -ldflags="-s -w ${LDFLAGS:-}" -o bin/ "${pkgs[@]}"
   )
-  local i pkg_bin
+  log "$key: module ready in $((SECONDS - start))s"
+  # One binary at a time, so the first is usable early and each build is timed; packages
+  # they share come from the Go build cache the second time.
+  local i t
   for i in "${!pkgs[@]}"; do
-    # go build -o DIR/ names each binary after the last element of its import path
-    # (without a /vN suffix); move it into the cache under the requested name.
-    pkg_bin=${pkgs[$i]%/v[0-9]*}
-    pkg_bin=${pkg_bin##*/}
-    mv -f "$dir/bin/$pkg_bin" "$out/${bins[$i]}.tmp"
+    t=$SECONDS
+    (cd "$dir" && go build -ldflags="-s -w ${LDFLAGS:-}" -o "$out/${bins[$i]}.tmp" "${pkgs[$i]}")
     mv -f "$out/${bins[$i]}.tmp" "$out/${bins[$i]}"
     binary_ok "$out/${bins[$i]}" || { log "$out/${bins[$i]} does not run --version"; return 1; }
+    log "$key: built ${bins[$i]} in $((SECONDS - t))s"
   done
-  log "$key: built ${bins[*]} in $((SECONDS - start))s"
+  log "$key: done in $((SECONDS - start))s"
 }
 
 # Lines for $CACHE/env.sh, collected by env_export and written once at the end.
