@@ -20,7 +20,6 @@ const (
 	bitmapOffset   = 8192 // member offset of the write-intent bitmap
 	sbCRCOffset    = sbSize - 4
 	sbSlotsOffset  = 160
-	MaxMembers     = 256 // slot table size in the superblock
 	nearCopies     = 2
 	sbFlagClean    = 1 << 0
 	recoveryDone   = math.MaxUint64
@@ -29,6 +28,10 @@ const (
 	bmHeader       = 8
 	bmBitsPerBlock = (sbSize - bmHeader - 4) * 8
 )
+
+// MaxMembers is the most members an array can have: the size of the slot
+// table in the superblock.
+const MaxMembers = 256
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
