@@ -89,6 +89,9 @@ type Device struct {
 	detaching  atomic.Bool
 	wg         sync.WaitGroup
 	reconnects atomic.Int64
+
+	mu   sync.Mutex
+	live map[net.Conn]struct{} // server ends being served
 }
 
 // Path is the device node.
@@ -249,7 +252,16 @@ func (d *Device) keepServed(conn net.Conn) {
 			}
 		}
 		start := time.Now()
+		d.mu.Lock()
+		if d.live == nil {
+			d.live = map[net.Conn]struct{}{}
+		}
+		d.live[conn] = struct{}{}
+		d.mu.Unlock()
 		err := d.a.srv.ServeAttached(conn, d.export)
+		d.mu.Lock()
+		delete(d.live, conn)
+		d.mu.Unlock()
 		conn = nil
 		if d.detaching.Load() || d.a.closing.Load() || errors.Is(err, nbd.ErrServerClosed) {
 			return

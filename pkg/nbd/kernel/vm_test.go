@@ -181,6 +181,30 @@ func TestInKernelAttach(t *testing.T) {
 		})
 	}
 
+	t.Run("a broken connection is replaced", func(t *testing.T) {
+		d.mu.Lock()
+		for c := range d.live {
+			_ = c.Close() // as if this connection had failed
+			break
+		}
+		d.mu.Unlock()
+		fioVerify(t, d.Path(), "8M")
+		deadline := time.Now().Add(30 * time.Second)
+		for d.Reconnects() == 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if d.Reconnects() == 0 {
+			t.Fatal("the connection was not replaced")
+		}
+		d.mu.Lock()
+		n := len(d.live)
+		d.mu.Unlock()
+		if n != 2 {
+			t.Fatalf("%d connections served after the replacement", n)
+		}
+		fioVerify(t, d.Path(), "8M", "--offset=16M")
+	})
+
 	if err := a.Detach("vol-attach"); err != nil {
 		t.Fatal(err)
 	}
