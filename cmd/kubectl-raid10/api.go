@@ -168,7 +168,7 @@ func (h *httpAPI) call(ctx context.Context, op string, in, out any) error {
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -103,7 +103,7 @@ func runLocal(ctx context.Context, o *Options, args []string, out io.Writer) err
 		pos, err = parseArgs(fs, rest, 1, 1, "wait NAME [--for Healthy] [--timeout 10m]")
 	case "disk":
 		if len(rest) == 0 {
-			return errors.New("usage: disk fail|replace|add|readd ...")
+			return errors.New("usage: disk fail|replace|add|readd ... (see kubectl-raid10 help)")
 		}
 		cmd, rest = "disk "+rest[0], rest[1:]
 		switch cmd {
@@ -132,7 +132,7 @@ func runLocal(ctx context.Context, o *Options, args []string, out io.Writer) err
 	if err != nil {
 		return err
 	}
-	defer api.Close()
+	defer func() { _ = api.Close() }()
 	r := renderer{o: o, w: out}
 	switch cmd {
 	case "status":
@@ -244,8 +244,8 @@ func waitFor(ctx context.Context, api localAPI, r renderer, name string, want po
 				if err := json.NewEncoder(r.w).Encode(v); err != nil {
 					return err
 				}
-			} else {
-				fmt.Fprintln(r.w, line)
+			} else if _, err := fmt.Fprintln(r.w, line); err != nil {
+				return err
 			}
 			last = line
 		}
@@ -299,6 +299,18 @@ func human(b uint64) string {
 	return fmt.Sprintf("%.1f%ciB", v, "KMGTPE"[exp])
 }
 
+// errWriter keeps the first write error, so a table is written without a check per line.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}
+
 // renderer prints results as tables or JSON.
 type renderer struct {
 	o *Options
@@ -341,22 +353,27 @@ func (r renderer) disks(ds []pool.DiskInfo) error {
 		return r.json(ds)
 	}
 	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DISK\tPATH\tSTATUS\tSIZE\tUSED\tFREE\tEXTENTS\tIDENTITY")
+	ew := &errWriter{w: tw}
+	ew.printf("DISK\tPATH\tSTATUS\tSIZE\tUSED\tFREE\tEXTENTS\tIDENTITY\n")
 	var reasons []string
 	for _, d := range ds {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", short(d.UUID), dash(d.Path), d.Status,
+		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", short(d.UUID), dash(d.Path), d.Status,
 			human(d.Size), human(d.Used), human(d.Free), d.Extents, dash(d.Identity))
 		if d.Reason != "" {
 			reasons = append(reasons, fmt.Sprintf("  %s: %s", dash(d.Path), d.Reason))
 		}
 	}
+	if ew.err != nil {
+		return ew.err
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	ew = &errWriter{w: r.w}
 	for _, s := range reasons {
-		fmt.Fprintln(r.w, s)
+		ew.printf("%s\n", s)
 	}
-	return nil
+	return ew.err
 }
 
 func (r renderer) volumes(vs []pool.VolumeInfo) error {
@@ -364,7 +381,8 @@ func (r renderer) volumes(vs []pool.VolumeInfo) error {
 		return r.json(vs)
 	}
 	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSIZE\tHEALTH\tMEMBERS\tREBUILD\tNBD")
+	ew := &errWriter{w: tw}
+	ew.printf("NAME\tSIZE\tHEALTH\tMEMBERS\tREBUILD\tNBD\n")
 	for _, v := range vs {
 		rebuild := "-"
 		if v.Sync != nil {
@@ -374,24 +392,32 @@ func (r renderer) volumes(vs []pool.VolumeInfo) error {
 		if _, err := os.Stat(sock); err != nil {
 			sock = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\n", v.Name, human(v.Size), v.Health, v.InSync, len(v.Members), rebuild, sock)
+		ew.printf("%s\t%s\t%s\t%d/%d\t%s\t%s\n", v.Name, human(v.Size), v.Health, v.InSync, len(v.Members), rebuild, sock)
+	}
+	if ew.err != nil {
+		return ew.err
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	ew = &errWriter{w: r.w}
 	for _, v := range vs {
 		if v.Reason != "" {
-			fmt.Fprintf(r.w, "  %s: %s\n", v.Name, v.Reason)
+			ew.printf("  %s: %s\n", v.Name, v.Reason)
 		}
 	}
-	return nil
+	return ew.err
 }
 
 func (r renderer) members(v pool.VolumeInfo) error {
 	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "  %s\tROLE\tDISK\tPATH\tSTATE\n", v.Name)
+	ew := &errWriter{w: tw}
+	ew.printf("  %s\tROLE\tDISK\tPATH\tSTATE\n", v.Name)
 	for _, m := range v.Members {
-		fmt.Fprintf(tw, "  \t%d\t%s\t%s\t%s\n", m.Role, short(m.DiskUUID), dash(m.DiskPath), m.State)
+		ew.printf("  \t%d\t%s\t%s\t%s\n", m.Role, short(m.DiskUUID), dash(m.DiskPath), m.State)
+	}
+	if ew.err != nil {
+		return ew.err
 	}
 	return tw.Flush()
 }
@@ -401,18 +427,26 @@ func (r renderer) status(s pool.Status) error {
 		return r.json(s)
 	}
 	c := s.Capacity
-	fmt.Fprintf(r.w, "Pool %s (%s)\n", s.Name, s.UUID)
-	fmt.Fprintf(r.w, "Capacity: raw %s, usable %s (mirrored), free %s, largest new volume %s, spares %s\n\n",
+	ew := &errWriter{w: r.w}
+	ew.printf("Pool %s (%s)\n", s.Name, s.UUID)
+	ew.printf("Capacity: raw %s, usable %s (mirrored), free %s, largest new volume %s, spares %s\n\n",
 		human(c.Raw), human(c.Usable), human(c.FreeUsable), human(c.LargestVolume), human(c.Spare))
+	if ew.err != nil {
+		return ew.err
+	}
 	if err := r.disks(s.Disks); err != nil {
 		return err
 	}
-	fmt.Fprintln(r.w)
+	if _, err := fmt.Fprintln(r.w); err != nil {
+		return err
+	}
 	if err := r.volumes(s.Volumes); err != nil {
 		return err
 	}
 	for _, v := range s.Volumes {
-		fmt.Fprintln(r.w)
+		if _, err := fmt.Fprintln(r.w); err != nil {
+			return err
+		}
 		if err := r.members(v); err != nil {
 			return err
 		}

@@ -117,8 +117,13 @@ func main() {
 	defer stop()
 	err := run(ctx, o, args, os.Stdout)
 	stop()
+	exit(args[0], err)
+}
+
+// exit reports a command's error and sets the exit status.
+func exit(cmd string, err error) {
 	if err != nil {
-		if args[0] == "serve" {
+		if cmd == "serve" {
 			klog.ErrorS(err, "Node agent failed")
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		}

@@ -85,7 +85,7 @@ func (p *Pool) assembleAll() {
 				_ = p.writeLabel(c.d, func(l *Label) {
 					out := l.Extents[:0:0]
 					for _, x := range l.Extents {
-						if !(x.Volume == u && x.Offset == off) {
+						if x.Volume != u || x.Offset != off {
 							out = append(out, x)
 						}
 					}

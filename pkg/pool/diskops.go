@@ -166,11 +166,12 @@ func (p *Pool) addNewDisk(dc DiskConfig) (*disk, error) {
 	// A disk refused earlier under this path (since wiped by hand, say) is this one now.
 	kept := p.disks[:0]
 	for _, o := range p.disks {
-		if !(o.refused != nil && o.path == d.path) {
+		if o.refused == nil || o.path != d.path {
 			kept = append(kept, o)
 		}
 	}
-	p.disks = append(kept, d)
+	kept = append(kept, d)
+	p.disks = kept
 	return d, nil
 }
 

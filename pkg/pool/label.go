@@ -363,5 +363,5 @@ func (s labelSlots) err() error {
 			return e
 		}
 	}
-	return fmt.Errorf("%w: slot 0: %v; slot 1: %v", ErrCorruptLabel, s.errs[0], s.errs[1])
+	return fmt.Errorf("%w: slot 0: %w; slot 1: %w", ErrCorruptLabel, s.errs[0], s.errs[1])
 }

@@ -98,21 +98,6 @@ func FuzzDecodeLabel(f *testing.F) {
 	})
 }
 
-// labelSlot reads one raw slot of a disk.
-func rawSlot(t *testing.T, path string, s int) []byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, LabelSlotSize)
-	if _, err := f.ReadAt(b, int64(s)*LabelSlotSize); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestTornLabelWrite tears the newest label slot of a disk, as a crash during that write
 // would: the pool falls back to the previous generation there. The torn write was the last
 // step of a create that never returned, so that volume is rolled back; the others are

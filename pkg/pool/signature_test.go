@@ -189,7 +189,6 @@ func TestForeignDiskRefusedUntouched(t *testing.T) {
 
 	// Wiped by hand (wipefs, or here: zeroes), then offered again: claimed, listed once.
 	poke(t, ext4, 0, make([]byte, 1<<20))
-	before = hashFile(t, ext4)
 	if d, err := p.AddDisk(DiskConfig{Path: ext4}); err != nil || d.Status != StatusActive {
 		t.Fatalf("AddDisk after a wipe: %+v %v", d, err)
 	}
