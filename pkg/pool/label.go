@@ -363,5 +363,14 @@ func (s labelSlots) err() error {
 			return e
 		}
 	}
-	return fmt.Errorf("%w: slot 0: %w; slot 1: %w", ErrCorruptLabel, s.errs[0], s.errs[1])
+	// The slot errors are text here: wrapping them would make a disk with one slot
+	// without magic match errNoLabel, i.e. pass for blank.
+	return fmt.Errorf("%w: slot 0: %s; slot 1: %s", ErrCorruptLabel, errText(s.errs[0]), errText(s.errs[1]))
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "valid"
+	}
+	return err.Error()
 }

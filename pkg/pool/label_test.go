@@ -207,3 +207,22 @@ func TestCorruptLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOneSlotCorruptOtherBlank: a label whose only written slot is corrupt is a corrupt
+// label, never a blank disk.
+func TestOneSlotCorruptOtherBlank(t *testing.T) {
+	img := t.TempDir() + "/img"
+	sparse(t, img, 8<<20)
+	b, _ := sampleLabel().Encode()
+	b[300] ^= 1
+	poke(t, img, LabelSlotSize, b) // slot 1 corrupt, slot 0 zero
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = readLabel(f).err()
+	if !errors.Is(err, ErrCorruptLabel) || errors.Is(err, errNoLabel) {
+		t.Fatalf("got %v", err)
+	}
+}
