@@ -512,23 +512,27 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 	case r1 != nil:
 		e1 = a.memberWrite(s1, r1, op, p, o1, length, fua)
 	}
-	ok := false
+	// Acknowledge only if some in-sync copy took the write and every copy
+	// that did not is durably failed: a copy that errored but could not be
+	// failed (the last one of some chunk: broken) still counts as in sync
+	// on disk, and a resync after a crash could copy its stale data back.
+	ok, lost := false, false
 	if r0 != nil {
 		if e0 != nil {
-			a.memberFailed(s0, r0, "write", e0)
+			lost = lost || !a.failed(s0, r0, e0)
 		} else if sync0 {
 			ok = true
 		}
 	}
 	if r1 != nil {
 		if e1 != nil {
-			a.memberFailed(s1, r1, "write", e1)
+			lost = lost || !a.failed(s1, r1, e1)
 		} else if sync1 {
 			ok = true
 		}
 	}
-	if !ok {
-		return fmt.Errorf("%w: no in-sync copy of chunk %d took the write", ErrIO, c)
+	if !ok || lost {
+		return fmt.Errorf("%w: chunk %d: no in-sync copy took the write, or a copy that missed it could not be failed", ErrIO, c)
 	}
 	return nil
 }
@@ -633,6 +637,13 @@ func (a *Array) memberFailed(s *slot, r *memberRef, op string, err error) {
 	klog.ErrorS(err, "raid10: member failed", "member", s.idx, "op", op)
 	s.failing.Store(true)
 	a.writeSuperblocksLocked(true, false)
+}
+
+// failed fails s after a write error and reports whether the member is now
+// out of the array for good (faulty, or replaced meanwhile).
+func (a *Array) failed(s *slot, r *memberRef, err error) bool {
+	a.memberFailed(s, r, "write", err)
+	return s.ref.Load() != r || MemberState(s.state.Load()) != MemberInSync
 }
 
 // canFailLocked reports whether s may be failed: it must not hold the last

@@ -227,10 +227,10 @@ func TestFailoverAndRecovery(t *testing.T) {
 		t.Fatalf("read after recovery: %v", err)
 	}
 	// Both copies of chunk 0 gone: the array fails and I/O there errors.
-	fs[0].Disappear()
 	if err := a.FailMember(1); err != nil {
 		t.Fatal(err)
 	}
+	fs[0].Disappear()
 	if _, err := a.ReadAt(got[:BlockSize], 0); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("read with both copies gone: %v", err)
 	}
