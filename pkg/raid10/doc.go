@@ -15,9 +15,11 @@
 // chunk's barrier, so no write races the fix). Writes go to every live copy
 // at once and return when all have answered; a member that errors is failed
 // (recorded in the other members' superblocks before the write is
-// acknowledged) and the write succeeds while one in-sync copy took it. When
-// both copies of a chunk are gone the array is Failed and I/O on that chunk
-// fails with an error that matches syscall.EIO.
+// acknowledged) and the write succeeds if an in-sync copy took it and every
+// copy that missed it is durably failed. A copy that cannot be failed (the
+// last in-sync copy of some chunk) fails the write instead. When both copies
+// of a chunk are gone the array is Failed and I/O on that chunk fails with
+// an error that matches syscall.EIO.
 //
 // # The fast path
 //
