@@ -687,6 +687,9 @@ func (a *Array) FailMember(slot int) error {
 	klog.InfoS("raid10: member failed by request", "member", slot)
 	s.failing.Store(true)
 	a.writeSuperblocksLocked(true, false)
+	if MemberState(s.state.Load()) != MemberFaulty {
+		return fmt.Errorf("%w: slot %d: no member could record the failure", ErrIO, slot)
+	}
 	return nil
 }
 

@@ -119,6 +119,7 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 	if bump {
 		a.events++
 	}
+	recorded := false // the table reached some member durably
 	for attempt := 0; attempt <= len(a.slots); attempt++ {
 		failed := false
 		var sb superblock
@@ -193,16 +194,30 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 				fail(s, "flush", err)
 			}
 		}
-		if !failed {
+		durable := false
+		for i := range a.slots {
+			if written[i] != nil && !a.slots[i].failing.Load() && !a.slots[i].broken.Load() {
+				durable = true
+			}
+		}
+		if !failed || !durable {
+			recorded = durable
 			break
 		}
 		a.events++
 	}
 	for _, s := range a.slots {
-		if s.failing.Load() {
-			s.state.Store(int32(MemberFaulty))
-			s.failing.Store(false)
+		if !s.failing.Load() {
+			continue
 		}
+		if recorded {
+			s.state.Store(int32(MemberFaulty))
+		} else {
+			// No member holds the record: after a crash this member would
+			// come back in sync, so it must stay in the array, broken.
+			s.broken.Store(true)
+		}
+		s.failing.Store(false)
 	}
 }
 
