@@ -246,6 +246,11 @@ func (d *Device) keepServed(conn net.Conn) {
 			}
 			if err != nil {
 				klog.ErrorS(err, "Reconnecting NBD device", "volumeID", d.VolumeID, "device", d.Path())
+				if owned, oerr := d.a.owned(Record{Index: d.Index, BackendID: d.cfg.BackendID}); !owned && (oerr == nil || errors.Is(oerr, ErrNotOwner)) {
+					// Disconnected or taken over by someone else: nothing left to serve.
+					klog.ErrorS(oerr, "NBD device is no longer ours, giving up its connection", "volumeID", d.VolumeID, "device", d.Path())
+					return
+				}
 				time.Sleep(backoff)
 				backoff = min(2*backoff, 2*time.Second)
 				continue
