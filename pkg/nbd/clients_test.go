@@ -139,7 +139,7 @@ func TestFioVerify(t *testing.T) {
 	}
 	out := run(t, "fio", "--name=verify", "--ioengine=nbd", "--uri="+uri(sock),
 		"--rw=randwrite", "--bs=4k", "--iodepth=32", "--numjobs=4", "--size="+size,
-		"--offset_increment=16M", "--verify=crc32c", "--verify_fatal=1",
+		"--offset_increment=16M", "--verify=crc32c", "--verify_state_save=0", "--verify_fatal=1",
 		"--group_reporting", "--output-format=terse", "--terse-version=3")
 	// terse v3: field 5 is the error count of the job group.
 	fields := strings.Split(strings.TrimSpace(lastLine(out)), ";")
@@ -148,7 +148,7 @@ func TestFioVerify(t *testing.T) {
 	}
 	out = run(t, "fio", "--name=mixed", "--ioengine=nbd", "--uri="+uri(sock),
 		"--rw=randrw", "--bs=4k-64k", "--iodepth=32", "--numjobs=2", "--size="+size,
-		"--offset_increment=16M", "--verify=crc32c", "--verify_fatal=1", "--do_verify=1",
+		"--offset_increment=16M", "--verify=crc32c", "--verify_state_save=0", "--verify_fatal=1", "--do_verify=1",
 		"--fsync=64", "--trim_percentage=0", "--group_reporting")
 	if strings.Contains(out, "verify: bad") || strings.Contains(out, "err=") && !strings.Contains(out, "err= 0") {
 		t.Fatalf("fio randrw:\n%s", out)

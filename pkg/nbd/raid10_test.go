@@ -66,7 +66,7 @@ func TestRAID10Backend(t *testing.T) {
 	}
 	o := run(t, "fio", "--name=r10", "--ioengine=nbd", "--uri="+uri(sock), "--rw=randwrite",
 		"--bs=4k", "--iodepth=32", "--numjobs=4", "--size=4M", "--offset_increment=8M",
-		"--verify=crc32c", "--verify_fatal=1", "--group_reporting")
+		"--verify=crc32c", "--verify_state_save=0", "--verify_fatal=1", "--group_reporting")
 	if !bytes.Contains([]byte(o), []byte("err= 0")) {
 		t.Fatalf("fio:\n%s", o)
 	}

@@ -79,7 +79,7 @@ func fioVerify(t *testing.T, file, size string, extra ...string) string {
 	t.Helper()
 	args := append([]string{"--name=verify", "--filename=" + file, "--size=" + size, "--bs=4k",
 		"--rw=randwrite", "--ioengine=libaio", "--iodepth=16", "--direct=1",
-		"--verify=crc32c", "--do_verify=1", "--verify_fatal=1"}, extra...)
+		"--verify=crc32c", "--verify_state_save=0", "--do_verify=1", "--verify_fatal=1"}, extra...)
 	out := sh(t, "fio", args...)
 	if !strings.Contains(out, "err= 0") {
 		t.Fatalf("fio reported errors:\n%s", out)
@@ -358,7 +358,7 @@ func TestInKernelKill9(t *testing.T) {
 	// 24 MiB at a bounded rate: about 12 s of writes, then the verification reads.
 	fio := exec.Command("fio", "--name=kill9", "--filename="+filepath.Join(mnt, "fio.dat"),
 		"--size=24M", "--bs=4k", "--rw=randwrite", "--ioengine=libaio", "--iodepth=8",
-		"--direct=1", "--rate_iops=500", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1")
+		"--direct=1", "--rate_iops=500", "--verify=crc32c", "--verify_state_save=0", "--do_verify=1", "--verify_fatal=1")
 	var fioOut strings.Builder
 	fio.Stdout, fio.Stderr = &fioOut, &fioOut
 	start := time.Now()
