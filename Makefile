@@ -39,8 +39,15 @@ vm: ## Run CMD in the QEMU test VM (kernel nbd/md): make vm CMD='cat /proc/mdsta
 	$(GO) run ./test/vm/cmd/vmrun -- '$(CMD)'
 
 .PHONY: bench
-bench: ## Run the benchmarks (ratios against a reference measured in the same run).
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+bench: deps ## Run the benchmarks (ratios against a reference measured in the same run; ~15 min).
+	source hack/tool-env.sh && $(GO) test -run '^$$' -bench . -benchmem -timeout 45m ./pkg/...
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
+	@for t in "FuzzRequests ./pkg/nbd" "FuzzNegotiation ./pkg/nbd" "FuzzSuperblock ./pkg/raid10" "FuzzBitmapBlock ./pkg/raid10" "FuzzDecodeLabel ./pkg/pool"; do \
+	  set -- $$t; echo "== $$1 ($$2)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$1$$" -fuzztime $${FUZZTIME:-30s} -fuzzminimizetime 10x $$2 || exit 1; \
+	done
 
 .PHONY: lint
 lint: ## Run golangci-lint (v2, explicit linter list), installed from its Go module.
