@@ -1,0 +1,490 @@
+package driver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+)
+
+// ControllerServer is the CSI controller service. It provisions by writing Raid10Volume
+// objects through its VolumeStore and waiting for the node agent's status; it never touches a
+// disk. Its methods return the sentinels of errors.go; the interceptor maps them to codes.
+type ControllerServer struct {
+	csi.UnimplementedControllerServer
+
+	store        VolumeStore
+	locks        *VolumeLocks
+	readyTimeout time.Duration // longest wait for the agent within one call
+	pollInterval time.Duration // how often a wait reads the volume
+}
+
+var _ csi.ControllerServer = (*ControllerServer)(nil)
+
+// volumeID is the Raid10Volume name (and CSI volume ID) for a CreateVolume name: the name
+// itself when it is a valid Kubernetes object name (the provisioner's pvc-<uid> always is),
+// else a stable hash of it.
+func volumeID(name string) string {
+	if len(validation.IsDNS1123Subdomain(name)) == 0 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "r10v-" + hex.EncodeToString(sum[:16])
+}
+
+// CreateVolume creates the Raid10Volume for req.Name on the node the topology names and waits
+// until that node's agent reports it Ready. A retry with the same name resumes the wait.
+func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, fmt.Errorf("name: must not be empty: %w", ErrInvalidArgument)
+	}
+	shape, err := parseCapabilities(req.GetVolumeCapabilities())
+	if err != nil {
+		return nil, err
+	}
+	params, err := parseParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetVolumeContentSource() != nil {
+		return nil, fmt.Errorf("volume_content_source: snapshots and clones are not supported: %w", ErrInvalidArgument)
+	}
+	size, err := requestedSize(req.GetCapacityRange())
+	if err != nil {
+		return nil, err
+	}
+	id := volumeID(name)
+	if err := c.locks.TryAcquire(id); err != nil {
+		return nil, err
+	}
+	defer c.locks.Release(id)
+
+	vol, err := c.store.GetVolume(ctx, id)
+	switch {
+	case err == nil:
+		if err := compatible(vol, name, req.GetCapacityRange(), params.layout, shape); err != nil {
+			return nil, err
+		}
+		if vol.DeletionTimestamp != nil {
+			return nil, fmt.Errorf("volume %q: an earlier attempt is still being cleaned up: %w", id, ErrOperationInFlight)
+		}
+	case errors.Is(err, ErrNotFound):
+		node, err := c.pickNode(ctx, req.GetAccessibilityRequirements())
+		if err != nil {
+			return nil, err
+		}
+		if err := c.checkCapacity(ctx, node, params.layout, size, size, id); err != nil {
+			return nil, err
+		}
+		vol = newVolume(id, name, node, size, params, shape)
+		if err := c.store.CreateVolume(ctx, vol); err != nil {
+			if errors.Is(err, ErrAlreadyExists) {
+				// Another controller replica won the race; the provisioner retries.
+				return nil, fmt.Errorf("volume %q: created concurrently: %w", id, ErrConflict)
+			}
+			return nil, err
+		}
+	default:
+		return nil, err
+	}
+
+	vol, err = c.waitReady(ctx, id, size, true)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.CreateVolumeResponse{Volume: csiVolume(vol)}, nil
+}
+
+// compatible reports whether an existing volume answers a CreateVolume of that name,
+// capacity range, layout and shape; if not, an error wrapping ErrAlreadyExists.
+func compatible(vol *v1alpha1.Raid10Volume, name string, r *csi.CapacityRange, layout v1alpha1.Layout, shape volumeShape) error {
+	if got := vol.Annotations[v1alpha1.CSINameAnnotation]; got != name {
+		return fmt.Errorf("volume %q belongs to CreateVolume name %q, not %q: %w", vol.Name, got, name, ErrAlreadyExists)
+	}
+	sz := vol.Spec.SizeBytes
+	if sz < r.GetRequiredBytes() || (r.GetLimitBytes() > 0 && sz > r.GetLimitBytes()) {
+		return fmt.Errorf("volume %q exists with %d bytes, outside the range asked: %w", vol.Name, sz, ErrAlreadyExists)
+	}
+	if vol.Spec.Layout != layout {
+		return fmt.Errorf("volume %q exists with %d members and %d-byte chunks: %w", vol.Name, vol.Spec.Layout.Members, vol.Spec.Layout.ChunkSizeBytes, ErrAlreadyExists)
+	}
+	if vol.Spec.VolumeMode != shape.mode || vol.Spec.FSType != shape.fsType {
+		return fmt.Errorf("volume %q exists as %s %s: %w", vol.Name, vol.Spec.VolumeMode, vol.Spec.FSType, ErrAlreadyExists)
+	}
+	return nil
+}
+
+func newVolume(id, name, node string, size int64, p volumeParams, shape volumeShape) *v1alpha1.Raid10Volume {
+	vol := &v1alpha1.Raid10Volume{
+		Spec: v1alpha1.Raid10VolumeSpec{
+			Node:       node,
+			SizeBytes:  size,
+			Layout:     p.layout,
+			VolumeMode: shape.mode,
+			FSType:     shape.fsType,
+		},
+	}
+	vol.Name = id
+	vol.Finalizers = []string{v1alpha1.VolumeFinalizer}
+	vol.Annotations = map[string]string{v1alpha1.CSINameAnnotation: name}
+	for k, v := range map[string]string{
+		v1alpha1.PVCNameAnnotation:      p.pvcName,
+		v1alpha1.PVCNamespaceAnnotation: p.pvcNamespace,
+		v1alpha1.PVNameAnnotation:       p.pvName,
+	} {
+		if v != "" {
+			vol.Annotations[k] = v
+		}
+	}
+	return vol
+}
+
+// pickNode chooses the node for a new volume, as TopoLVM does: the first preferred segment
+// with our key (with WaitForFirstConsumer that is the scheduler's node), else the first
+// requisite one, else, without any requirement, the node with the most free usable bytes.
+func (c *ControllerServer) pickNode(ctx context.Context, tr *csi.TopologyRequirement) (string, error) {
+	for _, list := range [][]*csi.Topology{tr.GetPreferred(), tr.GetRequisite()} {
+		for _, t := range list {
+			if n := t.GetSegments()[v1alpha1.TopologyNodeKey]; n != "" {
+				return n, nil
+			}
+		}
+	}
+	if len(tr.GetPreferred())+len(tr.GetRequisite()) > 0 {
+		return "", fmt.Errorf("accessibility_requirements: no segment has the key %s: %w", v1alpha1.TopologyNodeKey, ErrInvalidArgument)
+	}
+	nodes, err := c.store.ListNodes(ctx)
+	if err != nil {
+		return "", err
+	}
+	best, bestFree := "", int64(-1)
+	for i := range nodes {
+		if f := nodes[i].Status.Capacity.Free.Value(); f > bestFree {
+			best, bestFree = nodes[i].Name, f
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("no node runs a raid10 agent (no Raid10Node): %w", ErrInsufficientCapacity)
+	}
+	return best, nil
+}
+
+// waitReady waits until the node agent reports volume id Ready for its current generation
+// with at least size bytes. It gives up after readyTimeout (or the request's deadline) with an
+// error wrapping ErrNotReady; a retry resumes. A volume the agent reports Failed is reported
+// as ErrInsufficientCapacity or ErrVolumeFailed; with clearFailed, and only when the agent has
+// never provisioned it (no status.capacity, so it holds no data), it is also deleted so that a
+// retry, possibly on another node, starts afresh.
+func (c *ControllerServer) waitReady(ctx context.Context, id string, size int64, clearFailed bool) (*v1alpha1.Raid10Volume, error) {
+	var last *v1alpha1.Raid10Volume
+	err := c.poll(ctx, func() (bool, error) {
+		vol, err := c.store.GetVolume(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		last = vol
+		st := vol.Status
+		if st.ObservedGeneration < vol.Generation {
+			return false, nil
+		}
+		switch st.Phase {
+		case v1alpha1.VolumePhaseReady:
+			return st.Capacity == nil || st.Capacity.Value() >= size, nil
+		case v1alpha1.VolumePhaseFailed:
+			cause := ErrVolumeFailed
+			if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); cond != nil && cond.Reason == v1alpha1.ReasonInsufficientCapacity {
+				cause = ErrInsufficientCapacity
+			}
+			if clearFailed && vol.Status.Capacity == nil {
+				if err := c.store.DeleteVolume(ctx, id); err != nil {
+					return false, err
+				}
+			}
+			return false, fmt.Errorf("volume %q on node %q: node agent reports Failed: %s: %w", id, vol.Spec.Node, st.Message, cause)
+		}
+		return false, nil
+	})
+	if errors.Is(err, ErrNotReady) && last != nil {
+		return nil, fmt.Errorf("volume %q on node %q (phase %q): %w", id, last.Spec.Node, last.Status.Phase, err)
+	}
+	return last, err
+}
+
+// waitGone waits until volume id no longer exists (its finalizer removed by the agent).
+func (c *ControllerServer) waitGone(ctx context.Context, id string) error {
+	return c.poll(ctx, func() (bool, error) {
+		_, err := c.store.GetVolume(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+// poll calls done every pollInterval until it returns true or an error, for at most
+// readyTimeout. Running out of time is an error wrapping ErrNotReady, not the context's
+// deadline error, so that the caller learns the operation is still under way.
+func (c *ControllerServer) poll(ctx context.Context, done func() (bool, error)) error {
+	wctx, cancel := context.WithTimeout(ctx, c.readyTimeout)
+	defer cancel()
+	t := time.NewTicker(c.pollInterval)
+	defer t.Stop()
+	for {
+		ok, err := done()
+		if ok || err != nil {
+			if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+				// our own timeout cut a store call short
+				return fmt.Errorf("node agent has not finished within %s: %w", c.readyTimeout, ErrNotReady)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node agent has not finished before the request's deadline: %w", ErrNotReady)
+		case <-wctx.Done():
+			return fmt.Errorf("node agent has not finished within %s: %w", c.readyTimeout, ErrNotReady)
+		case <-t.C:
+		}
+	}
+}
+
+// csiVolume is the CSI view of a Raid10Volume.
+func csiVolume(vol *v1alpha1.Raid10Volume) *csi.Volume {
+	capacity := vol.Spec.SizeBytes
+	if vol.Status.Capacity != nil && vol.Status.Capacity.Value() > capacity {
+		capacity = vol.Status.Capacity.Value()
+	}
+	return &csi.Volume{
+		VolumeId:      vol.Name,
+		CapacityBytes: capacity,
+		AccessibleTopology: []*csi.Topology{
+			{Segments: map[string]string{v1alpha1.TopologyNodeKey: vol.Spec.Node}},
+		},
+	}
+}
+
+// DeleteVolume deletes the Raid10Volume and waits until the node agent has freed its extents
+// and removed the finalizer. A missing volume is success.
+func (c *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	}
+	if err := c.locks.TryAcquire(id); err != nil {
+		return nil, err
+	}
+	defer c.locks.Release(id)
+	if err := c.store.DeleteVolume(ctx, id); err != nil {
+		return nil, err
+	}
+	if err := c.waitGone(ctx, id); err != nil {
+		return nil, fmt.Errorf("volume %q: deleted, extents not freed yet: %w", id, err)
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// ControllerExpandVolume grows spec.sizeBytes and waits until the node agent has grown the
+// array. The filesystem is grown by NodeExpandVolume.
+func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, fmt.Errorf("capacity_range: must be set: %w", ErrInvalidArgument)
+	}
+	size, err := requestedSize(req.GetCapacityRange())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetVolumeCapability() != nil {
+		if _, err := parseCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.locks.TryAcquire(id); err != nil {
+		return nil, err
+	}
+	defer c.locks.Release(id)
+
+	vol, err := c.store.GetVolume(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if vol.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("volume %q is being deleted: %w", id, ErrFailedPrecondition)
+	}
+	if size > vol.Spec.SizeBytes {
+		if err := c.checkCapacity(ctx, vol.Spec.Node, vol.Spec.Layout, size, size-vol.Spec.SizeBytes, id); err != nil {
+			return nil, err
+		}
+		vol.Spec.SizeBytes = size
+		if err := c.store.UpdateVolume(ctx, vol); err != nil {
+			return nil, err
+		}
+	}
+	vol, err = c.waitReady(ctx, id, max(size, vol.Spec.SizeBytes), false)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerExpandVolumeResponse{
+		CapacityBytes:         csiVolume(vol).CapacityBytes,
+		NodeExpansionRequired: vol.Spec.VolumeMode == v1alpha1.VolumeModeFilesystem,
+	}, nil
+}
+
+// GetCapacity reports the usable free bytes (after mirroring) for a volume of the
+// parameters' layout on the topology segment's node, or summed over all nodes without one.
+func (c *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	if len(req.GetVolumeCapabilities()) > 0 {
+		if _, err := parseCapabilities(req.GetVolumeCapabilities()); err != nil {
+			return nil, err
+		}
+	}
+	params, err := parseParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	var nodes []v1alpha1.Raid10Node
+	if seg := req.GetAccessibleTopology().GetSegments(); len(seg) > 0 {
+		name := seg[v1alpha1.TopologyNodeKey]
+		if name == "" {
+			return &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}, nil
+		}
+		n, err := c.store.GetNode(ctx, name)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			nodes = append(nodes, *n)
+		}
+	} else if nodes, err = c.store.ListNodes(ctx); err != nil {
+		return nil, err
+	}
+	var total, largest int64
+	for i := range nodes {
+		free, err := c.nodeFree(ctx, &nodes[i], params.layout.Members, "")
+		if err != nil {
+			return nil, err
+		}
+		total += free
+		largest = max(largest, free)
+	}
+	return &csi.GetCapacityResponse{
+		AvailableCapacity: total,
+		MaximumVolumeSize: wrapperspb.Int64(largest),
+		MinimumVolumeSize: wrapperspb.Int64(SizeAlignment),
+	}, nil
+}
+
+// ListVolumes lists every Raid10Volume with its condition: abnormal unless Healthy.
+func (c *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, fmt.Errorf("max_entries %d: must not be negative: %w", req.GetMaxEntries(), ErrInvalidArgument)
+	}
+	vols, err := c.store.ListVolumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start := 0
+	if tok := req.GetStartingToken(); tok != "" {
+		start, err = strconv.Atoi(tok)
+		if err != nil || start < 0 || start > len(vols) {
+			return nil, fmt.Errorf("starting_token %q: not a token this plugin gave: %w", tok, ErrInvalidToken)
+		}
+	}
+	end := len(vols)
+	if m := int(req.GetMaxEntries()); m > 0 && start+m < end {
+		end = start + m
+	}
+	resp := &csi.ListVolumesResponse{}
+	for i := start; i < end; i++ {
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
+			Volume: csiVolume(&vols[i]),
+			Status: &csi.ListVolumesResponse_VolumeStatus{VolumeCondition: volumeCondition(&vols[i])},
+		})
+	}
+	if end < len(vols) {
+		resp.NextToken = strconv.Itoa(end)
+	}
+	return resp, nil
+}
+
+// volumeCondition is abnormal unless the agent reports the volume Ready and Healthy.
+func volumeCondition(vol *v1alpha1.Raid10Volume) *csi.VolumeCondition {
+	st := vol.Status
+	if st.Phase == v1alpha1.VolumePhaseReady && st.Health == v1alpha1.VolumeHealthHealthy {
+		return &csi.VolumeCondition{Abnormal: false, Message: "healthy, " + st.InSync + " members in sync"}
+	}
+	msg := fmt.Sprintf("phase %q, health %q", st.Phase, st.Health)
+	if st.InSync != "" {
+		msg += ", " + st.InSync + " members in sync"
+	}
+	if r := st.Rebuild; r != nil {
+		msg += fmt.Sprintf(", rebuilding member %d: %d%%", r.Member, r.Percent)
+	}
+	if st.Message != "" {
+		msg += ": " + st.Message
+	}
+	return &csi.VolumeCondition{Abnormal: true, Message: msg}
+}
+
+// ValidateVolumeCapabilities confirms the capabilities the volume supports.
+func (c *ControllerServer) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, fmt.Errorf("volume_capabilities: must not be empty: %w", ErrInvalidArgument)
+	}
+	vol, err := c.store.GetVolume(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := parseParams(req.GetParameters()); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
+	}
+	shape, err := parseCapabilities(req.GetVolumeCapabilities())
+	if err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
+	}
+	if shape.mode != vol.Spec.VolumeMode {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: fmt.Sprintf("volume %q is a %s volume", id, vol.Spec.VolumeMode)}, nil
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext:      req.GetVolumeContext(),
+		VolumeCapabilities: req.GetVolumeCapabilities(),
+		Parameters:         req.GetParameters(),
+	}}, nil
+}
+
+// ControllerGetCapabilities lists the controller's RPCs.
+func (c *ControllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	var caps []*csi.ControllerServiceCapability
+	for _, t := range []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+		csi.ControllerServiceCapability_RPC_VOLUME_CONDITION,
+		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
+			Rpc: &csi.ControllerServiceCapability_RPC{Type: t},
+		}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
+}

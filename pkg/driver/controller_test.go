@@ -1,0 +1,402 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+)
+
+const gib = int64(1) << 30
+
+// fakeClient is a controller-runtime fake client with the raid10 types and their status
+// subresources: the unit-test layer under KubeStore.
+func fakeClient(t *testing.T) client.Client {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(s).
+		WithStatusSubresource(&v1alpha1.Raid10Volume{}, &v1alpha1.Raid10Node{}).Build()
+}
+
+// startDriver serves a controller-mode Driver over c on a unix socket in a temp dir and
+// returns gRPC clients of it, through the real interceptor.
+func startDriver(t *testing.T, c client.Client, readyTimeout time.Duration) (csi.ControllerClient, csi.IdentityClient) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "csi.sock")
+	d, err := NewDriver(WithMode(ModeController), WithEndpoint("unix://"+sock), WithVersion("test"),
+		WithVolumeStore(NewKubeStore(c)), WithReadyTimeout(readyTimeout), WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("driver Run: %v", err)
+		}
+	})
+	return csi.NewControllerClient(conn), csi.NewIdentityClient(conn)
+}
+
+func mountCap(fs string) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+}
+
+func blockCap() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER},
+	}
+}
+
+func onNode(node string) *csi.TopologyRequirement {
+	t := []*csi.Topology{{Segments: map[string]string{v1alpha1.TopologyNodeKey: node}}}
+	return &csi.TopologyRequirement{Requisite: t, Preferred: t}
+}
+
+func createReq(name string, bytes int64, node string) *csi.CreateVolumeRequest {
+	return &csi.CreateVolumeRequest{
+		Name:                      name,
+		CapacityRange:             &csi.CapacityRange{RequiredBytes: bytes},
+		VolumeCapabilities:        []*csi.VolumeCapability{mountCap("ext4")},
+		Parameters:                map[string]string{ParamMembers: "4", "csi.storage.k8s.io/pvc/name": "data"},
+		AccessibilityRequirements: onNode(node),
+	}
+}
+
+// wantCode fails unless err has gRPC code want and, when sub is not empty, a message
+// containing sub.
+func wantCode(t *testing.T, err error, want codes.Code, sub string) {
+	t.Helper()
+	if got := status.Code(err); got != want {
+		t.Fatalf("code %v (%v), want %v", got, err, want)
+	}
+	if sub != "" && !strings.Contains(status.Convert(err).Message(), sub) {
+		t.Fatalf("message %q does not name %q", status.Convert(err).Message(), sub)
+	}
+}
+
+// controllerSuite is the controller service's behaviour over any client: the fake one here,
+// the real kube-apiserver in apiserver_test.go.
+func controllerSuite(t *testing.T, c client.Client) {
+	ctx := t.Context()
+	newNode(ctx, t, c, "node-a", 4, 10*gib) // 20 GiB usable with 4 members
+	newNode(ctx, t, c, "node-b", 2, 4*gib)  // 4 GiB usable with 2 members, none with 4
+	agent := &testAgent{c: c, t: t}
+	actx, stop := context.WithCancel(ctx)
+	agentDone := make(chan struct{})
+	go func() { agent.run(actx); close(agentDone) }()
+	t.Cleanup(func() { stop(); <-agentDone })
+	cc, ic := startDriver(t, c, 3*time.Second)
+
+	t.Run("Identity", func(t *testing.T) {
+		info, err := ic.GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+		if err != nil || info.GetName() != v1alpha1.DriverName {
+			t.Fatalf("GetPluginInfo = %v, %v", info, err)
+		}
+		caps, err := ic.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
+		if err != nil || len(caps.GetCapabilities()) != 3 {
+			t.Fatalf("GetPluginCapabilities = %v, %v", caps, err)
+		}
+	})
+
+	t.Run("CreateWaitsForAgentAndIsIdempotent", func(t *testing.T) {
+		req := createReq("pvc-0001", 2*gib, "node-a")
+		resp, err := cc.CreateVolume(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := resp.GetVolume()
+		if v.GetVolumeId() != "pvc-0001" || v.GetCapacityBytes() != 2*gib ||
+			v.GetAccessibleTopology()[0].GetSegments()[v1alpha1.TopologyNodeKey] != "node-a" {
+			t.Fatalf("volume = %v", v)
+		}
+		var vol v1alpha1.Raid10Volume
+		if err := c.Get(ctx, client.ObjectKey{Name: "pvc-0001"}, &vol); err != nil {
+			t.Fatal(err)
+		}
+		if vol.Status.Phase != v1alpha1.VolumePhaseReady || vol.Spec.Layout.Members != 4 ||
+			vol.Annotations[v1alpha1.PVCNameAnnotation] != "data" || vol.Finalizers[0] != v1alpha1.VolumeFinalizer {
+			t.Fatalf("Raid10Volume = %+v", vol)
+		}
+		again, err := cc.CreateVolume(ctx, req)
+		if err != nil || again.GetVolume().GetVolumeId() != "pvc-0001" {
+			t.Fatalf("second CreateVolume = %v, %v", again, err)
+		}
+	})
+
+	t.Run("CreateErrors", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			mod  func(*csi.CreateVolumeRequest)
+			code codes.Code
+			sub  string
+		}{
+			{"SameNameOtherSize", func(r *csi.CreateVolumeRequest) { r.Name = "pvc-0001"; r.CapacityRange.RequiredBytes = 3 * gib }, codes.AlreadyExists, "pvc-0001"},
+			{"SameNameOtherLayout", func(r *csi.CreateVolumeRequest) { r.Name = "pvc-0001"; r.Parameters[ParamMembers] = "2" }, codes.AlreadyExists, "members"},
+			{"UnknownParameter", func(r *csi.CreateVolumeRequest) { r.Parameters["stripes"] = "3" }, codes.InvalidArgument, "stripes"},
+			{"OddMembers", func(r *csi.CreateVolumeRequest) { r.Parameters[ParamMembers] = "3" }, codes.InvalidArgument, "members"},
+			{"BadChunk", func(r *csi.CreateVolumeRequest) { r.Parameters[ParamChunkSize] = "3Ki" }, codes.InvalidArgument, "chunkSize"},
+			{"NoName", func(r *csi.CreateVolumeRequest) { r.Name = "" }, codes.InvalidArgument, "name"},
+			{"NoCapabilities", func(r *csi.CreateVolumeRequest) { r.VolumeCapabilities = nil }, codes.InvalidArgument, "volume_capabilities"},
+			{"MultiNode", func(r *csi.CreateVolumeRequest) {
+				r.VolumeCapabilities[0].AccessMode.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+			}, codes.InvalidArgument, "access_mode"},
+			{"Btrfs", func(r *csi.CreateVolumeRequest) { r.VolumeCapabilities[0] = mountCap("btrfs") }, codes.InvalidArgument, "fs_type"},
+			{"LimitBelowRequired", func(r *csi.CreateVolumeRequest) { r.CapacityRange.LimitBytes = gib }, codes.OutOfRange, "limit_bytes"},
+			{"TooBigForNode", func(r *csi.CreateVolumeRequest) { r.CapacityRange.RequiredBytes = 25 * gib }, codes.ResourceExhausted, "node-a"},
+			{"NoSuchLayoutOnNode", func(r *csi.CreateVolumeRequest) { r.AccessibilityRequirements = onNode("node-b") }, codes.ResourceExhausted, "node-b"},
+			{"NoAgentOnNode", func(r *csi.CreateVolumeRequest) { r.AccessibilityRequirements = onNode("node-x") }, codes.ResourceExhausted, "node-x"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				req := createReq("pvc-err-"+strings.ToLower(tc.name), 2*gib, "node-a")
+				tc.mod(req)
+				_, err := cc.CreateVolume(ctx, req)
+				wantCode(t, err, tc.code, tc.sub)
+			})
+		}
+	})
+
+	t.Run("FreeCapacityIsChecked", func(t *testing.T) {
+		// 18 GiB usable left on node-a; 19 GiB does not fit now, 18 GiB does.
+		_, err := cc.CreateVolume(ctx, createReq("pvc-big", 19*gib, "node-a"))
+		wantCode(t, err, codes.ResourceExhausted, "free")
+		if _, err := cc.CreateVolume(ctx, createReq("pvc-big", 18*gib, "node-a")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-big"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("ConcurrentOperationIsAborted", func(t *testing.T) {
+		agent.setHold(true)
+		first := make(chan error, 1)
+		go func() {
+			_, err := cc.CreateVolume(ctx, createReq("pvc-slow", gib, "node-a"))
+			first <- err
+		}()
+		waitFor(t, func() bool {
+			var v v1alpha1.Raid10Volume
+			return c.Get(ctx, client.ObjectKey{Name: "pvc-slow"}, &v) == nil
+		})
+		_, err := cc.CreateVolume(ctx, createReq("pvc-slow", gib, "node-a"))
+		wantCode(t, err, codes.Aborted, "in progress")
+		agent.setHold(false)
+		if err := <-first; err != nil {
+			t.Fatalf("first CreateVolume: %v", err)
+		}
+	})
+
+	t.Run("AgentTooSlowIsDeadlineExceededAndRetryResumes", func(t *testing.T) {
+		agent.setHold(true)
+		_, err := cc.CreateVolume(ctx, createReq("pvc-late", gib, "node-a"))
+		wantCode(t, err, codes.DeadlineExceeded, "pvc-late")
+		agent.setHold(false)
+		if _, err := cc.CreateVolume(ctx, createReq("pvc-late", gib, "node-a")); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("AgentReportsInsufficientCapacity", func(t *testing.T) {
+		agent.setFail(v1alpha1.ReasonInsufficientCapacity)
+		_, err := cc.CreateVolume(ctx, createReq("pvc-nospace", gib, "node-a"))
+		agent.setFail("")
+		wantCode(t, err, codes.ResourceExhausted, "Failed")
+		waitFor(t, func() bool { // deleted, so that a retry starts afresh
+			var v v1alpha1.Raid10Volume
+			return c.Get(ctx, client.ObjectKey{Name: "pvc-nospace"}, &v) != nil
+		})
+	})
+
+	t.Run("Block", func(t *testing.T) {
+		req := createReq("pvc-block", gib, "node-a")
+		req.VolumeCapabilities = []*csi.VolumeCapability{blockCap()}
+		if _, err := cc.CreateVolume(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := cc.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "pvc-block", VolumeCapabilities: []*csi.VolumeCapability{blockCap()}})
+		if err != nil || ok.GetConfirmed() == nil {
+			t.Fatalf("ValidateVolumeCapabilities(block) = %v, %v", ok, err)
+		}
+		no, err := cc.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "pvc-block", VolumeCapabilities: []*csi.VolumeCapability{mountCap("xfs")}})
+		if err != nil || no.GetConfirmed() != nil || no.GetMessage() == "" {
+			t.Fatalf("ValidateVolumeCapabilities(mount) = %v, %v", no, err)
+		}
+		_, err = cc.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "pvc-none", VolumeCapabilities: []*csi.VolumeCapability{blockCap()}})
+		wantCode(t, err, codes.NotFound, "pvc-none")
+	})
+
+	t.Run("Expand", func(t *testing.T) {
+		resp, err := cc.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-0001", CapacityRange: &csi.CapacityRange{RequiredBytes: 3 * gib}})
+		if err != nil || resp.GetCapacityBytes() != 3*gib || !resp.GetNodeExpansionRequired() {
+			t.Fatalf("ControllerExpandVolume = %v, %v", resp, err)
+		}
+		again, err := cc.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-0001", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gib}})
+		if err != nil || again.GetCapacityBytes() != 3*gib {
+			t.Fatalf("ControllerExpandVolume(smaller) = %v, %v", again, err)
+		}
+		_, err = cc.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-0001", CapacityRange: &csi.CapacityRange{RequiredBytes: 100 * gib}})
+		wantCode(t, err, codes.ResourceExhausted, "node-a")
+		_, err = cc.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-none", CapacityRange: &csi.CapacityRange{RequiredBytes: gib}})
+		wantCode(t, err, codes.NotFound, "pvc-none")
+	})
+
+	t.Run("GetCapacity", func(t *testing.T) {
+		// node-a: 40 GiB raw; pvc-0001 (3), pvc-slow (1), pvc-late (1), pvc-block (1) use 6 GiB usable.
+		for _, tc := range []struct {
+			name   string
+			topo   *csi.Topology
+			params map[string]string
+			want   int64
+		}{
+			{"NodeA", &csi.Topology{Segments: map[string]string{v1alpha1.TopologyNodeKey: "node-a"}}, nil, 14 * gib},
+			{"NodeBFourMembers", &csi.Topology{Segments: map[string]string{v1alpha1.TopologyNodeKey: "node-b"}}, nil, 0},
+			{"NodeBTwoMembers", &csi.Topology{Segments: map[string]string{v1alpha1.TopologyNodeKey: "node-b"}}, map[string]string{ParamMembers: "2"}, 4 * gib},
+			{"UnknownNode", &csi.Topology{Segments: map[string]string{v1alpha1.TopologyNodeKey: "node-x"}}, nil, 0},
+			{"AllNodesTwoMembers", nil, map[string]string{ParamMembers: "2"}, 7*gib + 4*gib},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				resp, err := cc.GetCapacity(ctx, &csi.GetCapacityRequest{AccessibleTopology: tc.topo, Parameters: tc.params})
+				if err != nil || resp.GetAvailableCapacity() != tc.want {
+					t.Fatalf("GetCapacity = %v, %v; want %d", resp, err, tc.want)
+				}
+			})
+		}
+		_, err := cc.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{"bogus": "1"}})
+		wantCode(t, err, codes.InvalidArgument, "bogus")
+	})
+
+	t.Run("ListVolumes", func(t *testing.T) {
+		var vol v1alpha1.Raid10Volume
+		if err := c.Get(ctx, client.ObjectKey{Name: "pvc-late"}, &vol); err != nil {
+			t.Fatal(err)
+		}
+		agent.setHold(true)
+		defer agent.setHold(false)
+		vol.Status.Health = v1alpha1.VolumeHealthDegraded
+		vol.Status.InSync = "3/4"
+		if err := c.Status().Update(ctx, &vol); err != nil {
+			t.Fatal(err)
+		}
+		var all []*csi.ListVolumesResponse_Entry
+		token := ""
+		for {
+			resp, err := cc.ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: 2, StartingToken: token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, resp.GetEntries()...)
+			if token = resp.GetNextToken(); token == "" {
+				break
+			}
+		}
+		if len(all) != 4 {
+			t.Fatalf("ListVolumes gave %d entries, want 4: %v", len(all), all)
+		}
+		for _, e := range all {
+			abnormal := e.GetStatus().GetVolumeCondition().GetAbnormal()
+			if want := e.GetVolume().GetVolumeId() == "pvc-late"; abnormal != want {
+				t.Errorf("%s: abnormal = %v, want %v (%s)", e.GetVolume().GetVolumeId(), abnormal, want, e.GetStatus().GetVolumeCondition().GetMessage())
+			}
+		}
+		_, err := cc.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: "99"})
+		wantCode(t, err, codes.Aborted, "starting_token")
+	})
+
+	t.Run("DeleteFreesSpaceAndIsIdempotent", func(t *testing.T) {
+		for _, id := range []string{"pvc-0001", "pvc-0001", "pvc-slow", "pvc-late", "pvc-block", "never-existed"} {
+			if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+				t.Fatalf("DeleteVolume(%s): %v", id, err)
+			}
+		}
+		var vols v1alpha1.Raid10VolumeList
+		if err := c.List(ctx, &vols); err != nil || len(vols.Items) != 0 {
+			t.Fatalf("volumes left: %v, %v", vols.Items, err)
+		}
+		resp, err := cc.GetCapacity(ctx, &csi.GetCapacityRequest{AccessibleTopology: &csi.Topology{Segments: map[string]string{v1alpha1.TopologyNodeKey: "node-a"}}})
+		if err != nil || resp.GetAvailableCapacity() != 20*gib {
+			t.Fatalf("GetCapacity after deletes = %v, %v", resp, err)
+		}
+	})
+
+	t.Run("DeleteWaitsForFinalizer", func(t *testing.T) {
+		if _, err := cc.CreateVolume(ctx, createReq("pvc-held", gib, "node-a")); err != nil {
+			t.Fatal(err)
+		}
+		agent.setHold(true)
+		_, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-held"})
+		wantCode(t, err, codes.DeadlineExceeded, "pvc-held")
+		agent.setHold(false)
+		if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-held"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestControllerFakeClient runs the controller suite over controller-runtime's fake client
+// (one layer; the same suite runs against a real kube-apiserver in apiserver_test.go).
+func TestControllerFakeClient(t *testing.T) {
+	controllerSuite(t, fakeClient(t))
+}
+
+func TestNewDriverOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want error
+	}{
+		{"NoEndpoint", []Option{WithVolumeStore(NewKubeStore(nil))}, ErrInvalidArgument},
+		{"ControllerWithoutStore", []Option{WithEndpoint("unix:///x.sock")}, ErrInvalidArgument},
+		{"NodeNotBuilt", []Option{WithEndpoint("unix:///x.sock"), WithMode(ModeNode)}, ErrUnimplemented},
+		{"AllNotBuilt", []Option{WithEndpoint("unix:///x.sock"), WithMode(ModeAll)}, ErrUnimplemented},
+		{"BadMode", []Option{WithEndpoint("unix:///x.sock"), WithMode("both")}, ErrInvalidArgument},
+		{"Controller", []Option{WithEndpoint("unix:///x.sock"), WithVolumeStore(NewKubeStore(nil))}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewDriver(tc.opts...)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("NewDriver: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}

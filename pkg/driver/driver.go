@@ -1,0 +1,167 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+)
+
+// Mode selects which CSI services a Driver serves.
+type Mode string
+
+// The modes of the driver.
+const (
+	// ModeController serves identity and controller (the Deployment next to the sidecars).
+	ModeController Mode = "controller"
+	// ModeNode serves identity and node (the DaemonSet). Not built yet.
+	ModeNode Mode = "node"
+	// ModeAll serves all three in one process (also the standalone mode). Not built yet.
+	ModeAll Mode = "all"
+)
+
+// Defaults of the options.
+const (
+	DefaultReadyTimeout = 60 * time.Second
+	DefaultPollInterval = 250 * time.Millisecond
+)
+
+// Driver is the raid10.csi.io CSI plugin: a gRPC server with the services its Mode selects.
+// Every side effect (the API server, later the disk pool and mounter) comes in through an
+// Option.
+type Driver struct {
+	name, version string
+	mode          Mode
+	endpoint      string
+	nodeID        string
+	store         VolumeStore
+	readyTimeout  time.Duration
+	pollInterval  time.Duration
+
+	identity   *IdentityServer
+	controller *ControllerServer
+}
+
+// Option configures a Driver.
+type Option func(*Driver)
+
+// WithMode sets the mode (default ModeController).
+func WithMode(m Mode) Option { return func(d *Driver) { d.mode = m } }
+
+// WithEndpoint sets the endpoint to serve on: unix:///path/csi.sock or tcp://host:port.
+func WithEndpoint(e string) Option { return func(d *Driver) { d.endpoint = e } }
+
+// WithVersion sets the vendor version that GetPluginInfo reports.
+func WithVersion(v string) Option { return func(d *Driver) { d.version = v } }
+
+// WithDriverName overrides the CSI driver name (default raid10.csi.io).
+func WithDriverName(n string) Option { return func(d *Driver) { d.name = n } }
+
+// WithNodeID sets this node's name (node and all modes).
+func WithNodeID(id string) Option { return func(d *Driver) { d.nodeID = id } }
+
+// WithVolumeStore sets the store of Raid10Volume and Raid10Node objects (controller mode).
+func WithVolumeStore(s VolumeStore) Option { return func(d *Driver) { d.store = s } }
+
+// WithReadyTimeout bounds how long one CreateVolume, ControllerExpandVolume or DeleteVolume
+// call waits for the node agent before answering DeadlineExceeded (the sidecar retries and
+// the retry resumes the wait).
+func WithReadyTimeout(t time.Duration) Option { return func(d *Driver) { d.readyTimeout = t } }
+
+// WithPollInterval sets how often a wait reads the volume's status.
+func WithPollInterval(t time.Duration) Option { return func(d *Driver) { d.pollInterval = t } }
+
+// NewDriver builds a Driver from options, reporting the first missing or invalid one.
+func NewDriver(opts ...Option) (*Driver, error) {
+	d := &Driver{
+		name:         v1alpha1.DriverName,
+		version:      "dev",
+		mode:         ModeController,
+		readyTimeout: DefaultReadyTimeout,
+		pollInterval: DefaultPollInterval,
+	}
+	for _, o := range opts {
+		o(d)
+	}
+	if d.endpoint == "" {
+		return nil, fmt.Errorf("endpoint: must be set: %w", ErrInvalidArgument)
+	}
+	if d.readyTimeout <= 0 || d.pollInterval <= 0 {
+		return nil, fmt.Errorf("ready timeout and poll interval must be positive: %w", ErrInvalidArgument)
+	}
+	switch d.mode {
+	case ModeController:
+		if d.store == nil {
+			return nil, fmt.Errorf("mode %s needs a VolumeStore (a kube client): %w", d.mode, ErrInvalidArgument)
+		}
+		d.controller = &ControllerServer{
+			store:        d.store,
+			locks:        &VolumeLocks{},
+			readyTimeout: d.readyTimeout,
+			pollInterval: d.pollInterval,
+		}
+	case ModeNode, ModeAll:
+		return nil, fmt.Errorf("mode %s: the node service is not built yet, only --mode=controller runs: %w", d.mode, ErrUnimplemented)
+	default:
+		return nil, fmt.Errorf("mode %q: must be controller, node or all: %w", d.mode, ErrInvalidArgument)
+	}
+	d.identity = &IdentityServer{name: d.name, version: d.version, controller: d.controller != nil}
+	return d, nil
+}
+
+// Run serves the driver's services on its endpoint until ctx is done, then stops gracefully.
+// A stale unix socket left by an earlier process is removed first.
+func (d *Driver) Run(ctx context.Context) error {
+	lis, err := listen(d.endpoint)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(logAndMap))
+	csi.RegisterIdentityServer(srv, d.identity)
+	if d.controller != nil {
+		csi.RegisterControllerServer(srv, d.controller)
+	}
+	klog.InfoS("Serving CSI", "driver", d.name, "version", d.version, "mode", d.mode, "endpoint", d.endpoint)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", d.endpoint, err)
+	case <-ctx.Done():
+		klog.InfoS("Stopping CSI server", "endpoint", d.endpoint)
+		srv.GracefulStop()
+		<-errc
+		return nil
+	}
+}
+
+// listen opens a listener for unix:///path or tcp://host:port.
+func listen(endpoint string) (net.Listener, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %q: %w: %w", endpoint, ErrInvalidArgument, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		path := u.Path
+		if path == "" {
+			path = u.Host // unix://relative.sock
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+		}
+		return net.Listen("unix", path)
+	case "tcp":
+		return net.Listen("tcp", u.Host)
+	}
+	return nil, fmt.Errorf("endpoint %q: scheme must be unix or tcp: %w", endpoint, ErrInvalidArgument)
+}
