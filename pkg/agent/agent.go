@@ -1,0 +1,324 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+)
+
+// Pool is the part of the node's disk pool the agent drives. *pool.Pool implements it.
+type Pool interface {
+	// CreateVolume creates a volume of at least size bytes over opts.Members disks;
+	// idempotent by name and size. Errors wrap pool.ErrNoSpace, pool.ErrInvalidArgument, ...
+	CreateVolume(name string, size uint64, opts pool.CreateOptions) (pool.VolumeInfo, error)
+	// ExpandVolume grows a volume in place; pool.ErrDegraded while it is not Healthy.
+	ExpandVolume(name string, newSize uint64) (pool.VolumeInfo, error)
+	// DeleteVolume frees a volume's extents; a missing volume is success.
+	DeleteVolume(name string) error
+	// Volume describes one volume; pool.ErrNotFound when there is none of that name.
+	Volume(name string) (pool.VolumeInfo, error)
+	// Status snapshots the pool: capacity, disks and volumes.
+	Status() pool.Status
+	// MemberFree is the data one new member extent can hold on each Active disk, by UUID.
+	MemberFree() map[string]uint64
+}
+
+var _ Pool = (*pool.Pool)(nil)
+
+// Recorder records Kubernetes Events (events.k8s.io/v1). The recorder of a
+// controller-runtime manager (manager.GetEventRecorder) implements it.
+type Recorder interface {
+	// Eventf records an event about regarding; note is a format for args.
+	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...any)
+}
+
+// Event reasons.
+const (
+	EventDiskFailed        = "DiskFailed"
+	EventDegraded          = "Degraded"
+	EventRebuildStarted    = "RebuildStarted"
+	EventRebuildFinished   = "RebuildFinished"
+	EventVolumeFailed      = "VolumeFailed"
+	EventProvisioned       = "Provisioned"
+	EventProvisionFailed   = "ProvisioningFailed"
+	EventExpanded          = "Expanded"
+	EventExpandFailed      = "ExpansionFailed"
+	EventDeleted           = "ExtentsFreed"
+	EventDeleteFailed      = "DeleteFailed"
+	EventDiskReturned      = "DiskHealthy"
+	eventRecorderComponent = "raid10.csi.io/node-agent"
+)
+
+// DefaultPollInterval is how often the agent compares pool.Status with what it reported.
+// Status follows a change within this interval plus one API round trip.
+const DefaultPollInterval = time.Second
+
+// Options configure an Agent.
+type Options struct {
+	// NodeName is the Kubernetes node the agent runs on: it reconciles the Raid10Volumes
+	// whose spec.node is this name and keeps the Raid10Node of this name. Required.
+	NodeName string
+	// Pool is the node's open disk pool. Required.
+	Pool Pool
+	// PollInterval is how often pool status is compared with the reported status;
+	// default DefaultPollInterval.
+	PollInterval time.Duration
+}
+
+// Validate reports the first missing or invalid option.
+func (o Options) Validate() error {
+	switch {
+	case o.NodeName == "":
+		return errors.New("agent: NodeName is required")
+	case o.Pool == nil:
+		return errors.New("agent: Pool is required")
+	case o.PollInterval < 0:
+		return fmt.Errorf("agent: PollInterval %v must not be negative", o.PollInterval)
+	}
+	return nil
+}
+
+// Agent is the node agent. Create it with New, add it to a manager with SetupWithManager.
+type Agent struct {
+	node     string
+	pool     Pool
+	c        client.Client
+	rec      Recorder
+	interval time.Duration
+
+	volumeCh chan event.TypedGenericEvent[*v1alpha1.Raid10Volume]
+	nodeCh   chan event.TypedGenericEvent[*v1alpha1.Raid10Node]
+
+	// mu guards the maps below. They hold what the agent last reported, so that Events fire
+	// once per transition even when the cache has not yet seen the agent's own writes.
+	mu          sync.Mutex
+	volumeSeen  map[string]volumeSeen
+	diskSeen    map[string]v1alpha1.DiskState // by disk ID; nil until the first node reconcile
+	fingerprint map[string]string             // poller: per volume name, and nodeKey for the node
+}
+
+// volumeSeen is what the agent last reported about a volume, for Events.
+type volumeSeen struct {
+	health     v1alpha1.VolumeHealth
+	rebuilding bool
+	expandMsg  string
+}
+
+// nodeKey is the poller's fingerprint key of the Raid10Node (not a valid volume name).
+const nodeKey = "/node"
+
+// New returns an agent that talks to the API server through c and records Events with rec.
+func New(opts Options, c client.Client, rec Recorder) (*Agent, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.PollInterval == 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	return &Agent{
+		node: opts.NodeName, pool: opts.Pool, c: c, rec: rec, interval: opts.PollInterval,
+		volumeCh:    make(chan event.TypedGenericEvent[*v1alpha1.Raid10Volume], 256),
+		nodeCh:      make(chan event.TypedGenericEvent[*v1alpha1.Raid10Node], 4),
+		volumeSeen:  map[string]volumeSeen{},
+		fingerprint: map[string]string{},
+	}, nil
+}
+
+// SetupWithManager registers the agent's two controllers (Raid10Volume and Raid10Node) and
+// its poller with mgr. The manager's scheme must include v1alpha1. For a manager that
+// caches only this node's objects, see NewManager.
+func (a *Agent) SetupWithManager(mgr manager.Manager) error {
+	onNode := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		v, ok := o.(*v1alpha1.Raid10Volume)
+		return ok && v.Spec.Node == a.node
+	})
+	// Own status writes change neither the generation nor the deletion timestamp: they do
+	// not come back as reconciles (the poller covers the pool's side).
+	changed := predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectNew.GetDeletionTimestamp() != nil ||
+				len(e.ObjectNew.GetFinalizers()) != len(e.ObjectOld.GetFinalizers())
+		},
+	})
+	// One process may run several agents (tests): controller names need not be unique.
+	skipNameValidation := true
+	opts := controller.Options{SkipNameValidation: &skipNameValidation}
+	if err := builder.ControllerManagedBy(mgr).Named("raid10volume-agent").WithOptions(opts).
+		For(&v1alpha1.Raid10Volume{}, builder.WithPredicates(onNode, changed)).
+		WatchesRawSource(source.Channel(a.volumeCh, &handler.TypedEnqueueRequestForObject[*v1alpha1.Raid10Volume]{})).
+		Complete(reconcile.Func(a.reconcileVolume)); err != nil {
+		return fmt.Errorf("agent: volume controller: %w", err)
+	}
+	isNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == a.node })
+	if err := builder.ControllerManagedBy(mgr).Named("raid10node-agent").WithOptions(opts).
+		For(&v1alpha1.Raid10Node{}, builder.WithPredicates(isNode, predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(a.nodeCh, &handler.TypedEnqueueRequestForObject[*v1alpha1.Raid10Node]{})).
+		Complete(reconcile.Func(a.reconcileNode)); err != nil {
+		return fmt.Errorf("agent: node controller: %w", err)
+	}
+	return mgr.Add(manager.RunnableFunc(a.poll))
+}
+
+// Scheme returns a scheme with the Kubernetes built-in types and v1alpha1.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// NewManager returns a manager whose cache holds only node's Raid10Volumes (by the CRD's
+// selectable field spec.node) and its Raid10Node. It serves no metrics and no probes of its
+// own (pkg/metrics does) and runs without leader election: every node runs its own agent.
+func NewManager(cfg *rest.Config, node string) (manager.Manager, error) {
+	s, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	return manager.New(cfg, manager.Options{
+		Scheme:                 s,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&v1alpha1.Raid10Volume{}: {Field: fields.OneTermEqualSelector("spec.node", node)},
+			&v1alpha1.Raid10Node{}:   {Field: fields.OneTermEqualSelector("metadata.name", node)},
+		}},
+	})
+}
+
+// Run runs the agent for opts against the API server of cfg until ctx is done.
+func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	mgr, err := NewManager(cfg, opts.NodeName)
+	if err != nil {
+		return fmt.Errorf("agent: manager: %w", err)
+	}
+	a, err := New(opts, mgr.GetClient(), mgr.GetEventRecorder(eventRecorderComponent))
+	if err != nil {
+		return err
+	}
+	if err := a.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	klog.InfoS("Node agent starting", "nodeID", opts.NodeName, "pollInterval", a.interval)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	return nil
+}
+
+// poll compares the pool's state with the last one it saw, every interval, and enqueues
+// the volumes (and the node) whose reportable state changed: health, member states,
+// rebuild percent, capacity. It runs until ctx is done.
+func (a *Agent) poll(ctx context.Context) error {
+	t := time.NewTicker(a.interval)
+	defer t.Stop()
+	for {
+		a.pollOnce()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) pollOnce() {
+	ps := a.pool.Status()
+	free := a.pool.MemberFree()
+	var changed []string
+	nodeChanged := false
+	a.mu.Lock()
+	live := map[string]bool{nodeKey: true}
+	for _, v := range ps.Volumes {
+		live[v.Name] = true
+		if fp := volumeFingerprint(v); a.fingerprint[v.Name] != fp {
+			a.fingerprint[v.Name] = fp
+			changed = append(changed, v.Name)
+		}
+	}
+	if fp := nodeFingerprint(ps, free); a.fingerprint[nodeKey] != fp {
+		a.fingerprint[nodeKey] = fp
+		nodeChanged = true
+	}
+	for k := range a.fingerprint {
+		if !live[k] {
+			delete(a.fingerprint, k)
+		}
+	}
+	a.mu.Unlock()
+	for _, name := range changed {
+		a.enqueueVolume(name)
+	}
+	if nodeChanged {
+		a.enqueueNode()
+	}
+}
+
+func (a *Agent) enqueueVolume(name string) {
+	v := &v1alpha1.Raid10Volume{}
+	v.Name = name
+	select {
+	case a.volumeCh <- event.TypedGenericEvent[*v1alpha1.Raid10Volume]{Object: v}:
+	default:
+		// The queue is full: forget the fingerprint so that the next poll sends it again.
+		a.mu.Lock()
+		delete(a.fingerprint, name)
+		a.mu.Unlock()
+	}
+}
+
+func (a *Agent) enqueueNode() {
+	n := &v1alpha1.Raid10Node{}
+	n.Name = a.node
+	select {
+	case a.nodeCh <- event.TypedGenericEvent[*v1alpha1.Raid10Node]{Object: n}:
+	default: // a node reconcile is already queued; it reads the newest pool state
+	}
+}
+
+func volumeFingerprint(v pool.VolumeInfo) string {
+	s := fmt.Sprintf("%d|%s|%d|%s|", v.Size, v.Health, v.InSync, v.Reason)
+	for _, m := range v.Members {
+		s += m.DiskUUID + ":" + m.State + ","
+	}
+	if p := v.Sync; p != nil {
+		s += fmt.Sprintf("|%s %d", p.Kind, int(p.Percent))
+	}
+	return s
+}
+
+func nodeFingerprint(ps pool.Status, free map[string]uint64) string {
+	s := fmt.Sprintf("%+v|", ps.Capacity)
+	for _, d := range ps.Disks {
+		s += fmt.Sprintf("%s:%s:%s:%d:%d:%s,", d.UUID, d.Path, d.Status, d.Size, free[d.UUID], d.Reason)
+	}
+	return s
+}

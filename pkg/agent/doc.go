@@ -1,0 +1,77 @@
+// Package agent is the raid10.csi.io node agent: the Kubernetes side of a node's disk pool.
+// It translates between the custom resources (pkg/apis/raid10/v1alpha1) and pkg/pool, which
+// knows nothing of Kubernetes, the way TopoLVM's node agent does: the controller plugin
+// writes a Raid10Volume, the agent of the node it names makes the array and reports status.
+//
+// # Use
+//
+//	p, _ := pool.Open(cfg)
+//	err := agent.Run(ctx, restConfig, agent.Options{NodeName: node, Pool: p})
+//
+// Run builds a controller-runtime manager (NewManager: its cache holds only this node's
+// Raid10Volumes, selected by the CRD's selectable field spec.node, and this node's
+// Raid10Node; no leader election, no metrics or probe servers of its own) and runs the
+// agent until ctx is done. A caller with its own manager uses New and SetupWithManager.
+//
+// # Raid10Volume (spec.node == NodeName)
+//
+//   - Create: the pool volume of the object's name, spec.sizeBytes and spec.layout.members
+//     (pool.CreateVolume is idempotent by name, so a retry after a crash finds it). Status
+//     phase Ready, condition Ready True (reason Provisioned). A volume the pool has no room
+//     for is phase Failed with condition Ready False, reason InsufficientCapacity (the
+//     controller answers ResourceExhausted); other refusals get reason CreateFailed. A
+//     failed create is not retried for the same generation.
+//   - A volume that was provisioned (status.capacity set) but is no longer in the pool is
+//     never created afresh: phase Failed, health Failed, reason NotInPool.
+//   - Expand: when spec.sizeBytes exceeds the array, pool.ExpandVolume. While the pool
+//     refuses (not Healthy, no room right after an extent) the phase is Expanding, the
+//     message says why, an ExpansionFailed Event is recorded, and it is retried every 15 s
+//     and on every health change.
+//   - Delete: once metadata.deletionTimestamp is set, pool.DeleteVolume frees the extents,
+//     then the agent removes the finalizer v1alpha1.VolumeFinalizer (raid10.csi.io/extents)
+//     that the controller set. An object without that finalizer gets it before its extents.
+//   - Status: observedGeneration, phase, health (Healthy, Degraded, Rebuilding, Failed, as
+//     pool.Health), capacity, members (index, disk ID as in the Raid10Node, state InSync,
+//     Rebuilding, Failed or Missing), inSync ("3/4"), rebuild (member, percent, done and
+//     total bytes, rate, ETA, start time; only while a recovery runs; a resync's progress
+//     goes to the message), message, condition Ready. devicePath is left to the node service.
+//
+// Spec.layout.chunkSizeBytes is not passed on: the pool's chunk size is pool-wide
+// (pool.Config.ChunkSize) until pool.CreateOptions carries one.
+//
+// # Raid10Node (named NodeName)
+//
+// Created when missing. Status: every disk of the pool except replaced (Removed) ones, with
+// ID (serial or WWN, else the pool's disk UUID, else the path), path, size, state (Active
+// and Spare are Healthy, Missing is Missing, Failed and Refused are Failed, with the reason
+// in the message) and free bytes (pool.MemberFree: the data one new member extent on the
+// disk can hold, 0 for spares), the disk counts, capacity (raw and usable from
+// pool.Capacity; free is pool.Capacity.LargestVolume, the largest volume that can be
+// created now over all Active disks) and conditions Ready (PoolOpen) and DisksHealthy.
+//
+// # Following the pool within 2 seconds
+//
+// A poller calls pool.Status every Options.PollInterval (1 s) and compares a fingerprint of
+// each volume (size, health, member states, sync kind and whole percent) and of the node
+// (capacity, disk states and free bytes) with the last one; a change enqueues that object
+// through a source.Channel. A disk failure therefore shows in the status within one poll
+// interval plus one API round trip; a rebuild writes the status about once per percent.
+// The agent's own status writes do not trigger reconciles (the watch predicates pass only
+// generation, deletion and finalizer changes), so there is no write loop.
+//
+// # Events
+//
+// Through an events.k8s.io recorder (component raid10.csi.io/node-agent), on the Raid10Volume:
+// Provisioned, ProvisioningFailed, Degraded, VolumeFailed, RebuildStarted, RebuildFinished,
+// Expanded, ExpansionFailed, ExtentsFreed, DeleteFailed; on the Raid10Node: DiskFailed and
+// DiskHealthy. They fire on transitions of what the agent last reported (seeded from the
+// object's status when the agent starts, so a restart does not repeat them).
+//
+// # Errors and concurrency
+//
+// Transient errors (the API server, pool I/O) are returned to controller-runtime, which
+// retries with backoff and logs them; a write conflict from a stale cache requeues quietly.
+// Everything else is logged with klog structured logging (keys volumeID, nodeID). Each
+// controller runs one worker, so operations on one object never overlap; the pool
+// serialises its own label updates.
+package agent

@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+)
+
+func members(states ...string) []pool.MemberInfo {
+	var out []pool.MemberInfo
+	for i, s := range states {
+		out = append(out, pool.MemberInfo{Role: i, DiskUUID: "u" + string(rune('0'+i)), State: s})
+	}
+	return out
+}
+
+// TestVolumeStatus: the translation of pool.VolumeInfo into the Raid10Volume status.
+func TestVolumeStatus(t *testing.T) {
+	now := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
+	ids := map[string]string{"u0": "d0", "u1": "d1", "u2": "d2", "u3": "d3"}
+	vol := &v1alpha1.Raid10Volume{}
+	vol.Generation = 3
+	started := metav1.NewTime(now.Add(-time.Minute))
+	for _, tc := range []struct {
+		name       string
+		prev       v1alpha1.Raid10VolumeStatus
+		info       pool.VolumeInfo
+		phase      v1alpha1.VolumePhase
+		inSync     string
+		ready      metav1.ConditionStatus
+		rebuild    int32 // percent, -1 for none
+		startTime  *metav1.Time
+		memberWant []v1alpha1.MemberState
+	}{
+		{
+			name:  "Healthy",
+			info:  pool.VolumeInfo{Size: 1 << 30, Health: pool.Healthy, InSync: 4, Members: members("in-sync", "in-sync", "in-sync", "in-sync")},
+			phase: v1alpha1.VolumePhaseReady, inSync: "4/4", ready: metav1.ConditionTrue, rebuild: -1,
+			memberWant: []v1alpha1.MemberState{"InSync", "InSync", "InSync", "InSync"},
+		},
+		{
+			name:  "Degraded",
+			info:  pool.VolumeInfo{Size: 1 << 30, Health: pool.Degraded, InSync: 3, Members: members("in-sync", "faulty", "in-sync", "missing")},
+			phase: v1alpha1.VolumePhaseReady, inSync: "3/4", ready: metav1.ConditionTrue, rebuild: -1,
+			memberWant: []v1alpha1.MemberState{"InSync", "Failed", "InSync", "Missing"},
+		},
+		{
+			name: "RebuildStarts",
+			info: pool.VolumeInfo{Size: 1 << 30, Health: pool.Rebuilding, InSync: 3, Members: members("in-sync", "recovering", "in-sync", "in-sync"),
+				Sync: &pool.Progress{Kind: "recovery", Done: 1 << 20, Total: 4 << 20, Percent: 25.7, Rate: 1 << 20, ETA: 2500 * time.Millisecond}},
+			phase: v1alpha1.VolumePhaseReady, inSync: "3/4", ready: metav1.ConditionTrue, rebuild: 25, startTime: ptrTime(metav1.NewTime(now)),
+			memberWant: []v1alpha1.MemberState{"InSync", "Rebuilding", "InSync", "InSync"},
+		},
+		{
+			name: "RebuildKeepsStart",
+			prev: v1alpha1.Raid10VolumeStatus{Rebuild: &v1alpha1.RebuildProgress{Member: 1, StartTime: &started}},
+			info: pool.VolumeInfo{Size: 1 << 30, Health: pool.Rebuilding, InSync: 3, Members: members("in-sync", "recovering", "in-sync", "in-sync"),
+				Sync: &pool.Progress{Kind: "recovery", Done: 3 << 20, Total: 4 << 20, Percent: 75}},
+			phase: v1alpha1.VolumePhaseReady, inSync: "3/4", ready: metav1.ConditionTrue, rebuild: 75, startTime: &started,
+			memberWant: []v1alpha1.MemberState{"InSync", "Rebuilding", "InSync", "InSync"},
+		},
+		{
+			name:  "Failed",
+			info:  pool.VolumeInfo{Size: 1 << 30, Health: pool.Failed, Members: members("missing", "missing"), Reason: "not assembled"},
+			phase: v1alpha1.VolumePhaseFailed, inSync: "0/2", ready: metav1.ConditionFalse, rebuild: -1,
+			memberWant: []v1alpha1.MemberState{"Missing", "Missing"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := volumeStatus(tc.prev, vol, tc.info, ids, now)
+			if st.Phase != tc.phase || st.InSync != tc.inSync || st.ObservedGeneration != 3 || string(st.Health) != string(tc.info.Health) {
+				t.Fatalf("status %+v", st)
+			}
+			if st.Capacity.Value() != int64(tc.info.Size) {
+				t.Fatalf("capacity %v", st.Capacity)
+			}
+			cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+			if cond == nil || cond.Status != tc.ready || cond.ObservedGeneration != 3 {
+				t.Fatalf("Ready condition %+v", cond)
+			}
+			for i, m := range st.Members {
+				if m.State != tc.memberWant[i] || m.Index != int32(i) || m.Disk != ids[tc.info.Members[i].DiskUUID] {
+					t.Fatalf("member %d: %+v, want state %s", i, m, tc.memberWant[i])
+				}
+			}
+			switch {
+			case tc.rebuild < 0 && st.Rebuild != nil:
+				t.Fatalf("rebuild %+v, want none", st.Rebuild)
+			case tc.rebuild >= 0:
+				r := st.Rebuild
+				if r == nil || r.Percent != tc.rebuild || r.Member != 1 || r.DoneBytes != tc.info.Sync.Done || r.TotalBytes != tc.info.Sync.Total {
+					t.Fatalf("rebuild %+v, want %d%% of member 1", r, tc.rebuild)
+				}
+				if !r.StartTime.Equal(tc.startTime) {
+					t.Fatalf("rebuild start %v, want %v", r.StartTime, tc.startTime)
+				}
+				if tc.info.Sync.ETA > 0 && (r.ETASeconds == nil || *r.ETASeconds != 3) {
+					t.Fatalf("ETA %v, want 3 s", r.ETASeconds)
+				}
+			}
+		})
+	}
+}
+
+func ptrTime(t metav1.Time) *metav1.Time { return &t }
+
+// TestNodeStatus: disks, counts, capacity and conditions of the Raid10Node.
+func TestNodeStatus(t *testing.T) {
+	now := time.Now()
+	ps := pool.Status{
+		Name: "default", UUID: "p",
+		Capacity: pool.Capacity{Raw: 400 << 20, Usable: 200 << 20, LargestVolume: 150 << 20},
+		Disks: []pool.DiskInfo{
+			{UUID: "u0", Path: "/d0", Status: pool.StatusActive, Size: 100 << 20},
+			{UUID: "u1", Path: "/d1", Status: pool.StatusActive, Size: 100 << 20, Identity: "WWN-1"},
+			{UUID: "u2", Path: "/d2", Status: pool.StatusFailed, Size: 100 << 20, Identity: "WWN-1"}, // shared identity
+			{UUID: "u3", Path: "/d3", Status: pool.StatusSpare, Size: 100 << 20},
+			{UUID: "u4", Path: "/d4", Status: pool.StatusRemoved, Size: 100 << 20},
+			{Path: "/d5", Status: pool.StatusRefused, Reason: "ext4 signature"},
+			{UUID: "u6", Status: pool.StatusMissing},
+		},
+	}
+	st := nodeStatus(v1alpha1.Raid10NodeStatus{}, ps, map[string]uint64{"u0": 90 << 20, "u1": 80 << 20}, now)
+	wantIDs := []string{"u0", "WWN-1", "u2", "u3", "/d5", "u6"}
+	wantStates := []v1alpha1.DiskState{"Healthy", "Healthy", "Failed", "Healthy", "Failed", "Missing"}
+	wantFree := []int64{90 << 20, 80 << 20, 0, 0, 0, 0}
+	if len(st.Disks) != len(wantIDs) {
+		t.Fatalf("disks: %+v", st.Disks)
+	}
+	for i, d := range st.Disks {
+		if d.ID != wantIDs[i] || d.State != wantStates[i] || d.FreeBytes != wantFree[i] {
+			t.Fatalf("disk %d: %+v, want id %s state %s free %d", i, d, wantIDs[i], wantStates[i], wantFree[i])
+		}
+	}
+	if st.DiskCount != 6 || st.HealthyDisks != 3 {
+		t.Fatalf("counts %d/%d", st.HealthyDisks, st.DiskCount)
+	}
+	if st.Capacity.Raw.Value() != 400<<20 || st.Capacity.Usable.Value() != 200<<20 || st.Capacity.Free.Value() != 150<<20 {
+		t.Fatalf("capacity %+v", st.Capacity)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, ConditionDisksHealthy); c == nil || c.Status != metav1.ConditionFalse {
+		t.Fatalf("DisksHealthy %+v", c)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready %+v", c)
+	}
+}
