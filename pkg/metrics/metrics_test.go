@@ -88,6 +88,9 @@ func TestPoolCollector(t *testing.T) {
 	p, paths := openPool(t, 4, 128<<20)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.NewPoolCollector(p))
+	if n, err := testutil.GatherAndCount(metrics.NewRegistry(p), "go_goroutines", "raid10_pool_raw_bytes"); n != 2 || err != nil {
+		t.Fatalf("NewRegistry: %d of go_goroutines and raid10_pool_raw_bytes, want both (%v)", n, err)
+	}
 
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP raid10_pool_free_usable_bytes Free usable capacity after mirroring.

@@ -9,9 +9,24 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 )
+
+// NewRegistry returns a registry with the Go runtime and process collectors and, when src
+// is not nil, a PoolCollector over it. To serve controller-runtime's own metrics as well
+// (workqueue, reconcile counts of the node agent), gather both:
+//
+//	prometheus.Gatherers{reg, ctrlmetrics.Registry}
+func NewRegistry(src Source) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if src != nil {
+		reg.MustRegister(NewPoolCollector(src))
+	}
+	return reg
+}
 
 // Check is a readiness check: nil when ready, else an error saying what is missing.
 type Check func() error
