@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -216,6 +217,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	// controller-runtime logs (and hands reconcilers a logger) through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	mgr, err := NewManager(cfg, opts.NodeName)
 	if err != nil {
 		return fmt.Errorf("agent: manager: %w", err)
