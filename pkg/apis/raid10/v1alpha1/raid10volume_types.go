@@ -36,7 +36,7 @@ type Layout struct {
 	// ChunkSizeBytes is the stripe chunk size; a power of two from 4Ki to 16Mi.
 	// +kubebuilder:validation:Minimum=4096
 	// +kubebuilder:validation:Maximum=16777216
-	// +kubebuilder:validation:XValidation:rule="(self & (self - 1)) == 0",message="chunkSizeBytes must be a power of two"
+	// +kubebuilder:validation:XValidation:rule="self in [4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152, 4194304, 8388608, 16777216]",message="chunkSizeBytes must be a power of two"
 	ChunkSizeBytes int64 `json:"chunkSizeBytes"`
 }
 
