@@ -31,7 +31,9 @@ const crdDir = "../../charts/raid10-csi/crds"
 // failed under CI), installs the chart's CRDs and returns a client for the raid10 types.
 func realClient(t *testing.T) (client.Client, *rest.Config) {
 	t.Helper()
-	env := kubeenv.Start(t)
+	// No endpoint reconciler: kube-apiserver v1.37 refuses to reconcile the "kubernetes"
+	// Service endpoints to a loopback --advertise-address, and these tests need none.
+	env := kubeenv.Start(t, kubeenv.WithAPIServerFlags("--endpoint-reconciler-type=none"))
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, apiextensionsv1.AddToScheme} {
 		if err := add(s); err != nil {

@@ -66,7 +66,9 @@ func TestManifestsApplyAndRBAC(t *testing.T) {
 		}
 	}
 
-	env := kubeenv.Start(t)
+	// No endpoint reconciler: kube-apiserver v1.37 refuses to reconcile the "kubernetes"
+	// Service endpoints to a loopback --advertise-address, and these tests need none.
+	env := kubeenv.Start(t, kubeenv.WithAPIServerFlags("--endpoint-reconciler-type=none"))
 	ctx := t.Context()
 	dyn, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
