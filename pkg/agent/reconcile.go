@@ -98,7 +98,8 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 			a.event(&vol, corev1.EventTypeNormal, EventExpanded, "Expand", "from %d to %d bytes", info.Size, grown.Size)
 			info = grown
 			a.enqueueNode()
-		case errors.Is(err, pool.ErrDegraded), errors.Is(err, pool.ErrNoSpace), errors.Is(err, pool.ErrInvalidArgument):
+		case errors.Is(err, pool.ErrDegraded), errors.Is(err, pool.ErrNoSpace), errors.Is(err, pool.ErrInvalidArgument),
+			errors.Is(err, pool.ErrFailedPrecondition): // e.g. an engine that cannot grow a running array
 			expandMsg = fmt.Sprintf("expansion to %d bytes pending: %v", want, err)
 			result.RequeueAfter = expandRetry
 		default:
