@@ -146,6 +146,8 @@ func Start(t testing.TB, opts ...Option) *Env {
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// The endpoint reconciler refuses a loopback address; tests need no kubernetes Service endpoints.
+		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(ports[2]),
 		"--tls-cert-file=" + env.pki.certFile,
 		"--tls-private-key-file=" + env.pki.keyFile,
