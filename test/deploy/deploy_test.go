@@ -153,6 +153,8 @@ func TestManifestsApplyAndRBAC(t *testing.T) {
 		})
 	}
 
+	t.Run("ServiceAccountsDoTheirJobs", func(t *testing.T) { serviceAccountsDoTheirJobs(t, env) })
+
 	// The StorageClass is the documented one.
 	sc := objs[slices.IndexFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "StorageClass" })]
 	if got, _, _ := unstructured.NestedString(sc.Object, "volumeBindingMode"); got != "WaitForFirstConsumer" {
