@@ -154,15 +154,19 @@ func TestAgentRealAPIServer(t *testing.T) {
 	}
 	defer pl.Close()
 
-	actx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- agent.Run(actx, cfg, agent.Options{NodeName: nodeName, Pool: pl}) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("agent.Run: %v", err)
+	start := func() (stop func()) {
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- agent.Run(actx, cfg, agent.Options{NodeName: nodeName, Pool: pl}) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("agent.Run: %v", err)
+			}
 		}
-	}()
+	}
+	stop := start()
+	defer func() { stop() }()
 
 	// The Raid10Node appears with the pool's capacity.
 	var node *v1alpha1.Raid10Node
@@ -321,6 +325,25 @@ func TestAgentRealAPIServer(t *testing.T) {
 		}
 	}
 
+	// A restart of the agent adopts the volume as it is: same array, same status, no
+	// repeated Events.
+	stop()
+	before := getVolume(t, c, vol.Name)
+	beforeUUID := poolUUID(t, pl, vol.Name)
+	nEvents := countEvents(t, c)
+	stop = start()
+	time.Sleep(3 * agent.DefaultPollInterval)
+	after := getVolume(t, c, vol.Name)
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("status rewritten after a restart:\nbefore %+v\nafter  %+v", before.Status, after.Status)
+	}
+	if u := poolUUID(t, pl, vol.Name); u != beforeUUID {
+		t.Fatalf("volume recreated after a restart: %s, was %s", u, beforeUUID)
+	}
+	if n := countEvents(t, c); n != nEvents {
+		t.Errorf("%d Events after a restart, %d before", n, nEvents)
+	}
+
 	// Delete: the extents are freed and the finalizer removed.
 	if err := c.Delete(ctx, got); err != nil {
 		t.Fatal(err)
@@ -376,4 +399,29 @@ func TestAgentRealAPIServer(t *testing.T) {
 	for _, e := range l.Items {
 		t.Logf("event %s/%s %s %s: %s", e.Regarding.Kind, e.Regarding.Name, e.Type, e.Reason, e.Note)
 	}
+}
+
+func poolUUID(t *testing.T, p *pool.Pool, name string) string {
+	t.Helper()
+	vi, err := p.Volume(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vi.UUID
+}
+
+func countEvents(t *testing.T, c client.Client) int {
+	t.Helper()
+	var l eventsv1.EventList
+	if err := c.List(t.Context(), &l); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range l.Items {
+		n += max(1, int(e.DeprecatedCount))
+		if e.Series != nil {
+			n += int(e.Series.Count)
+		}
+	}
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -132,6 +133,9 @@ func (a *Agent) volumeEvents(vol *v1alpha1.Raid10Volume, prev, st v1alpha1.Raid1
 	if !ok {
 		// First sight since the agent started: what the object says was reported.
 		seen = volumeSeen{health: prev.Health, rebuilding: prev.Rebuild != nil}
+		if prev.Phase == v1alpha1.VolumePhaseExpanding && expandMsg != "" && strings.HasPrefix(prev.Message, expandMsg) {
+			seen.expandMsg = expandMsg
+		}
 	}
 	a.volumeSeen[vol.Name] = volumeSeen{health: st.Health, rebuilding: st.Rebuild != nil, expandMsg: expandMsg}
 	a.mu.Unlock()
