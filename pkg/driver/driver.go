@@ -139,7 +139,10 @@ func (d *Driver) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		klog.InfoS("Stopping CSI server", "endpoint", d.endpoint)
 		srv.GracefulStop()
-		<-errc
+		// Serve returns nil after GracefulStop; anything else is worth reporting.
+		if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("serve %s: %w", d.endpoint, err)
+		}
 		return nil
 	}
 }
