@@ -39,9 +39,7 @@ const (
 // installs the chart's CRDs and returns a client and the admin's config.
 func startAPI(t *testing.T) (client.Client, *rest.Config) {
 	t.Helper()
-	// kube-apiserver 1.37 refuses --advertise-address=127.0.0.1 with the default (lease)
-	// endpoint reconciler; the agent needs no kubernetes Service endpoints.
-	env := kubeenv.Start(t, kubeenv.WithAPIServerFlags("--endpoint-reconciler-type=none"))
+	env := kubeenv.Start(t)
 	s, err := agent.Scheme()
 	if err != nil {
 		t.Fatal(err)
