@@ -67,6 +67,12 @@
 // DiskHealthy. They fire on transitions of what the agent last reported (seeded from the
 // object's status when the agent starts, so a restart does not repeat them).
 //
+// # RBAC
+//
+// raid10volumes: get, list, watch, update (the finalizer); raid10volumes/status: update;
+// raid10nodes: get, list, watch, create; raid10nodes/status: update; and events in the
+// events.k8s.io group (not only the core group): create, patch.
+//
 // # Errors and concurrency
 //
 // Transient errors (the API server, pool I/O) are returned to controller-runtime, which
