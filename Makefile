@@ -58,7 +58,13 @@ lint: ## Run golangci-lint (v2, explicit linter list), installed from its Go mod
 verify: ## Check formatting, vet, go.mod tidiness and that generated files are current.
 	@test -z "$$(gofmt -l cmd pkg test hack 2>/dev/null)" || { gofmt -l cmd pkg test hack; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
 	bash hack/verify-generated.sh
+
+.PHONY: generate
+generate: ## Regenerate deepcopy, CRDs (controller-gen) and deploy/ (helm template).
+	bash hack/update-codegen.sh
+	bash hack/render-deploy.sh
 
 .PHONY: demo
 demo: ## The main job on the embedded default: 4 file-backed disks, one RAID10 volume over NBD, fail and rebuild a disk.
