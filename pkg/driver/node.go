@@ -1,0 +1,399 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+)
+
+// DefaultMaxVolumesPerNode is what NodeGetInfo reports when no limit is configured: the nbd
+// driver's default device count (nbds_max=16).
+const DefaultMaxVolumesPerNode = 16
+
+// VolumeAttacher gives the node service the block device of a volume of this node's pool.
+// Its methods return errors wrapping ErrNotFound for a volume the pool does not have;
+// anything else maps to Internal.
+type VolumeAttacher interface {
+	// Attach serves the volume on a block device and returns the device's path
+	// (/dev/nbdX). Attaching an attached volume returns its device.
+	Attach(ctx context.Context, volumeID string) (string, error)
+	// Detach disconnects the volume's device. A volume that is not attached, or that the
+	// pool no longer has, is no error.
+	Detach(ctx context.Context, volumeID string) error
+	// Volume reports the volume's size and health.
+	Volume(ctx context.Context, volumeID string) (VolumeState, error)
+}
+
+// VolumeState is what the node service needs to know of a volume.
+type VolumeState struct {
+	// SizeBytes is the volume's usable size.
+	SizeBytes int64
+	// Abnormal is true while the volume is Degraded or Failed; Message says why.
+	Abnormal bool
+	Message  string
+}
+
+// NodeConfig is what a NodeServer is built from. Every side effect comes in here.
+type NodeConfig struct {
+	// NodeID is this node's name (NodeGetInfo, topology raid10.csi.io/node).
+	NodeID string
+	// MaxVolumes is reported as max_volumes_per_node (default DefaultMaxVolumesPerNode).
+	MaxVolumes int64
+	// Attacher gives volumes' block devices.
+	Attacher VolumeAttacher
+	// Mounter mounts and unmounts (mount.New("") in production, a FakeMounter in tests).
+	Mounter mount.Interface
+	// Exec runs blkid, mkfs, fsck and the resize tools (utilexec.New() in production).
+	Exec utilexec.Interface
+}
+
+// NodeServer is the CSI node service: it attaches a volume of the local pool over NBD,
+// formats a blank device, mounts it at the staging path and bind-mounts it into pods.
+// Its methods return the sentinels of errors.go; the interceptor maps them to codes.
+type NodeServer struct {
+	csi.UnimplementedNodeServer
+
+	nodeID     string
+	maxVolumes int64
+	attacher   VolumeAttacher
+	mounter    *mount.SafeFormatAndMount
+	resizer    *mount.ResizeFs
+	locks      *VolumeLocks
+}
+
+var _ csi.NodeServer = (*NodeServer)(nil)
+
+// NewNodeServer builds a node service, reporting the first missing field of cfg.
+func NewNodeServer(cfg NodeConfig) (*NodeServer, error) {
+	switch {
+	case cfg.NodeID == "":
+		return nil, fmt.Errorf("node ID: must be set: %w", ErrInvalidArgument)
+	case cfg.Attacher == nil:
+		return nil, fmt.Errorf("node service needs a VolumeAttacher: %w", ErrInvalidArgument)
+	case cfg.Mounter == nil || cfg.Exec == nil:
+		return nil, fmt.Errorf("node service needs a mounter and an exec: %w", ErrInvalidArgument)
+	}
+	if cfg.MaxVolumes <= 0 {
+		cfg.MaxVolumes = DefaultMaxVolumesPerNode
+	}
+	return &NodeServer{
+		nodeID:     cfg.NodeID,
+		maxVolumes: cfg.MaxVolumes,
+		attacher:   cfg.Attacher,
+		mounter:    mount.NewSafeFormatAndMount(cfg.Mounter, cfg.Exec),
+		resizer:    mount.NewResizeFs(cfg.Exec),
+		locks:      &VolumeLocks{},
+	}, nil
+}
+
+// nodeShape validates the one capability of a node request.
+func nodeShape(c *csi.VolumeCapability) (volumeShape, *csi.VolumeCapability_MountVolume, error) {
+	if c == nil {
+		return volumeShape{}, nil, fmt.Errorf("volume_capability: must be set: %w", ErrInvalidArgument)
+	}
+	shape, err := parseCapabilities([]*csi.VolumeCapability{c})
+	if err != nil {
+		return shape, nil, err
+	}
+	return shape, c.GetMount(), nil
+}
+
+// NodeStageVolume attaches the volume over NBD and, for Filesystem, formats the device if it
+// is blank and mounts it at the staging path. A repeated call finds everything done.
+func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	}
+	if staging == "" {
+		return nil, fmt.Errorf("staging_target_path: must not be empty: %w", ErrInvalidArgument)
+	}
+	shape, mnt, err := nodeShape(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	if err := n.locks.TryAcquire(id); err != nil {
+		return nil, err
+	}
+	defer n.locks.Release(id)
+
+	dev, err := n.attacher.Attach(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("attach volume %q: %w", id, err)
+	}
+	logger := klog.FromContext(ctx)
+	if shape.mode == v1alpha1.VolumeModeBlock {
+		logger.Info("Volume staged as a block device", "device", dev)
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return nil, fmt.Errorf("create staging path %s: %w", staging, err)
+	}
+	notMnt, err := n.mounter.IsLikelyNotMountPoint(staging)
+	if err != nil {
+		return nil, fmt.Errorf("check staging path %s: %w", staging, err)
+	}
+	if !notMnt {
+		logger.V(4).Info("Volume already staged", "stagingPath", staging)
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	fsType := string(shape.fsType)
+	existing, err := n.mounter.GetDiskFormat(dev)
+	if err != nil {
+		return nil, fmt.Errorf("blkid %s: %w", dev, err)
+	}
+	if existing != "" && existing != fsType {
+		return nil, fmt.Errorf("volume %q: device %s holds %s, %s was asked for: %w", id, dev, existing, fsType, ErrFailedPrecondition)
+	}
+	// FormatAndMount runs mkfs only when blkid finds the device blank.
+	if err := n.mounter.FormatAndMount(dev, staging, fsType, mnt.GetMountFlags()); err != nil {
+		return nil, fmt.Errorf("format and mount %s at %s: %w", dev, staging, err)
+	}
+	logger.Info("Volume staged", "device", dev, "stagingPath", staging, "fsType", fsType, "formatted", existing == "")
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// NodeUnstageVolume unmounts the staging path (missing or not mounted is success) and
+// detaches the volume's NBD device.
+func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	}
+	if staging == "" {
+		return nil, fmt.Errorf("staging_target_path: must not be empty: %w", ErrInvalidArgument)
+	}
+	if err := n.locks.TryAcquire(id); err != nil {
+		return nil, err
+	}
+	defer n.locks.Release(id)
+	if err := mount.CleanupMountPoint(staging, n.mounter, true); err != nil {
+		return nil, fmt.Errorf("unmount %s: %w", staging, err)
+	}
+	if err := n.attacher.Detach(ctx, id); err != nil {
+		return nil, fmt.Errorf("detach volume %q: %w", id, err)
+	}
+	klog.FromContext(ctx).Info("Volume unstaged", "stagingPath", staging)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// NodePublishVolume bind-mounts the staging path onto the target directory, or for Block
+// the device node onto a file at the target path; readonly makes the bind read-only.
+func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	id, staging, target := req.GetVolumeId(), req.GetStagingTargetPath(), req.GetTargetPath()
+	switch {
+	case id == "":
+		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	case staging == "":
+		return nil, fmt.Errorf("staging_target_path: must not be empty (the plugin stages): %w", ErrInvalidArgument)
+	case target == "":
+		return nil, fmt.Errorf("target_path: must not be empty: %w", ErrInvalidArgument)
+	}
+	shape, mnt, err := nodeShape(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	if err := n.locks.TryAcquire(id); err != nil {
+		return nil, err
+	}
+	defer n.locks.Release(id)
+
+	opts := []string{"bind"}
+	if req.GetReadonly() {
+		opts = append(opts, "ro")
+	}
+	var source string
+	if shape.mode == v1alpha1.VolumeModeBlock {
+		// Attach is idempotent: it returns the device NodeStageVolume attached.
+		if source, err = n.attacher.Attach(ctx, id); err != nil {
+			return nil, fmt.Errorf("device of volume %q: %w", id, err)
+		}
+		if err := makeFile(target); err != nil {
+			return nil, err
+		}
+	} else {
+		notMnt, err := n.mounter.IsLikelyNotMountPoint(staging)
+		if errors.Is(err, os.ErrNotExist) || (err == nil && notMnt) {
+			return nil, fmt.Errorf("staging_target_path %s: volume %q is not staged: %w", staging, id, ErrFailedPrecondition)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("check staging path %s: %w", staging, err)
+		}
+		source = staging
+		opts = append(opts, mnt.GetMountFlags()...)
+		if err := os.MkdirAll(target, 0o750); err != nil {
+			return nil, fmt.Errorf("create target path %s: %w", target, err)
+		}
+	}
+	notMnt, err := n.mounter.IsLikelyNotMountPoint(target)
+	if err != nil {
+		return nil, fmt.Errorf("check target path %s: %w", target, err)
+	}
+	if !notMnt {
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if err := n.mounter.Mount(source, target, "", opts); err != nil {
+		return nil, fmt.Errorf("bind %s onto %s: %w", source, target, err)
+	}
+	klog.FromContext(ctx).Info("Volume published", "source", source, "targetPath", target, "readonly", req.GetReadonly())
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// makeFile creates an empty file at path (and its directory) for a block bind mount.
+func makeFile(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("create directory of %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDONLY, 0o640)
+	if err != nil {
+		return fmt.Errorf("create target file %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// NodeUnpublishVolume unmounts the target path and removes it; missing or not mounted is
+// success.
+func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	if id == "" {
+		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	}
+	if target == "" {
+		return nil, fmt.Errorf("target_path: must not be empty: %w", ErrInvalidArgument)
+	}
+	if err := n.locks.TryAcquire(id); err != nil {
+		return nil, err
+	}
+	defer n.locks.Release(id)
+	if err := mount.CleanupMountPoint(target, n.mounter, true); err != nil {
+		return nil, fmt.Errorf("unmount %s: %w", target, err)
+	}
+	klog.FromContext(ctx).Info("Volume unpublished", "targetPath", target)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// NodeGetVolumeStats reports bytes and inodes of a filesystem volume (statfs of the path), or
+// the size of a block volume, and the volume's condition: abnormal while Degraded or Failed.
+func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	id, path := req.GetVolumeId(), req.GetVolumePath()
+	if id == "" {
+		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("volume_path: must not be empty: %w", ErrInvalidArgument)
+	}
+	vs, err := n.attacher.Volume(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("volume_path %s: %w", path, ErrNotFound)
+		}
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	cond := &csi.VolumeCondition{Abnormal: vs.Abnormal, Message: vs.Message}
+	if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+		return &csi.NodeGetVolumeStatsResponse{
+			Usage:           []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: vs.SizeBytes}},
+			VolumeCondition: cond,
+		}, nil
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil {
+		return nil, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	bs := fs.Bsize
+	return &csi.NodeGetVolumeStatsResponse{
+		Usage: []*csi.VolumeUsage{
+			{Unit: csi.VolumeUsage_BYTES, Total: int64(fs.Blocks) * bs, Available: int64(fs.Bavail) * bs,
+				Used: int64(fs.Blocks-fs.Bfree) * bs},
+			{Unit: csi.VolumeUsage_INODES, Total: int64(fs.Files), Available: int64(fs.Ffree),
+				Used: int64(fs.Files - fs.Ffree)},
+		},
+		VolumeCondition: cond,
+	}, nil
+}
+
+// NodeExpandVolume grows the filesystem on the volume's device to the device's size, online
+// (resize2fs for ext4, xfs_growfs for xfs). A block volume needs nothing.
+func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	id, path := req.GetVolumeId(), req.GetVolumePath()
+	if id == "" {
+		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("volume_path: must not be empty: %w", ErrInvalidArgument)
+	}
+	if c := req.GetVolumeCapability(); c != nil {
+		if _, _, err := nodeShape(c); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.locks.TryAcquire(id); err != nil {
+		return nil, err
+	}
+	defer n.locks.Release(id)
+	vs, err := n.attacher.Volume(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("volume_path %s: %w", path, ErrNotFound)
+	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return &csi.NodeExpandVolumeResponse{CapacityBytes: vs.SizeBytes}, nil
+	}
+	mountPath := path
+	if s := req.GetStagingTargetPath(); s != "" {
+		mountPath = s
+	}
+	dev, _, err := mount.GetDeviceNameFromMount(n.mounter, mountPath)
+	if err != nil {
+		return nil, fmt.Errorf("device of %s: %w", mountPath, err)
+	}
+	if dev == "" {
+		return nil, fmt.Errorf("volume_path %s: not a mounted volume: %w", mountPath, ErrFailedPrecondition)
+	}
+	if _, err := n.resizer.Resize(dev, mountPath); err != nil {
+		return nil, fmt.Errorf("grow filesystem on %s: %w", dev, err)
+	}
+	klog.FromContext(ctx).Info("Filesystem grown", "device", dev, "path", mountPath, "sizeBytes", vs.SizeBytes)
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: vs.SizeBytes}, nil
+}
+
+// NodeGetCapabilities advertises staging, expansion, volume stats and volume condition.
+func (n *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	var caps []*csi.NodeServiceCapability
+	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_VOLUME_CONDITION,
+	} {
+		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
+			Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// NodeGetInfo reports the node ID, the topology segment raid10.csi.io/node=<node> and the
+// maximum number of volumes.
+func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{
+		NodeId:             n.nodeID,
+		MaxVolumesPerNode:  n.maxVolumes,
+		AccessibleTopology: &csi.Topology{Segments: map[string]string{v1alpha1.TopologyNodeKey: n.nodeID}},
+	}, nil
+}

@@ -1,0 +1,154 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+)
+
+// PoolAttacher is the VolumeAttacher of a node: it serves a volume's array from the local
+// pool with an nbd.Server of its own (one export, "") and hands it to the kernel through a
+// kernel.Attacher, which records the device in the shared state file so that a restarted
+// plugin reattaches it with NBD_CMD_RECONFIGURE (Reattach).
+type PoolAttacher struct {
+	pool  *pool.Pool
+	nl    *kernel.Netlink
+	state *kernel.State
+	opts  kernel.Options
+
+	mu   sync.Mutex // guards vols
+	vols map[string]*served
+}
+
+// served is one attached volume.
+type served struct {
+	srv *nbd.Server
+	att *kernel.Attacher
+	dev *kernel.Device
+}
+
+var _ VolumeAttacher = (*PoolAttacher)(nil)
+
+// NewPoolAttacher returns an attacher over p. nl and state are shared by every volume; the
+// caller closes them after Close.
+func NewPoolAttacher(p *pool.Pool, nl *kernel.Netlink, state *kernel.State, opts kernel.Options) *PoolAttacher {
+	return &PoolAttacher{pool: p, nl: nl, state: state, opts: opts, vols: map[string]*served{}}
+}
+
+// poolErr translates the pool's not-found into the driver's sentinel.
+func poolErr(err error) error {
+	if errors.Is(err, pool.ErrNotFound) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}
+
+// Attach serves the volume on a /dev/nbdX device and returns its path; an attached volume
+// returns its device, and a device recorded by an earlier process is reattached.
+func (a *PoolAttacher) Attach(_ context.Context, volumeID string) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.vols[volumeID]; s != nil {
+		return s.dev.Path(), nil
+	}
+	arr, err := a.pool.Array(volumeID)
+	if err != nil {
+		return "", poolErr(err)
+	}
+	srv, err := NewVolumeNBDServer(volumeID, arr)
+	if err != nil {
+		return "", err
+	}
+	att := kernel.NewAttacher(srv, a.nl, a.state, a.opts)
+	dev, err := att.Attach(volumeID, "")
+	if err != nil {
+		_ = srv.Close()
+		return "", err
+	}
+	a.vols[volumeID] = &served{srv: srv, att: att, dev: dev}
+	return dev.Path(), nil
+}
+
+// NewVolumeNBDServer returns an NBD server with one default export ("") serving backend, a
+// volume's array. The engine takes 4 KiB-aligned I/O only, which the export advertises.
+func NewVolumeNBDServer(volumeID string, backend nbd.Backend) (*nbd.Server, error) {
+	return nbd.NewServer(nbd.Options{MinBlockSize: 4096},
+		nbd.Export{Name: "", Description: "raid10 volume " + volumeID, Backend: backend})
+}
+
+// Detach disconnects the volume's device and stops its server. A volume not attached is no
+// error (a device recorded by an earlier process is still disconnected).
+func (a *PoolAttacher) Detach(ctx context.Context, volumeID string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.vols[volumeID]
+	if s == nil {
+		// Not ours in this process: a recorded device of an earlier one is disconnected.
+		return kernel.NewAttacher(nil, a.nl, a.state, a.opts).Detach(volumeID)
+	}
+	if err := s.att.Detach(volumeID); err != nil {
+		return err
+	}
+	delete(a.vols, volumeID)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(sctx)
+	return nil
+}
+
+// Volume reports the volume's size and whether it is Degraded or Failed.
+func (a *PoolAttacher) Volume(_ context.Context, volumeID string) (VolumeState, error) {
+	vi, err := a.pool.Volume(volumeID)
+	if err != nil {
+		return VolumeState{}, poolErr(err)
+	}
+	vs := VolumeState{SizeBytes: int64(vi.Size)}
+	switch vi.Health {
+	case pool.Degraded, pool.Failed:
+		vs.Abnormal = true
+		vs.Message = fmt.Sprintf("volume is %s: %d of %d members in sync", vi.Health, vi.InSync, len(vi.Members))
+		if vi.Reason != "" {
+			vs.Message += ": " + vi.Reason
+		}
+	case pool.Rebuilding:
+		vs.Message = "volume is Rebuilding"
+	}
+	return vs, nil
+}
+
+// Reattach attaches again every volume recorded in the state file (after a restart of the
+// plugin): the kernel's queued requests then run on fresh connections. A volume that fails
+// is logged and skipped; the first error is returned.
+func (a *PoolAttacher) Reattach(ctx context.Context) error {
+	var first error
+	for _, id := range a.state.Volumes() {
+		if _, err := a.Attach(ctx, id); err != nil {
+			klog.ErrorS(err, "Reattaching volume", "volumeID", id)
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// Close stops serving every device without detaching it (a restarted plugin reattaches
+// them), waiting up to ctx for requests in flight.
+func (a *PoolAttacher) Close(ctx context.Context) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, s := range a.vols {
+		s.att.Close()
+		_ = s.srv.Shutdown(ctx)
+		s.att.Wait()
+		delete(a.vols, id)
+	}
+}

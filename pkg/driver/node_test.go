@@ -1,0 +1,348 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+	testingexec "k8s.io/utils/exec/testing"
+)
+
+// fakeAttacher is a stateful VolumeAttacher: volumes it knows attach to /dev/fakeN.
+type fakeAttacher struct {
+	mu       sync.Mutex
+	vols     map[string]VolumeState
+	attached map[string]string
+}
+
+var _ VolumeAttacher = (*fakeAttacher)(nil)
+
+func newFakeAttacher(ids ...string) *fakeAttacher {
+	f := &fakeAttacher{vols: map[string]VolumeState{}, attached: map[string]string{}}
+	for _, id := range ids {
+		f.vols[id] = VolumeState{SizeBytes: 1 << 30}
+	}
+	return f
+}
+
+func (f *fakeAttacher) Attach(_ context.Context, id string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.vols[id]; !ok {
+		return "", fmt.Errorf("volume %q: %w", id, ErrNotFound)
+	}
+	if d, ok := f.attached[id]; ok {
+		return d, nil
+	}
+	d := fmt.Sprintf("/dev/fake%d", len(f.attached))
+	f.attached[id] = d
+	return d, nil
+}
+
+func (f *fakeAttacher) Detach(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.attached, id)
+	return nil
+}
+
+func (f *fakeAttacher) Volume(_ context.Context, id string) (VolumeState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.vols[id]
+	if !ok {
+		return v, fmt.Errorf("volume %q: %w", id, ErrNotFound)
+	}
+	return v, nil
+}
+
+// fakeExec answers blkid with "blank" (exit 2) until mkfs ran on the device, then with the
+// filesystem made; every other command succeeds. It records the commands.
+type fakeExec struct {
+	testingexec.FakeExec
+	mu    sync.Mutex
+	fs    map[string]string // device -> filesystem made
+	calls []string
+}
+
+func (e *fakeExec) Command(cmd string, args ...string) utilexec.Cmd {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.calls = append(e.calls, cmd)
+	dev := ""
+	if len(args) > 0 {
+		dev = args[len(args)-1]
+	}
+	out, err := []byte{}, error(nil)
+	switch cmd {
+	case "blkid":
+		if fs, ok := e.fs[dev]; ok {
+			out = []byte("DEVNAME=" + dev + "\nTYPE=" + fs + "\n")
+		} else {
+			err = &testingexec.FakeExitError{Status: 2}
+		}
+	case "mkfs.ext4", "mkfs.xfs":
+		e.fs[dev] = cmd[len("mkfs."):]
+	}
+	return &testingexec.FakeCmd{CombinedOutputScript: []testingexec.FakeAction{
+		func() ([]byte, []byte, error) { return out, nil, err },
+	}}
+}
+
+func (e *fakeExec) ran(cmd string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, c := range e.calls {
+		if c == cmd {
+			n++
+		}
+	}
+	return n
+}
+
+func newTestNode(t *testing.T) (*NodeServer, *fakeAttacher, *mount.FakeMounter, *fakeExec) {
+	t.Helper()
+	att := newFakeAttacher("vol-1", "vol-2")
+	m := mount.NewFakeMounter(nil)
+	ex := &fakeExec{fs: map[string]string{}}
+	n, err := NewNodeServer(NodeConfig{NodeID: "node-a", Attacher: att, Mounter: m, Exec: ex})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, att, m, ex
+}
+
+func TestNodeStageValidation(t *testing.T) {
+	n, _, _, _ := newTestNode(t)
+	dir := t.TempDir()
+	multi := mountCap("ext4")
+	multi.AccessMode.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	for _, tc := range []struct {
+		name string
+		req  *csi.NodeStageVolumeRequest
+		want codes.Code
+	}{
+		{"no volume id", &csi.NodeStageVolumeRequest{StagingTargetPath: dir, VolumeCapability: mountCap("")}, codes.InvalidArgument},
+		{"no staging path", &csi.NodeStageVolumeRequest{VolumeId: "vol-1", VolumeCapability: mountCap("")}, codes.InvalidArgument},
+		{"no capability", &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: dir}, codes.InvalidArgument},
+		{"bad fs type", &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: dir, VolumeCapability: mountCap("btrfs")}, codes.InvalidArgument},
+		{"multi-node access", &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: dir, VolumeCapability: multi}, codes.InvalidArgument},
+		{"unknown volume", &csi.NodeStageVolumeRequest{VolumeId: "nope", StagingTargetPath: dir, VolumeCapability: mountCap("")}, codes.NotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := n.NodeStageVolume(context.Background(), tc.req)
+			if got := status.Code(toStatus(err)); got != tc.want {
+				t.Fatalf("code %s, want %s: %v", got, tc.want, err)
+			}
+		})
+	}
+}
+
+func TestNodeOtherValidation(t *testing.T) {
+	n, _, _, _ := newTestNode(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want codes.Code
+	}{
+		{"publish without target", func() error {
+			_, err := n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: dir, VolumeCapability: mountCap("")})
+			return err
+		}, codes.InvalidArgument},
+		{"publish without staging", func() error {
+			_, err := n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-1", TargetPath: dir, VolumeCapability: mountCap("")})
+			return err
+		}, codes.InvalidArgument},
+		{"publish not staged", func() error {
+			_, err := n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: filepath.Join(dir, "none"), TargetPath: filepath.Join(dir, "t"), VolumeCapability: mountCap("")})
+			return err
+		}, codes.FailedPrecondition},
+		{"unpublish without volume id", func() error {
+			_, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{TargetPath: dir})
+			return err
+		}, codes.InvalidArgument},
+		{"unpublish missing target is success", func() error {
+			_, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: filepath.Join(dir, "gone")})
+			return err
+		}, codes.OK},
+		{"unstage without staging path", func() error {
+			_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1"})
+			return err
+		}, codes.InvalidArgument},
+		{"unstage never staged is success", func() error {
+			_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-2", StagingTargetPath: filepath.Join(dir, "gone")})
+			return err
+		}, codes.OK},
+		{"stats without path", func() error {
+			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1"})
+			return err
+		}, codes.InvalidArgument},
+		{"stats unknown volume", func() error {
+			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "nope", VolumePath: dir})
+			return err
+		}, codes.NotFound},
+		{"stats missing path", func() error {
+			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: filepath.Join(dir, "gone")})
+			return err
+		}, codes.NotFound},
+		{"expand without path", func() error {
+			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-1"})
+			return err
+		}, codes.InvalidArgument},
+		{"expand unknown volume", func() error {
+			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "nope", VolumePath: dir})
+			return err
+		}, codes.NotFound},
+		{"expand block is a no-op", func() error {
+			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: dir, VolumeCapability: blockCap()})
+			return err
+		}, codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := status.Code(toStatus(tc.call())); got != tc.want {
+				t.Fatalf("code %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestNodeLifecycleFake drives stage, publish, stats, unpublish and unstage through the
+// FakeMounter: mkfs runs once, on the blank device only, and every step is idempotent.
+func TestNodeLifecycleFake(t *testing.T) {
+	n, att, m, ex := newTestNode(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "target")
+	stage := &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging, VolumeCapability: mountCap("xfs")}
+	for i := 0; i < 2; i++ {
+		if _, err := n.NodeStageVolume(ctx, stage); err != nil {
+			t.Fatalf("stage %d: %v", i, err)
+		}
+	}
+	if got := ex.ran("mkfs.xfs"); got != 1 {
+		t.Fatalf("mkfs.xfs ran %d times, want 1", got)
+	}
+	if notMnt, _ := m.IsLikelyNotMountPoint(staging); notMnt {
+		t.Fatal("staging path not mounted")
+	}
+	// An xfs device asked for as ext4 is refused, never reformatted.
+	other := filepath.Join(dir, "other")
+	_, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: other, VolumeCapability: mountCap("ext4")})
+	if status.Code(toStatus(err)) != codes.FailedPrecondition || ex.ran("mkfs.ext4") != 0 {
+		t.Fatalf("mismatched fs: %v, mkfs.ext4 ran %d", err, ex.ran("mkfs.ext4"))
+	}
+
+	pub := &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging, TargetPath: target, VolumeCapability: mountCap("xfs"), Readonly: true}
+	for i := 0; i < 2; i++ {
+		if _, err := n.NodePublishVolume(ctx, pub); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	mps, _ := m.List()
+	var bind *mount.MountPoint
+	for i := range mps {
+		if mps[i].Path == target {
+			bind = &mps[i]
+		}
+	}
+	// The FakeMounter, like the kernel, shows a bind of a mount point with its device.
+	if bind == nil || bind.Device != att.attached["vol-1"] || len(mps) != 2 {
+		t.Fatalf("no single bind of %s onto %s: %+v", staging, target, mps)
+	}
+	if !contains(bind.Opts, "ro") || !contains(bind.Opts, "bind") {
+		t.Fatalf("bind options %v, want bind and ro", bind.Opts)
+	}
+
+	att.mu.Lock()
+	att.vols["vol-1"] = VolumeState{SizeBytes: 1 << 30, Abnormal: true, Message: "volume is Degraded"}
+	att.mu.Unlock()
+	st, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.GetVolumeCondition().GetAbnormal() || len(st.GetUsage()) != 2 {
+		t.Fatalf("stats %v", st)
+	}
+
+	for i := 0; i < 2; i++ {
+		if _, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target}); err != nil {
+			t.Fatalf("unpublish %d: %v", i, err)
+		}
+		if _, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging}); err != nil {
+			t.Fatalf("unstage %d: %v", i, err)
+		}
+	}
+	if mps, _ := m.List(); len(mps) != 0 {
+		t.Fatalf("mounts left: %+v", mps)
+	}
+	if len(att.attached) != 0 {
+		t.Fatalf("still attached: %v", att.attached)
+	}
+}
+
+func TestNodeBlockPublishFake(t *testing.T) {
+	n, att, m, _ := newTestNode(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "pods", "dev")
+	if _, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-2", StagingTargetPath: staging, VolumeCapability: blockCap()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-2", StagingTargetPath: staging, TargetPath: target, VolumeCapability: blockCap()}); err != nil {
+		t.Fatal(err)
+	}
+	mps, _ := m.List()
+	if len(mps) != 1 || mps[0].Device != att.attached["vol-2"] || mps[0].Path != target {
+		t.Fatalf("mounts %+v, want the device bound onto %s", mps, target)
+	}
+}
+
+func TestNodeLockAborted(t *testing.T) {
+	n, _, _, _ := newTestNode(t)
+	if err := n.locks.TryAcquire("vol-1"); err != nil {
+		t.Fatal(err)
+	}
+	defer n.locks.Release("vol-1")
+	_, err := n.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: t.TempDir(), VolumeCapability: mountCap("")})
+	if got := status.Code(toStatus(err)); got != codes.Aborted {
+		t.Fatalf("code %s, want Aborted", got)
+	}
+}
+
+func TestNodeInfoAndCapabilities(t *testing.T) {
+	n, _, _, _ := newTestNode(t)
+	info, err := n.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetNodeId() != "node-a" || info.GetMaxVolumesPerNode() != DefaultMaxVolumesPerNode ||
+		info.GetAccessibleTopology().GetSegments()["raid10.csi.io/node"] != "node-a" {
+		t.Fatalf("info %v", info)
+	}
+	caps, err := n.NodeGetCapabilities(context.Background(), &csi.NodeGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(caps.GetCapabilities()) != 4 {
+		t.Fatalf("capabilities %v", caps)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
