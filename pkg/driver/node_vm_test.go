@@ -1,0 +1,281 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+// TestNodeVM boots the VM (a real kernel with nbd, ext4, xfs) and runs TestNodeInGuest there.
+func TestNodeVM(t *testing.T) {
+	if vm.InGuest() {
+		t.Skip("already in the guest")
+	}
+	start := time.Now()
+	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 4 * time.Minute, Memory: 2048},
+		".", "-test.run=^TestNodeInGuest", "-test.v", "-test.timeout=3m")
+	t.Logf("VM run: boot %s, total %s (with the build: %s)", res.Boot.Round(time.Second),
+		res.Duration.Round(time.Second), time.Since(start).Round(time.Second))
+}
+
+// TestNodeInGuest drives the real node service, over gRPC on a unix socket, on a pool of four
+// file disks: real /dev/nbdX through netlink, real mkfs.ext4 and mkfs.xfs, real mounts.
+func TestNodeInGuest(t *testing.T) {
+	if !vm.InGuest() {
+		t.Skip("runs in the VM (TestNodeVM)")
+	}
+	dir := t.TempDir()
+	var cfg pool.Config
+	for i := range 4 {
+		p := filepath.Join(dir, "disk"+strconv.Itoa(i)+".img")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(512 << 20); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
+	}
+	p, err := pool.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for name, size := range map[string]uint64{"vol-ext4": 128 << 20, "vol-xfs": 320 << 20, "vol-block": 64 << 20} {
+		if _, err := p.CreateVolume(name, size, pool.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	nl, err := kernel.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	state, err := kernel.OpenState(filepath.Join(dir, "nbd-state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kernel.SetIOFlusher(); err != nil {
+		t.Fatal(err)
+	}
+	att := NewPoolAttacher(p, nl, state, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
+	defer att.Close(context.Background())
+	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "csi.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(logAndMap))
+	csi.RegisterNodeServer(srv, ns)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := csi.NewNodeClient(conn)
+	ctx := context.Background()
+
+	step := func(name string, f func() error) {
+		t.Helper()
+		start := time.Now()
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Logf("%s (%s)", name, time.Since(start).Round(time.Millisecond))
+	}
+	stage := func(id, staging string, vc *csi.VolumeCapability) error {
+		_, err := c.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: vc})
+		return err
+	}
+	unstage := func(id, staging string) error {
+		_, err := c.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+		return err
+	}
+	publish := func(id, staging, target string, vc *csi.VolumeCapability, ro bool) error {
+		_, err := c.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+			TargetPath: target, VolumeCapability: vc, Readonly: ro})
+		return err
+	}
+	unpublish := func(id, target string) error {
+		_, err := c.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+		return err
+	}
+	deviceOf := func(id string) string {
+		t.Helper()
+		rec, ok := state.Get(id)
+		if !ok {
+			t.Fatalf("%s: no device recorded", id)
+		}
+		return kernel.DevicePath(rec.Index)
+	}
+	detached := func(id string, dev string) error {
+		if _, ok := state.Get(id); ok {
+			return errors.New("still recorded in the state file")
+		}
+		idx, _ := strconv.Atoi(strings.TrimPrefix(dev, "/dev/nbd"))
+		st, err := nl.Status(idx)
+		if err != nil {
+			return err
+		}
+		if len(st) == 1 && st[0].Connected {
+			return errors.New(dev + " still connected")
+		}
+		return nil
+	}
+
+	// ext4: stage twice (idempotent), publish, write through the bind, read back.
+	st1, tg1 := filepath.Join(dir, "staging-ext4"), filepath.Join(dir, "pod1", "mount")
+	step("stage ext4", func() error { return stage("vol-ext4", st1, mountCap("ext4")) })
+	step("stage ext4 again", func() error { return stage("vol-ext4", st1, mountCap("ext4")) })
+	dev1 := deviceOf("vol-ext4")
+	if fs := blkid(t, dev1); fs != "ext4" {
+		t.Fatalf("%s holds %q, want ext4", dev1, fs)
+	}
+	step("publish ext4", func() error { return publish("vol-ext4", st1, tg1, mountCap("ext4"), false) })
+	data := bytes.Repeat([]byte("raid10-csi node test\n"), 1000)
+	step("write through the bind", func() error { return writeSync(filepath.Join(tg1, "f"), data) })
+	if got, err := os.ReadFile(filepath.Join(st1, "f")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back through the staging path: %v", err)
+	}
+	stats, err := c.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-ext4", VolumePath: tg1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stats ext4: %v", stats)
+	if len(stats.Usage) != 2 || stats.Usage[0].Total < 100<<20 || stats.Usage[0].Used <= 0 ||
+		stats.Usage[1].Unit != csi.VolumeUsage_INODES || stats.Usage[1].Total <= 0 || stats.VolumeCondition.GetAbnormal() {
+		t.Fatalf("stats %v", stats)
+	}
+	step("unpublish ext4", func() error { return unpublish("vol-ext4", tg1) })
+	step("unpublish ext4 again", func() error { return unpublish("vol-ext4", tg1) })
+	step("unstage ext4", func() error { return unstage("vol-ext4", st1) })
+	step("unstage ext4 again", func() error { return unstage("vol-ext4", st1) })
+	step("ext4 device detached", func() error { return detached("vol-ext4", dev1) })
+
+	// Staging again must not format again: the file is still there.
+	step("restage ext4", func() error { return stage("vol-ext4", st1, mountCap("ext4")) })
+	if got, err := os.ReadFile(filepath.Join(st1, "f")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("file lost after restage (reformatted?): %v", err)
+	}
+	// Asking for xfs on the ext4 volume is refused, never reformatted.
+	if err := stage("vol-ext4", filepath.Join(dir, "other"), mountCap("xfs")); err == nil {
+		// The volume is attached and staged elsewhere already; mismatched fs must fail.
+		t.Fatal("staging ext4 volume as xfs succeeded")
+	}
+
+	// Degraded: fail a disk; the condition turns abnormal with a message.
+	step("fail disk", func() error { return p.FailDisk(cfg.Disks[0].Path) })
+	step("degraded condition", func() error {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s, err := c.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-ext4", VolumePath: st1})
+			if err != nil {
+				return err
+			}
+			if vc := s.GetVolumeCondition(); vc.GetAbnormal() {
+				t.Logf("condition: %s", vc.GetMessage())
+				if !strings.Contains(vc.GetMessage(), "Degraded") && !strings.Contains(vc.GetMessage(), "Failed") {
+					return errors.New("message does not say Degraded: " + vc.GetMessage())
+				}
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return errors.New("condition still normal after FailDisk")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	// I/O goes on, degraded.
+	step("write degraded", func() error { return writeSync(filepath.Join(st1, "g"), data) })
+	step("unstage ext4 (degraded)", func() error { return unstage("vol-ext4", st1) })
+
+	// xfs, published read-only: writes fail with EROFS.
+	st2, tg2 := filepath.Join(dir, "staging-xfs"), filepath.Join(dir, "pod2", "mount")
+	step("stage xfs", func() error { return stage("vol-xfs", st2, mountCap("xfs")) })
+	dev2 := deviceOf("vol-xfs")
+	if fs := blkid(t, dev2); fs != "xfs" {
+		t.Fatalf("%s holds %q, want xfs", dev2, fs)
+	}
+	step("publish xfs ro", func() error { return publish("vol-xfs", st2, tg2, mountCap("xfs"), true) })
+	if err := os.WriteFile(filepath.Join(tg2, "f"), data, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write to a read-only publish: %v, want EROFS", err)
+	}
+	step("unpublish xfs", func() error { return unpublish("vol-xfs", tg2) })
+	step("unstage xfs", func() error { return unstage("vol-xfs", st2) })
+	step("xfs device detached", func() error { return detached("vol-xfs", dev2) })
+
+	// Block: the device node bound onto a file.
+	st3, tg3 := filepath.Join(dir, "staging-block"), filepath.Join(dir, "pod3", "dev")
+	step("stage block", func() error { return stage("vol-block", st3, blockCap()) })
+	dev3 := deviceOf("vol-block")
+	step("publish block", func() error { return publish("vol-block", st3, tg3, blockCap(), false) })
+	var sb syscall.Stat_t
+	if err := syscall.Stat(tg3, &sb); err != nil || sb.Mode&syscall.S_IFMT != syscall.S_IFBLK {
+		t.Fatalf("%s is not a block device: mode %o %v", tg3, sb.Mode, err)
+	}
+	block := bytes.Repeat([]byte{0xa5}, 1<<20)
+	step("write the block device", func() error { return writeSync(tg3, block) })
+	if got, err := os.ReadFile(dev3); err != nil || !bytes.Equal(got[:len(block)], block) {
+		t.Fatalf("read back from %s: %v", dev3, err)
+	}
+	bstats, err := c.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-block", VolumePath: tg3})
+	if err != nil || len(bstats.Usage) != 1 || bstats.Usage[0].Total != 64<<20 {
+		t.Fatalf("block stats %v %v", bstats, err)
+	}
+	step("unpublish block", func() error { return unpublish("vol-block", tg3) })
+	if _, err := os.Stat(tg3); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("block target left behind: %v", err)
+	}
+	step("unstage block", func() error { return unstage("vol-block", st3) })
+	step("block device detached", func() error { return detached("vol-block", dev3) })
+}
+
+// blkid returns the filesystem type on dev ("" when blank).
+func blkid(t *testing.T, dev string) string {
+	t.Helper()
+	out, _ := exec.Command("blkid", "-p", "-s", "TYPE", "-o", "value", dev).Output()
+	return strings.TrimSpace(string(out))
+}
+
+func writeSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
