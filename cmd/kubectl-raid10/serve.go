@@ -105,7 +105,7 @@ func (a *agent) export(name string) error {
 	if a.exports[name] != nil {
 		return nil
 	}
-	s, err := nbd.NewServer(nbd.Options{}, nbd.Export{Name: "", Description: "raid10 volume " + name, Backend: arr})
+	s, err := nbd.NewVolumeServer(name, arr)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ func (a *PoolAttacher) Attach(_ context.Context, volumeID string) (string, error
 	if err != nil {
 		return "", poolErr(err)
 	}
-	srv, err := NewVolumeNBDServer(volumeID, arr)
+	srv, err := nbd.NewVolumeServer(volumeID, arr)
 	if err != nil {
 		return "", err
 	}
@@ -75,13 +75,6 @@ func (a *PoolAttacher) Attach(_ context.Context, volumeID string) (string, error
 	}
 	a.vols[volumeID] = &served{srv: srv, att: att, dev: dev}
 	return dev.Path(), nil
-}
-
-// NewVolumeNBDServer returns an NBD server with one default export ("") serving backend, a
-// volume's array. The engine takes 4 KiB-aligned I/O only, which the export advertises.
-func NewVolumeNBDServer(volumeID string, backend nbd.Backend) (*nbd.Server, error) {
-	return nbd.NewServer(nbd.Options{MinBlockSize: 4096},
-		nbd.Export{Name: "", Description: "raid10 volume " + volumeID, Backend: backend})
 }
 
 // Detach disconnects the volume's device and stops its server. A volume not attached is no
