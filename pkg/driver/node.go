@@ -397,3 +397,6 @@ func (n *NodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi
 		AccessibleTopology: &csi.Topology{Segments: map[string]string{v1alpha1.TopologyNodeKey: n.nodeID}},
 	}, nil
 }
+
+// WithNodeService sets the node service (node and all modes).
+func WithNodeService(n *NodeServer) Option { return func(d *Driver) { d.node = n } }

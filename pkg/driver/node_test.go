@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
@@ -345,4 +349,44 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestNodeModeDriver serves the node service through NewDriver in ModeNode, over a unix socket.
+func TestNodeModeDriver(t *testing.T) {
+	n, _, _, _ := newTestNode(t)
+	sock := filepath.Join(t.TempDir(), "csi.sock")
+	d, err := NewDriver(WithMode(ModeNode), WithEndpoint("unix://"+sock), WithNodeID("node-a"), WithNodeService(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := csi.NewNodeClient(conn)
+	var info *csi.NodeGetInfoResponse
+	for i := 0; ; i++ {
+		if info, err = c.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{}); err == nil || i == 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil || info.GetNodeId() != "node-a" {
+		t.Fatalf("NodeGetInfo: %v %v", info, err)
+	}
+	// Errors go through the interceptor: a missing field is InvalidArgument.
+	_, err = c.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-1"})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "staging_target_path") {
+		t.Fatalf("stage without staging path: %v", err)
+	}
 }
