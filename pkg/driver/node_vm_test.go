@@ -279,3 +279,148 @@ func writeSync(path string, data []byte) error {
 	}
 	return f.Close()
 }
+
+// TestNodeInGuestRestart restarts the node plugin's data path while a mounted filesystem
+// is being written: the old attacher stops serving (devices stay attached and recorded), a
+// new one over the same pool and state file reattaches with NBD_CMD_RECONFIGURE, and no
+// write or fsync fails; the data reads back.
+func TestNodeInGuestRestart(t *testing.T) {
+	if !vm.InGuest() {
+		t.Skip("runs in the VM (TestNodeVM)")
+	}
+	dir := t.TempDir()
+	var cfg pool.Config
+	for i := range 4 {
+		p := filepath.Join(dir, "disk"+strconv.Itoa(i)+".img")
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(256 << 20); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
+	}
+	p, err := pool.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.CreateVolume("vol-restart", 128<<20, pool.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nl, err := kernel.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	statePath := filepath.Join(dir, "nbd-state.json")
+	state, err := kernel.OpenState(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kernel.SetIOFlusher(); err != nil {
+		t.Fatal(err)
+	}
+	kopts := kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second}
+	att := NewPoolAttacher(p, nl, state, kopts)
+	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	staging := filepath.Join(dir, "staging")
+	if _, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-restart", StagingTargetPath: staging, VolumeCapability: mountCap("ext4")}); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := att.Attach(ctx, "vol-restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A writer appends and fsyncs 4 KiB records until told to stop.
+	stop := make(chan struct{})
+	werr := make(chan error, 1)
+	var written int
+	go func() {
+		f, err := os.OpenFile(filepath.Join(staging, "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			werr <- err
+			return
+		}
+		defer f.Close()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				written = i
+				werr <- nil
+				return
+			default:
+			}
+			if _, err := f.Write(record(i)); err != nil {
+				werr <- err
+				return
+			}
+			if err := f.Sync(); err != nil {
+				werr <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	att.Close(ctx) // the "old process" stops serving; the device stays attached
+	time.Sleep(500 * time.Millisecond)
+	state2, err := kernel.OpenState(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att2 := NewPoolAttacher(p, nl, state2, kopts)
+	defer att2.Close(context.Background())
+	if err := att2.Reattach(ctx); err != nil {
+		t.Fatalf("reattach: %v", err)
+	}
+	dev2, err := att2.Attach(ctx, "vol-restart")
+	if err != nil || dev2 != dev {
+		t.Fatalf("reattached on %s (%v), was %s", dev2, err, dev)
+	}
+	if d := att2.vols["vol-restart"].dev; !d.Reattached {
+		t.Fatal("the new attacher connected a new device instead of reconfiguring the old one")
+	}
+	t.Logf("restart took %s", time.Since(start).Round(time.Millisecond))
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	if err := <-werr; err != nil {
+		t.Fatalf("writer saw an error across the restart: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(staging, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != written*4096 {
+		t.Fatalf("log has %d bytes, want %d records", len(got), written)
+	}
+	for i := 0; i < written; i++ {
+		if !bytes.Equal(got[i*4096:(i+1)*4096], record(i)) {
+			t.Fatalf("record %d differs", i)
+		}
+	}
+	t.Logf("%d records written and read back across the restart", written)
+	ns2, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att2, Mounter: mount.New(""), Exec: utilexec.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns2.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-restart", StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := state2.Get("vol-restart"); ok {
+		t.Fatal("still recorded after unstage")
+	}
+}
+
+func record(i int) []byte {
+	b := bytes.Repeat([]byte{byte(i)}, 4096)
+	copy(b, strconv.Itoa(i))
+	return b
+}
