@@ -1,11 +1,18 @@
-// Package driver implements the CSI services of raid10.csi.io: identity, controller and (in a
-// later step) node.
+// Package driver implements the CSI services of raid10.csi.io: identity, controller and node.
 //
 // The controller service does not touch disks. It writes a Raid10Volume custom resource for
 // the node that the volume's topology names, and waits for that node's agent to report the
 // volume Ready; deletion goes through a finalizer that the agent removes once the extents are
 // free. It reaches the API server only through the VolumeStore interface (store.go), which
 // KubeStore implements with a controller-runtime client.
+//
+// The node service (node.go) serves volumes of this node's pool. It reaches them only through
+// the VolumeAttacher interface, which PoolAttacher (node_attach.go) implements: an nbd.Server
+// per volume over the pool's array, handed to the kernel by pkg/nbd/kernel, the device
+// recorded in a state file so that a restarted plugin reattaches it (RECONFIGURE) without an
+// I/O error above. Mounting goes through an injected mount-utils Interface and exec:
+// NodeStageVolume formats a device only when blkid finds it blank and refuses one holding
+// another filesystem; publish is a bind mount (of the device node for Block).
 //
 // Errors: the services return the sentinels of errors.go, wrapped with context. The gRPC
 // interceptor (interceptor.go) is the one place that maps them to gRPC status codes, with

@@ -152,6 +152,9 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err != nil {
 		return nil, fmt.Errorf("blkid %s: %w", dev, err)
 	}
+	if existing != "" && mnt.GetFsType() == "" {
+		fsType = existing // no type asked for: keep the filesystem the volume has
+	}
 	if existing != "" && existing != fsType {
 		return nil, fmt.Errorf("volume %q: device %s holds %s, %s was asked for: %w", id, dev, existing, fsType, ErrFailedPrecondition)
 	}

@@ -246,6 +246,20 @@ func TestNodeLifecycleFake(t *testing.T) {
 		t.Fatalf("mismatched fs: %v, mkfs.ext4 ran %d", err, ex.ran("mkfs.ext4"))
 	}
 
+	// No type asked for: the xfs the volume holds is mounted as it is.
+	if _, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: other, VolumeCapability: mountCap("")}); err != nil {
+		t.Fatalf("stage without fs type: %v", err)
+	}
+	if mps, _ := m.List(); mps[len(mps)-1].Type != "xfs" || ex.ran("mkfs.xfs") != 1 {
+		t.Fatalf("mounted %+v, mkfs.xfs ran %d times", mps[len(mps)-1], ex.ran("mkfs.xfs"))
+	}
+	if _, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: other}); err != nil {
+		t.Fatal(err)
+	}
+	att.mu.Lock()
+	att.attached["vol-1"] = "/dev/fake0" // the fake detached it; staging is attached still
+	att.mu.Unlock()
+
 	pub := &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging, TargetPath: target, VolumeCapability: mountCap("xfs"), Readonly: true}
 	for i := 0; i < 2; i++ {
 		if _, err := n.NodePublishVolume(ctx, pub); err != nil {
