@@ -24,6 +24,8 @@ type PoolAttacher struct {
 	state *kernel.State
 	opts  kernel.Options
 
+	ownNL bool // Close closes nl (OpenPoolAttacher)
+
 	mu   sync.Mutex // guards vols
 	vols map[string]*served
 }
@@ -36,6 +38,29 @@ type served struct {
 }
 
 var _ VolumeAttacher = (*PoolAttacher)(nil)
+
+// OpenPoolAttacher is the start-up of a node plugin's data path: it connects to the kernel's
+// nbd netlink family, loads the device state file at statePath (its directory must exist),
+// marks the process an I/O flusher (a failure, for want of CAP_SYS_RESOURCE, is only logged)
+// and reattaches every device recorded there. A device that cannot be reattached is logged
+// and left for its NodeStageVolume retry; Close also closes the netlink connection.
+func OpenPoolAttacher(ctx context.Context, p *pool.Pool, statePath string, opts kernel.Options) (*PoolAttacher, error) {
+	state, err := kernel.OpenState(statePath)
+	if err != nil {
+		return nil, err
+	}
+	nl, err := kernel.Dial()
+	if err != nil {
+		return nil, fmt.Errorf("nbd netlink (is the nbd module loaded?): %w", err)
+	}
+	if err := kernel.SetIOFlusher(); err != nil {
+		klog.ErrorS(err, "Not an I/O flusher: memory reclaim may wait on our own devices")
+	}
+	a := NewPoolAttacher(p, nl, state, opts)
+	a.ownNL = true
+	_ = a.Reattach(ctx) // each failure is logged
+	return a, nil
+}
 
 // NewPoolAttacher returns an attacher over p. nl and state are shared by every volume; the
 // caller closes them after Close.
@@ -143,5 +168,8 @@ func (a *PoolAttacher) Close(ctx context.Context) {
 		_ = s.srv.Shutdown(ctx)
 		s.att.Wait()
 		delete(a.vols, id)
+	}
+	if a.ownNL {
+		_ = a.nl.Close()
 	}
 }

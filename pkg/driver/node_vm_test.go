@@ -336,7 +336,9 @@ func TestNodeInGuestRestart(t *testing.T) {
 	if err := kernel.SetIOFlusher(); err != nil {
 		t.Fatal(err)
 	}
-	kopts := kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second}
+	// A request the kernel had written into a socket that the stopped server never read is
+	// requeued only when its timeout expires: the writer may stall up to Timeout.
+	kopts := kernel.Options{Timeout: 10 * time.Second, DeadConnTimeout: 60 * time.Second}
 	att := NewPoolAttacher(p, nl, state, kopts)
 	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
 	if err != nil {
@@ -356,6 +358,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 	stop := make(chan struct{})
 	werr := make(chan error, 1)
 	var written int
+	var slowest time.Duration
 	go func() {
 		f, err := os.OpenFile(filepath.Join(staging, "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
@@ -375,25 +378,23 @@ func TestNodeInGuestRestart(t *testing.T) {
 				werr <- err
 				return
 			}
+			t0 := time.Now()
 			if err := f.Sync(); err != nil {
 				werr <- err
 				return
 			}
+			slowest = max(slowest, time.Since(t0))
 		}
 	}()
 	time.Sleep(500 * time.Millisecond)
 	start := time.Now()
 	att.Close(ctx) // the "old process" stops serving; the device stays attached
 	time.Sleep(500 * time.Millisecond)
-	state2, err := kernel.OpenState(statePath)
+	att2, err := OpenPoolAttacher(ctx, p, statePath, kopts) // the "new process" starts
 	if err != nil {
-		t.Fatal(err)
-	}
-	att2 := NewPoolAttacher(p, nl, state2, kopts)
-	defer att2.Close(context.Background())
-	if err := att2.Reattach(ctx); err != nil {
 		t.Fatalf("reattach: %v", err)
 	}
+	defer att2.Close(context.Background())
 	dev2, err := att2.Attach(ctx, "vol-restart")
 	if err != nil || dev2 != dev {
 		t.Fatalf("reattached on %s (%v), was %s", dev2, err, dev)
@@ -419,7 +420,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 			t.Fatalf("record %d differs", i)
 		}
 	}
-	t.Logf("%d records written and read back across the restart", written)
+	t.Logf("%d records written and read back across the restart; slowest fsync %s", written, slowest.Round(time.Millisecond))
 	ns2, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att2, Mounter: mount.New(""), Exec: utilexec.New()})
 	if err != nil {
 		t.Fatal(err)
@@ -427,7 +428,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 	if _, err := ns2.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-restart", StagingTargetPath: staging}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := state2.Get("vol-restart"); ok {
+	if _, ok := att2.state.Get("vol-restart"); ok {
 		t.Fatal("still recorded after unstage")
 	}
 }
