@@ -10,12 +10,17 @@ import (
 
 // grower is the engine method ExpandVolume needs: grow the array to newSize bytes after
 // every member grew (md near-2 places chunk k at row 2k/N of the grid, so more rows at the
-// end leave every existing chunk where it is). pkg/raid10 does not offer it yet; ExpandVolume
-// reports that clearly until it does.
+// end leave every existing chunk where it is). *raid10.Array implements it; the check stays
+// so that an engine without it is reported clearly.
 type grower interface {
 	// Grow raises the array's size to newSize; every member must already be large enough.
 	Grow(newSize int64) error
 }
+
+var (
+	_ grower  = (*raid10.Array)(nil)
+	_ resizer = (*raid10.ExtentMember)(nil)
+)
 
 // resizer is what an extent member needs to grow in place under a running array (the
 // array keeps the member object it was given).

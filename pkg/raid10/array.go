@@ -107,7 +107,12 @@ type wreq struct {
 // Array is a RAID10 (near=2) array. Its I/O methods are safe for concurrent
 // use and take no lock on the fast path; see the package documentation.
 type Array struct {
+	// geo is the geometry. Grow changes its size fields (size, chunks,
+	// regions, dataSize, bmBytes) only with every barrier bucket drained and
+	// the sync lock, bitmap lock and metaMu held; the fast path reads the
+	// array size from size (atomic) before it enters a bucket.
 	geo   geometry
+	size  atomic.Int64
 	uuid  [16]byte
 	opts  Options
 	ctime uint64
@@ -175,6 +180,7 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 		resyncNeed: make([]atomic.Uint64, (geo.regions+63)/64),
 	}
 	a.barrierCond = sync.NewCond(&a.barrierMu)
+	a.size.Store(geo.size)
 	a.handoffBelow = int64(runtime.GOMAXPROCS(0))
 	for i := range a.slots {
 		s := &slot{idx: i}
@@ -208,7 +214,7 @@ func (a *Array) worker() {
 }
 
 // Size is the usable size of the array in bytes.
-func (a *Array) Size() int64 { return a.geo.size }
+func (a *Array) Size() int64 { return a.size.Load() }
 
 // ChunkSize is the chunk size in bytes.
 func (a *Array) ChunkSize() int64 { return a.geo.chunk }
@@ -220,8 +226,8 @@ func (a *Array) check(off, n int64) error {
 	if off < 0 || n < 0 || off%BlockSize != 0 || n%BlockSize != 0 {
 		return invalidf("request [%d,+%d) not aligned to %d", off, n, BlockSize)
 	}
-	if off+n > a.geo.size {
-		return invalidf("request [%d,+%d) beyond the array size %d", off, n, a.geo.size)
+	if size := a.size.Load(); off+n > size {
+		return invalidf("request [%d,+%d) beyond the array size %d", off, n, size)
 	}
 	return nil
 }
@@ -736,7 +742,7 @@ func (a *Array) Status() Status {
 	st := Status{
 		UUID:       a.uuid,
 		State:      a.State(),
-		Size:       a.geo.size,
+		Size:       a.size.Load(),
 		ChunkSize:  a.geo.chunk,
 		RegionSize: a.geo.region,
 		RaidDisks:  a.geo.n,

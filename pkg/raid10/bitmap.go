@@ -21,8 +21,10 @@ const (
 // add per write on the region's state word (and one at the end); the mutex
 // is taken only for the first write into a clean region and by the sweeper.
 type bitmap struct {
-	a  *Array
-	st []atomic.Uint32
+	a *Array
+	// stp holds the region state words; Array.Grow replaces the slice
+	// (with every bucket drained and b.mu held), so readers load it.
+	stp atomic.Pointer[[]atomic.Uint32]
 
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when a group commit ends
@@ -35,9 +37,10 @@ func newBitmap(a *Array) *bitmap {
 	blocks := (a.geo.regions + bmBitsPerBlock - 1) / bmBitsPerBlock
 	b := &bitmap{
 		a:     a,
-		st:    make([]atomic.Uint32, a.geo.regions),
 		image: make([]byte, blocks*bmBitsPerBlock/8),
 	}
+	st := make([]atomic.Uint32, a.geo.regions)
+	b.stp.Store(&st)
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
@@ -46,7 +49,7 @@ func newBitmap(a *Array) *bitmap {
 // The first write into a clean region persists its bit on every live
 // member (write + flush) before the data write may start.
 func (b *bitmap) startWrite(r int64) error {
-	st := &b.st[r]
+	st := &b.states()[r]
 	v := st.Add(1)
 	if v&bmOnDisk != 0 {
 		if v&bmCand != 0 {
@@ -61,14 +64,16 @@ func (b *bitmap) startWrite(r int64) error {
 	return nil
 }
 
-func (b *bitmap) endWrite(r int64) { b.st[r].Add(^uint32(0)) }
+func (b *bitmap) states() []atomic.Uint32 { return *b.stp.Load() }
+
+func (b *bitmap) endWrite(r int64) { b.states()[r].Add(^uint32(0)) }
 
 // persist makes region r's bit durable. Bits are group-committed: one
 // goroutine at a time (the writer) writes the blocks of every bit set so
 // far, without holding the mutex during the I/O; goroutines whose bits
 // arrive meanwhile wait on the condition and are covered by the next batch.
 func (b *bitmap) persist(r int64) error {
-	st := &b.st[r]
+	st := &b.states()[r]
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for {
@@ -106,7 +111,7 @@ func (b *bitmap) persist(r int64) error {
 					err = werr
 				}
 			} else {
-				b.st[x].Or(bmOnDisk)
+				b.states()[x].Or(bmOnDisk)
 			}
 		}
 	}
@@ -196,8 +201,9 @@ func (b *bitmap) writeAll() error {
 
 // setAll marks every region dirty in memory (Create without AssumeClean).
 func (b *bitmap) setAll() {
-	for r := range b.st {
-		b.st[r].Store(bmOnDisk)
+	sts := b.states()
+	for r := range sts {
+		sts[r].Store(bmOnDisk)
 		b.image[r/8] |= 1 << (r % 8)
 	}
 }
@@ -228,9 +234,10 @@ func (b *bitmap) load(m Member) int {
 			dst[i] |= bits[i]
 		}
 	}
-	for r := range b.st {
+	sts := b.states()
+	for r := range sts {
 		if b.image[r/8]&(1<<(r%8)) != 0 {
-			b.st[r].Store(bmOnDisk)
+			sts[r].Store(bmOnDisk)
 		}
 	}
 	// Bits past the last region stay clear so the image is canonical.
@@ -243,8 +250,9 @@ func (b *bitmap) load(m Member) int {
 // dirtyRegions returns the regions whose bit is set now.
 func (b *bitmap) dirtyRegions() []int64 {
 	var rs []int64
-	for r := range b.st {
-		if b.st[r].Load()&bmOnDisk != 0 {
+	sts := b.states()
+	for r := range sts {
+		if sts[r].Load()&bmOnDisk != 0 {
 			rs = append(rs, int64(r))
 		}
 	}
@@ -253,8 +261,9 @@ func (b *bitmap) dirtyRegions() []int64 {
 
 func (b *bitmap) dirtyCount() int64 {
 	var n int64
-	for r := range b.st {
-		if b.st[r].Load()&bmOnDisk != 0 {
+	sts := b.states()
+	for r := range sts {
+		if sts[r].Load()&bmOnDisk != 0 {
 			n++
 		}
 	}
@@ -287,8 +296,9 @@ func (b *bitmap) sweep() {
 	}
 	// Candidates are marked with a CAS on the state word alone; no lock.
 	var cands []int64
-	for r := range b.st {
-		st := &b.st[r]
+	sts := b.states()
+	for r := range sts {
+		st := &sts[r]
 		switch v := st.Load(); v {
 		case bmOnDisk | bmCand:
 			cands = append(cands, int64(r))
@@ -321,9 +331,10 @@ func (b *bitmap) sweep() {
 	b.mu.Lock()
 	b.idle()
 	b.writing = true
+	sts = b.states() // Array.Grow may have replaced it meanwhile
 	blocks := make(map[int64]bool)
 	for _, r := range cands {
-		if b.st[r].CompareAndSwap(bmOnDisk|bmCand, 0) {
+		if sts[r].CompareAndSwap(bmOnDisk|bmCand, 0) {
 			b.image[r/8] &^= 1 << (r % 8)
 			blocks[r/bmBitsPerBlock] = true
 		}
@@ -352,8 +363,9 @@ func (b *bitmap) clearAllIfClean() {
 	defer b.mu.Unlock()
 	b.idle()
 	dirty := false
-	for r := range b.st {
-		if b.st[r].Swap(0)&bmOnDisk != 0 {
+	sts := b.states()
+	for r := range sts {
+		if sts[r].Swap(0)&bmOnDisk != 0 {
 			dirty = true
 		}
 	}

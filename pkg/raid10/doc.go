@@ -126,11 +126,19 @@
 //     is acknowledged.
 //   - Close: flush the members, clear the bitmap (in sync only), write the
 //     superblocks with the clean flag.
+//   - Grow (online, only while optimal and no sync runs; see Array.Grow):
+//     the new range is zeroed on both copies and the members flushed; then,
+//     with every barrier bucket drained, the new (clear) bitmap blocks are
+//     written and flushed, then the superblocks with the new data size,
+//     array size and bitmap bytes are written and flushed; only then does
+//     I/O see the new size. Growing only appends rows: no chunk moves.
 //
 // # Assembly and recovery
 //
 // Assemble reads every member's superblock, rejects mixtures of arrays,
-// disagreeing geometry, corrupt superblocks and slots claimed twice, and
+// disagreeing geometry (except the smaller sizes of a member with fewer
+// events, left by a crash during Grow), corrupt superblocks and slots
+// claimed twice, and
 // takes the member with the highest events as the array's view. A member
 // with fewer events, a non-active slot entry or an unfinished recovery is
 // stale: it is rebuilt, from the dirty bitmap regions only when its events

@@ -263,13 +263,18 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	}
 	for _, c := range cands {
 		s := c.sb
+		// A member whose superblock is older may predate a Grow that a
+		// crash interrupted: its sizes may then be smaller than the
+		// freshest view's, never larger (Grow zeroes the new range on
+		// every member before any superblock records it).
+		sameSizes := s.dataSize == ref.dataSize && s.arraySize == ref.arraySize && s.bitmapBytes == ref.bitmapBytes
+		grown := s.events < ref.events && s.dataSize <= ref.dataSize && s.arraySize <= ref.arraySize && s.bitmapBytes <= ref.bitmapBytes
 		if s.raidDisks != ref.raidDisks || s.chunkSize != ref.chunkSize || s.dataOffset != ref.dataOffset ||
-			s.dataSize != ref.dataSize || s.arraySize != ref.arraySize || s.regionSize != ref.regionSize ||
-			s.bitmapBytes != ref.bitmapBytes || s.layout != ref.layout {
+			s.regionSize != ref.regionSize || s.layout != ref.layout || !(sameSizes || grown) {
 			return nil, fmt.Errorf("%w: member %d", ErrGeometryMismatch, c.pos)
 		}
-		if c.m.Size() < int64(s.dataOffset+s.dataSize) {
-			return nil, fmt.Errorf("%w: member %d has %d bytes, the array needs %d", ErrMemberTooSmall, c.pos, c.m.Size(), s.dataOffset+s.dataSize)
+		if c.m.Size() < int64(ref.dataOffset+ref.dataSize) {
+			return nil, fmt.Errorf("%w: member %d has %d bytes, the array needs %d", ErrMemberTooSmall, c.pos, c.m.Size(), ref.dataOffset+ref.dataSize)
 		}
 	}
 	n := int(ref.raidDisks)
@@ -363,10 +368,12 @@ func (a *Array) ReplaceMember(slot int, m Member) error {
 	if slot < 0 || slot >= len(a.slots) || m == nil {
 		return invalidf("slot %d of %d", slot, len(a.slots))
 	}
+	a.metaMu.Lock()
+	// Under metaMu: Grow changes the data size.
 	if need := a.geo.dataOffset + a.geo.dataSize; m.Size() < need {
+		a.metaMu.Unlock()
 		return fmt.Errorf("%w: %d bytes, the array needs %d", ErrMemberTooSmall, m.Size(), need)
 	}
-	a.metaMu.Lock()
 	s := a.slots[slot]
 	if st := MemberState(s.state.Load()); st == MemberInSync || st == MemberRecovering {
 		a.metaMu.Unlock()

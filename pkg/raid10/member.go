@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -255,8 +256,9 @@ func (m *FileMember) Close() error { return m.f.Close() }
 // a member of its own: the pool builds one array per volume over one extent
 // per disk. Close does not close the base (the pool owns it).
 type ExtentMember struct {
-	base        Member
-	off, length int64
+	base   Member
+	off    int64
+	length atomic.Int64 // Resize changes it under running I/O
 }
 
 // NewExtentMember returns the extent [off, off+length) of base. off and
@@ -265,12 +267,27 @@ func NewExtentMember(base Member, off, length int64) (*ExtentMember, error) {
 	if off < 0 || length <= 0 || off%BlockSize != 0 || length%BlockSize != 0 || off+length > base.Size() {
 		return nil, invalidf("extent [%d,+%d) of a %d-byte member", off, length, base.Size())
 	}
-	return &ExtentMember{base: base, off: off, length: length}, nil
+	e := &ExtentMember{base: base, off: off}
+	e.length.Store(length)
+	return e, nil
+}
+
+// Resize sets the extent's length (a multiple of BlockSize, > 0); the range
+// [off, off+length) must stay inside the base. It is safe under concurrent
+// I/O: the length is an atomic value every access checks. Growing is what
+// Array.Grow needs; shrinking below what an array uses makes its I/O there
+// fail.
+func (e *ExtentMember) Resize(length int64) error {
+	if length <= 0 || length%BlockSize != 0 || e.off+length > e.base.Size() {
+		return invalidf("extent [%d,+%d) of a %d-byte member", e.off, length, e.base.Size())
+	}
+	e.length.Store(length)
+	return nil
 }
 
 func (e *ExtentMember) check(off, n int64) error {
-	if off < 0 || off+n > e.length {
-		return invalidf("extent access [%d,+%d) beyond %d", off, n, e.length)
+	if l := e.length.Load(); off < 0 || off+n > l {
+		return invalidf("extent access [%d,+%d) beyond %d", off, n, l)
 	}
 	return nil
 }
@@ -311,7 +328,7 @@ func (e *ExtentMember) WriteZeroes(off, length int64) error {
 }
 
 // Size implements Member.
-func (e *ExtentMember) Size() int64 { return e.length }
+func (e *ExtentMember) Size() int64 { return e.length.Load() }
 
 // Close implements Member; the base stays open.
 func (e *ExtentMember) Close() error { return nil }
