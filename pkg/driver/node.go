@@ -180,6 +180,17 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		return nil, err
 	}
 	defer n.locks.Release(id)
+	// Detaching under a bind mount that a pod still uses would fail its I/O: refuse while
+	// the staged filesystem is mounted anywhere else.
+	if notMnt, err := n.mounter.IsLikelyNotMountPoint(staging); err == nil && !notMnt {
+		dev, refs, err := mount.GetDeviceNameFromMount(n.mounter, staging)
+		if err != nil {
+			return nil, fmt.Errorf("device of %s: %w", staging, err)
+		}
+		if refs > 1 {
+			return nil, fmt.Errorf("volume %q: %s is still mounted at %d other paths (unpublish first): %w", id, dev, refs-1, ErrFailedPrecondition)
+		}
+	}
 	if err := mount.CleanupMountPoint(staging, n.mounter, true); err != nil {
 		return nil, fmt.Errorf("unmount %s: %w", staging, err)
 	}

@@ -253,12 +253,10 @@ func TestNodeLifecycleFake(t *testing.T) {
 	if mps, _ := m.List(); mps[len(mps)-1].Type != "xfs" || ex.ran("mkfs.xfs") != 1 {
 		t.Fatalf("mounted %+v, mkfs.xfs ran %d times", mps[len(mps)-1], ex.ran("mkfs.xfs"))
 	}
-	if _, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: other}); err != nil {
+	// Undo that second staging of the same device without detaching it.
+	if err := m.Unmount(other); err != nil {
 		t.Fatal(err)
 	}
-	att.mu.Lock()
-	att.attached["vol-1"] = "/dev/fake0" // the fake detached it; staging is attached still
-	att.mu.Unlock()
 
 	pub := &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging, TargetPath: target, VolumeCapability: mountCap("xfs"), Readonly: true}
 	for i := 0; i < 2; i++ {
@@ -290,6 +288,12 @@ func TestNodeLifecycleFake(t *testing.T) {
 	}
 	if !st.GetVolumeCondition().GetAbnormal() || len(st.GetUsage()) != 2 {
 		t.Fatalf("stats %v", st)
+	}
+
+	// Unstage while published is refused: detaching would fail the pod's I/O.
+	_, err = n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging})
+	if status.Code(toStatus(err)) != codes.FailedPrecondition {
+		t.Fatalf("unstage while published: %v, want FailedPrecondition", err)
 	}
 
 	for i := 0; i < 2; i++ {

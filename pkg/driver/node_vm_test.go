@@ -16,7 +16,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 
@@ -185,6 +187,9 @@ func TestNodeInGuest(t *testing.T) {
 	// has nothing to do, but the whole path runs: the device found from the mount, blkid,
 	// resize2fs on the mounted filesystem.
 	step("expand ext4 (resize2fs)", func() error { return expand("vol-ext4", tg1, st1, mountCap("ext4"), 128<<20) })
+	if err := unstage("vol-ext4", st1); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("unstage while published: %v, want FailedPrecondition", err)
+	}
 	step("unpublish ext4", func() error { return unpublish("vol-ext4", tg1) })
 	step("unpublish ext4 again", func() error { return unpublish("vol-ext4", tg1) })
 	step("unstage ext4", func() error { return unstage("vol-ext4", st1) })
