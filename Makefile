@@ -24,7 +24,7 @@ build: ## Build the binaries into ./bin.
 
 .PHONY: test
 test: deps ## Run every test: unit, real NBD clients, the QEMU VM and the real kube-apiserver.
-	mkdir -p _output && source hack/tool-env.sh && $(GO) test -race -count=1 -timeout 60m ./... 2>&1 | tee _output/test.log; exit $${PIPESTATUS[0]}
+	bash hack/test.sh
 
 .PHONY: unit
 unit: ## Run only the fast host tests (no VM, no kube-apiserver).

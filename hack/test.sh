@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the whole test suite (`make test`): go test -race -v over every package, the full log
+# in _output/test.log, and on the terminal one line per test with its time (PASS, FAIL, SKIP
+# with its reason) and the package summaries. On failure the log lines before each failed
+# test are printed too. Arguments replace the package list (default ./...).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p _output
+# shellcheck source=hack/tool-env.sh
+source hack/tool-env.sh
+log=_output/test.log
+: >"$log"
+go test -race -count=1 -timeout 60m -v "${@:-./...}" >"$log" 2>&1 &
+pid=$!
+tail -n +1 -f --pid="$pid" "$log" | awk '
+  /^[ \t]*--- SKIP/ { print; if (prev ~ /^[ \t]+[^ \t]+\.go:[0-9]+:/) print "      " prev; fflush(); }
+  /^[ \t]*--- (PASS|FAIL)/ || /^(ok|FAIL|panic:)[ \t]/ || /^\?[ \t]/ { print; fflush(); }
+  { prev = $0 }'
+wait "$pid"
+rc=$?
+if ((rc != 0)); then
+  echo
+  echo "== details of the failures (full log: $log)"
+  grep -n -B40 -E '^\s*--- FAIL' "$log" | tail -n 400
+  grep -n -A60 -E '^panic:' "$log" | head -n 200
+fi
+exit "$rc"
