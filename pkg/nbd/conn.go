@@ -159,15 +159,10 @@ func (c *conn) readRequests() error {
 				}
 			}
 		}
-		// Requests already buffered go to the workers; the last one of a burst runs here,
-		// since the reader would only wait for the socket meanwhile. At queue depth 1 a
-		// request thus never changes goroutine.
-		if c.br.Buffered() >= requestHeaderSize {
-			c.work <- r
-		} else {
-			c.execute(r)
-			c.reply(r)
-		}
+		// Every request goes to a worker, never runs on the reader: a slow request (a flush,
+		// a read retried from the other mirror copy) must not stop the reader from taking the
+		// requests behind it, or one slow request would hold up the whole connection.
+		c.work <- r
 	}
 }
 

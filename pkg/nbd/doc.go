@@ -40,9 +40,9 @@
 // request into a preallocated slot (at most Options.MaxInflight slots per connection: when
 // all are busy the reader stops reading the socket, which is the back-pressure) and takes a
 // buffer from the server-wide BufferPool (bounded by Options.MemoryLimit: when it is
-// exhausted the reader waits). Requests that are already buffered behind it go to the
-// workers; the last request of a burst is executed by the reader itself, which would only
-// wait for the socket meanwhile, so a request at queue depth 1 never changes goroutine.
+// exhausted the reader waits) and hands it to a worker. The reader never executes a request
+// itself: a request that arrives alone and is slow (a flush, a read that falls back to the
+// other mirror copy) would otherwise keep the reader from the requests sent behind it.
 // Whoever executed a request writes its reply (out of order with respect to the requests,
 // matched by handle) under the connection's write lock; the last writer of a burst flushes,
 // so replies are batched into few writes without a reply ever waiting for a slow request.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -220,9 +221,13 @@ func TestOutOfOrderReplies(t *testing.T) {
 	mem := newMemBackend(1 << 20)
 	mem.gate = make(chan struct{})
 	_, sock := startServer(t, Options{}, Export{Backend: mem})
+	release := sync.OnceFunc(func() { close(mem.gate) })
+	t.Cleanup(release) // runs before the server's Shutdown, even when the test fails
 	c := dialRaw(t, sock)
 	c.goExport("")
 	c.request(CmdRead, 0, 1, 0, 4096, nil) // blocks in the backend
+	// The blocked read arrives alone: the later requests come after the reader took it.
+	time.Sleep(50 * time.Millisecond)
 	for h := uint64(2); h < 10; h++ {
 		c.request(CmdRead, 0, h, 4096*h, 4096, nil)
 	}
@@ -233,7 +238,7 @@ func TestOutOfOrderReplies(t *testing.T) {
 		}
 		c.read(make([]byte, 4096))
 	}
-	close(mem.gate)
+	release()
 	if got, _ := c.reply(); got != 1 {
 		t.Fatalf("last reply %d", got)
 	}
