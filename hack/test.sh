@@ -10,7 +10,7 @@ mkdir -p _output
 source hack/tool-env.sh
 log=_output/test.log
 : >"$log"
-go test -race -count=1 -timeout 60m -v "${@:-./...}" >"$log" 2>&1 &
+go test -race -count=1 -timeout 20m -v "${@:-./...}" >"$log" 2>&1 &
 pid=$!
 tail -n +1 -f --pid="$pid" "$log" | awk '
   /^[ \t]*--- SKIP/ { print; if (prev ~ /^[ \t]+[^ \t]+\.go:[0-9]+:/) print "      " prev; fflush(); }
