@@ -124,12 +124,24 @@ func crdValidation(t *testing.T, c client.Client) {
 	if err := c.Create(ctx, v); err != nil {
 		t.Fatal(err)
 	}
-	v.Spec.SizeBytes = gib / 2
-	if err := c.Update(ctx, v); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "may not shrink") {
+	// The test agent may write the object's status meanwhile: each update starts from the
+	// object as it is now, and a conflict is retried.
+	update := func(mod func(*v1alpha1.Raid10Volume)) error {
+		for {
+			cur := &v1alpha1.Raid10Volume{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(v), cur); err != nil {
+				return err
+			}
+			mod(cur)
+			if err := c.Update(ctx, cur); !apierrors.IsConflict(err) {
+				return err
+			}
+		}
+	}
+	if err := update(func(v *v1alpha1.Raid10Volume) { v.Spec.SizeBytes = gib / 2 }); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "may not shrink") {
 		t.Fatalf("shrink: %v", err)
 	}
-	v.Spec.SizeBytes, v.Spec.Node = gib, "node-w"
-	if err := c.Update(ctx, v); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "immutable") {
+	if err := update(func(v *v1alpha1.Raid10Volume) { v.Spec.Node = "node-w" }); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "immutable") {
 		t.Fatalf("move: %v", err)
 	}
 	if err := c.Delete(ctx, v); err != nil {
