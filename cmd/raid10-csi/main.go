@@ -2,7 +2,10 @@
 // Raid10Volume custom resources), the node plugin (RAID10 arrays over local disks served to
 // the kernel over NBD), or both in one process (--mode=all, also the standalone mode).
 //
-// Only --mode=controller is built so far; node and all fail at start-up saying so.
+// --mode=node opens the node's disk pool (--pool-config), runs the node agent that reconciles
+// the node's Raid10Volumes into it, and serves the CSI node service over it; it reattaches
+// the NBD devices recorded in --state-dir first. --mode=all (standalone) is not built yet
+// and fails at start-up saying so.
 package main
 
 import (
@@ -12,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -19,10 +23,15 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
+	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
 // version is set at link time: -ldflags "-X main.version=v0.1.0".
@@ -35,6 +44,10 @@ type Options struct {
 	NodeID       string
 	Kubeconfig   string
 	ReadyTimeout time.Duration
+	// Node mode.
+	PoolConfig string
+	StateDir   string
+	MaxVolumes int64
 }
 
 // Validate reports the first invalid option, naming it.
@@ -50,6 +63,12 @@ func (o *Options) Validate() error {
 	if o.Mode != driver.ModeController && o.NodeID == "" {
 		return fmt.Errorf("--node-id: must be set in --mode=%s", o.Mode)
 	}
+	if o.Mode == driver.ModeNode && o.PoolConfig == "" {
+		return errors.New("--pool-config: must be set in --mode=node")
+	}
+	if o.Mode == driver.ModeNode && o.StateDir == "" {
+		return errors.New("--state-dir: must not be empty in --mode=node")
+	}
 	if o.ReadyTimeout <= 0 {
 		return fmt.Errorf("--ready-timeout=%s: must be positive", o.ReadyTimeout)
 	}
@@ -59,11 +78,14 @@ func (o *Options) Validate() error {
 func main() {
 	klog.InitFlags(nil)
 	var o Options
-	flag.StringVar((*string)(&o.Mode), "mode", string(driver.ModeController), "which services to run: controller, node or all (only controller is built yet)")
+	flag.StringVar((*string)(&o.Mode), "mode", string(driver.ModeController), "which services to run: controller, node or all (all is not built yet)")
 	flag.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI gRPC endpoint: unix:///path or tcp://host:port")
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's name (node and all modes)")
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config, else $KUBECONFIG or ~/.kube/config")
 	flag.DurationVar(&o.ReadyTimeout, "ready-timeout", driver.DefaultReadyTimeout, "how long one CSI call waits for the node agent before answering DeadlineExceeded (the sidecar retries); keep it below the sidecar's --timeout")
+	flag.StringVar(&o.PoolConfig, "pool-config", "", "JSON pool configuration of this node's disks (node mode)")
+	flag.StringVar(&o.StateDir, "state-dir", "/var/lib/raid10-csi", "directory of the NBD device state file, kept across restarts (node mode)")
+	flag.Int64Var(&o.MaxVolumes, "max-volumes", driver.DefaultMaxVolumesPerNode, "volumes per node that NodeGetInfo reports (at most the nbd module's nbds_max)")
 	flag.Parse()
 
 	if err := o.Validate(); err != nil {
@@ -93,6 +115,9 @@ func Run(ctx context.Context, o *Options) error {
 		}
 		opts = append(opts, driver.WithVolumeStore(driver.NewKubeStore(c)))
 	}
+	if o.Mode == driver.ModeNode {
+		return runNode(ctx, o, opts)
+	}
 	d, err := driver.NewDriver(opts...)
 	if err != nil {
 		return err
@@ -103,6 +128,83 @@ func Run(ctx context.Context, o *Options) error {
 // kubeClient returns an uncached controller-runtime client for the raid10 types, from the
 // kubeconfig file, else the in-cluster config, else $KUBECONFIG or ~/.kube/config.
 func kubeClient(kubeconfig string) (client.Client, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "raid10-csi-controller/" + version
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+// runNode runs the node plugin: the pool, the node agent reconciling this node's
+// Raid10Volumes into it, and the CSI node service over it. On exit the NBD devices stay
+// attached (a restarted plugin reattaches them) and the pool is closed.
+func runNode(ctx context.Context, o *Options, opts []driver.Option) error {
+	pc, err := pool.LoadConfig(o.PoolConfig)
+	if err != nil {
+		return err
+	}
+	cfg, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "raid10-csi-node/" + version
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	p, err := pool.Open(pc)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := p.Close(); err != nil {
+			klog.ErrorS(err, "Closing the pool")
+		}
+	}()
+	att, err := driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), kernel.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		att.Close(sctx)
+	}()
+	ns, err := driver.NewNodeServer(driver.NodeConfig{NodeID: o.NodeID, MaxVolumes: o.MaxVolumes,
+		Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
+	if err != nil {
+		return err
+	}
+	d, err := driver.NewDriver(append(opts, driver.WithNodeService(ns))...)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	agentErr := make(chan error, 1)
+	go func() {
+		err := agent.Run(ctx, cfg, agent.Options{NodeName: o.NodeID, Pool: p})
+		if err != nil {
+			klog.ErrorS(err, "Node agent stopped")
+			cancel() // the node service without its agent would serve a pool nobody reconciles
+		}
+		agentErr <- err
+	}()
+	err = d.Run(ctx)
+	cancel()
+	if aerr := <-agentErr; aerr != nil && err == nil {
+		err = aerr
+	}
+	return err
+}
+
+// restConfig loads the kube client configuration from the kubeconfig file, else the
+// in-cluster config, else $KUBECONFIG or ~/.kube/config.
+func restConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig == "" {
@@ -117,10 +219,5 @@ func kubeClient(kubeconfig string) (client.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube client config: %w", err)
 	}
-	cfg.UserAgent = "raid10-csi-controller/" + version
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	return client.New(cfg, client.Options{Scheme: scheme})
+	return cfg, nil
 }

@@ -20,6 +20,8 @@ func TestValidate(t *testing.T) {
 		{"BadMode", func(o *Options) { o.Mode = "both" }, "--mode"},
 		{"NoEndpoint", func(o *Options) { o.Endpoint = "" }, "--endpoint"},
 		{"NodeWithoutNodeID", func(o *Options) { o.Mode = driver.ModeNode }, "--node-id"},
+		{"NodeWithoutPool", func(o *Options) { o.Mode, o.NodeID, o.StateDir = driver.ModeNode, "n1", "/var/lib/x" }, "--pool-config"},
+		{"NodeWithoutStateDir", func(o *Options) { o.Mode, o.NodeID, o.PoolConfig = driver.ModeNode, "n1", "/etc/pool.json" }, "--state-dir"},
 		{"ZeroTimeout", func(o *Options) { o.ReadyTimeout = 0 }, "--ready-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -33,11 +35,24 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestNodeModeSaysNotBuilt: the node mode must fail loudly, never pretend to serve.
-func TestNodeModeSaysNotBuilt(t *testing.T) {
-	o := Options{Mode: driver.ModeNode, NodeID: "n1", Endpoint: "unix://" + t.TempDir() + "/csi.sock", ReadyTimeout: time.Second}
+// TestNodeModeNeedsItsPool: the node mode fails at start-up when its pool configuration
+// cannot be read, before touching the kernel or the API server. (The node service itself is
+// tested in pkg/driver, in the VM.)
+func TestNodeModeNeedsItsPool(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{Mode: driver.ModeNode, NodeID: "n1", Endpoint: "unix://" + dir + "/csi.sock", ReadyTimeout: time.Second,
+		PoolConfig: dir + "/missing.json", StateDir: dir}
+	err := Run(context.Background(), &o)
+	if err == nil || !strings.Contains(err.Error(), "read config") {
+		t.Fatalf("Run(--mode=node) = %v, want the pool config error", err)
+	}
+}
+
+// TestAllModeSaysNotBuilt: the standalone mode must fail loudly, never pretend to serve.
+func TestAllModeSaysNotBuilt(t *testing.T) {
+	o := Options{Mode: driver.ModeAll, NodeID: "n1", Endpoint: "unix://" + t.TempDir() + "/csi.sock", ReadyTimeout: time.Second}
 	err := Run(context.Background(), &o)
 	if err == nil || !strings.Contains(err.Error(), "not built yet") {
-		t.Fatalf("Run(--mode=node) = %v, want a not-built error", err)
+		t.Fatalf("Run(--mode=all) = %v, want a not-built error", err)
 	}
 }
