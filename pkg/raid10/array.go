@@ -345,10 +345,10 @@ func (a *Array) readPiece(p []byte, aoff int64) error {
 			swap = true
 		}
 		if swap {
-			s0, s1, r0, r1, o0, o1 = s1, s0, r1, r0, o1, o0
+			s0, s1, r0, o0, o1 = s1, s0, r1, o1, o0
 		}
 	} else if r0 == nil {
-		s0, s1, r0, r1, o0, o1 = s1, s0, r1, r0, o1, o0
+		s0, s1, r0, o0, o1 = s1, s0, r1, o1, o0
 	}
 	if r0 == nil {
 		a.exit(bk)

@@ -270,7 +270,7 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 		sameSizes := s.dataSize == ref.dataSize && s.arraySize == ref.arraySize && s.bitmapBytes == ref.bitmapBytes
 		grown := s.events < ref.events && s.dataSize <= ref.dataSize && s.arraySize <= ref.arraySize && s.bitmapBytes <= ref.bitmapBytes
 		if s.raidDisks != ref.raidDisks || s.chunkSize != ref.chunkSize || s.dataOffset != ref.dataOffset ||
-			s.regionSize != ref.regionSize || s.layout != ref.layout || !(sameSizes || grown) {
+			s.regionSize != ref.regionSize || s.layout != ref.layout || !sameSizes && !grown {
 			return nil, fmt.Errorf("%w: member %d", ErrGeometryMismatch, c.pos)
 		}
 		if c.m.Size() < int64(ref.dataOffset+ref.dataSize) {

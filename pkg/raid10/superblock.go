@@ -147,7 +147,7 @@ func unmarshalSuperblock(b []byte) (*superblock, error) {
 		sb.slots[i] = s
 	}
 	if err := sb.validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorruptSuperblock, err)
+		return nil, fmt.Errorf("%w: %w", ErrCorruptSuperblock, err)
 	}
 	return sb, nil
 }

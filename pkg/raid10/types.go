@@ -62,13 +62,13 @@ type AssembleOptions struct {
 type ArrayState int
 
 const (
-	// ArrayOptimal: every slot is in sync.
+	// ArrayOptimal means every slot is in sync.
 	ArrayOptimal ArrayState = iota
-	// ArrayDegraded: some slot is not in sync but every chunk has a copy.
+	// ArrayDegraded means some slot is not in sync but every chunk has a copy.
 	ArrayDegraded
-	// ArrayFailed: some chunk has no in-sync copy; I/O there fails.
+	// ArrayFailed means some chunk has no in-sync copy; I/O there fails.
 	ArrayFailed
-	// ArrayClosed: Close was called.
+	// ArrayClosed means Close was called.
 	ArrayClosed
 )
 
@@ -90,15 +90,15 @@ func (s ArrayState) String() string {
 type MemberState int32
 
 const (
-	// MemberInSync: the member holds current data and serves reads.
+	// MemberInSync means the member holds current data and serves reads.
 	MemberInSync MemberState = iota
-	// MemberRecovering: the member receives every write and is being
+	// MemberRecovering means the member receives every write and is being
 	// rebuilt; it serves no reads until recovery ends.
 	MemberRecovering
-	// MemberFaulty: the member failed (I/O error, FailMember); it gets no
+	// MemberFaulty means the member failed (I/O error, FailMember); it gets no
 	// I/O until replaced or re-added.
 	MemberFaulty
-	// MemberMissing: no member in this slot.
+	// MemberMissing means no member in this slot.
 	MemberMissing
 )
 
@@ -119,12 +119,13 @@ func (s MemberState) String() string {
 // SyncKind names the background operation in SyncProgress.
 type SyncKind int
 
+// The background operations.
 const (
-	SyncNone     SyncKind = iota
-	SyncResync            // make the copies of dirty regions equal after an unclean shutdown
-	SyncRecovery          // rebuild a recovering member
-	SyncCheck             // scrub: compare copies, count mismatches
-	SyncRepair            // scrub: compare copies, rewrite mismatches
+	SyncNone     SyncKind = iota // no resync, recovery or scrub running
+	SyncResync                   // make the copies of dirty regions equal after an unclean shutdown
+	SyncRecovery                 // rebuild a recovering member
+	SyncCheck                    // scrub: compare copies, count mismatches
+	SyncRepair                   // scrub: compare copies, rewrite mismatches
 )
 
 func (k SyncKind) String() string {

@@ -323,7 +323,7 @@ func freePorts(n int) ([]int, error) {
 		if err != nil {
 			return nil, fmt.Errorf("free port: %w", err)
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
@@ -342,7 +342,7 @@ func waitHTTP(ctx context.Context, p *process, client *http.Client, url string) 
 		if err != nil {
 			return err
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("GET %s: %s", url, resp.Status)
 		}

@@ -41,13 +41,13 @@ func startProcess(name, dir, bin string, args ...string) (*process, error) {
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return nil, fmt.Errorf("kubeenv: start %s: %w", name, err)
 	}
 	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		logFile.Close()
+		_ = logFile.Close()
 		close(p.done)
 	}()
 	return p, nil
@@ -92,7 +92,7 @@ func (p *process) logTail() string {
 	if err != nil {
 		return err.Error()
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fi, err := f.Stat()
 	if err != nil {
 		return err.Error()
