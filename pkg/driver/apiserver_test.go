@@ -3,8 +3,6 @@ package driver
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,33 +41,10 @@ func realClient(t *testing.T) (client.Client, *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
-	if err != nil || len(files) != 2 {
-		t.Fatalf("CRDs in %s: %v, %v", crdDir, files, err)
+	if names := env.InstallCRDs(t, crdDir); len(names) != 2 {
+		t.Fatalf("CRDs in %s: %v, want Raid10Volume and Raid10Node", crdDir, names)
 	}
 	ctx := t.Context()
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var crd apiextensionsv1.CustomResourceDefinition
-		if err := yaml.Unmarshal(data, &crd); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if err := c.Create(ctx, &crd); err != nil {
-			t.Fatalf("create CRD %s: %v", crd.Name, err)
-		}
-		waitFor(t, func() bool {
-			var got apiextensionsv1.CustomResourceDefinition
-			if c.Get(ctx, client.ObjectKey{Name: crd.Name}, &got) != nil {
-				return false
-			}
-			return slices.ContainsFunc(got.Status.Conditions, func(c apiextensionsv1.CustomResourceDefinitionCondition) bool {
-				return c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
-			})
-		})
-	}
 	// The discovery cache of a fresh client may miss the new kinds for a moment.
 	waitFor(t, func() bool {
 		var l v1alpha1.Raid10VolumeList

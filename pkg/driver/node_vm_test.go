@@ -46,24 +46,7 @@ func TestNodeInGuest(t *testing.T) {
 		t.Skip("runs in the VM (TestNodeVM)")
 	}
 	dir := t.TempDir()
-	var cfg pool.Config
-	for i := range 4 {
-		p := filepath.Join(dir, "disk"+strconv.Itoa(i)+".img")
-		f, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Truncate(512 << 20); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
-	}
-	p, err := pool.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, cfg := openFilePool(t, 512<<20)
 	for name, size := range map[string]uint64{"vol-ext4": 128 << 20, "vol-xfs": 320 << 20, "vol-block": 64 << 20} {
 		if _, err := p.CreateVolume(name, size, pool.CreateOptions{}); err != nil {
 			t.Fatalf("create %s: %v", name, err)
@@ -307,24 +290,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 		t.Skip("runs in the VM (TestNodeVM)")
 	}
 	dir := t.TempDir()
-	var cfg pool.Config
-	for i := range 4 {
-		p := filepath.Join(dir, "disk"+strconv.Itoa(i)+".img")
-		f, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Truncate(256 << 20); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
-	}
-	p, err := pool.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p, _ := openFilePool(t, 256<<20)
 	if _, err := p.CreateVolume("vol-restart", 128<<20, pool.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -442,4 +408,30 @@ func record(i int) []byte {
 	b := bytes.Repeat([]byte{byte(i)}, 4096)
 	copy(b, strconv.Itoa(i))
 	return b
+}
+
+// openFilePool opens a pool on four sparse files of diskSize bytes in a temporary
+// directory and returns it with its configuration; it is closed when the test ends.
+func openFilePool(t *testing.T, diskSize int64) (*pool.Pool, pool.Config) {
+	t.Helper()
+	dir := t.TempDir()
+	var cfg pool.Config
+	for i := range 4 {
+		path := filepath.Join(dir, "disk"+strconv.Itoa(i)+".img")
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(diskSize); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: path})
+	}
+	p, err := pool.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p, cfg
 }
