@@ -148,7 +148,9 @@ func (a *testAgent) provision(ctx context.Context, v *v1alpha1.Raid10Volume) {
 // first members disks.
 func (a *testAgent) take(ctx context.Context, node string, members int32, usable int64) {
 	var n v1alpha1.Raid10Node
-	if err := a.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+	// A node created but whose disks are not reported yet (the PrinterColumns test writes
+	// them after creating its volume) has nothing to take from.
+	if err := a.c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil || len(n.Status.Disks) < int(members) {
 		return
 	}
 	per := usable * 2 / int64(members)
