@@ -124,6 +124,11 @@ func (a *testAgent) provision(ctx context.Context, v *v1alpha1.Raid10Volume) {
 		}
 		return
 	}
+	// Like a real node agent, nothing runs for a node that has not reported itself.
+	var node v1alpha1.Raid10Node
+	if err := a.c.Get(ctx, client.ObjectKey{Name: v.Spec.Node}, &node); err != nil {
+		return
+	}
 	var have int64
 	if st.Capacity != nil {
 		have = st.Capacity.Value()

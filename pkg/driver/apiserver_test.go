@@ -135,8 +135,10 @@ func printerColumns(t *testing.T, c client.Client, cfg *rest.Config) {
 	if err := c.Create(ctx, v); err != nil {
 		t.Fatal(err)
 	}
+	// Observed and Ready at its size: the test agent leaves it alone once node-p exists.
 	v.Status = v1alpha1.Raid10VolumeStatus{
-		Phase: v1alpha1.VolumePhaseReady, Health: v1alpha1.VolumeHealthRebuilding, InSync: "3/4",
+		ObservedGeneration: v.Generation,
+		Phase:              v1alpha1.VolumePhaseReady, Health: v1alpha1.VolumeHealthRebuilding, InSync: "3/4",
 		Capacity: resource.NewQuantity(10*gib, resource.BinarySI),
 		Rebuild:  &v1alpha1.RebuildProgress{Member: 2, Percent: 42, DoneBytes: 2 * gib, TotalBytes: 5 * gib, StartTime: &metav1.Time{Time: time.Now()}},
 	}
