@@ -62,7 +62,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 	case errors.Is(err, pool.ErrNotFound) && prev.Capacity != nil:
 		// It held data once: never replace it with a blank volume of the same name.
 		msg := "the volume was provisioned but is not in the node's pool (its disks are missing or were replaced)"
-		return a.writeVolumeStatus(ctx, &vol, failedStatus(prev, &vol, ReasonNotInPool, msg, now))
+		return a.writeVolumeStatus(ctx, &vol, FailedStatus(prev, &vol, ReasonNotInPool, msg, now))
 	case errors.Is(err, pool.ErrNotFound) && prev.Phase == v1alpha1.VolumePhaseFailed && prev.ObservedGeneration == vol.Generation:
 		return reconcile.Result{}, nil // failed for this spec already; a new spec retries
 	case errors.Is(err, pool.ErrNotFound):
@@ -80,7 +80,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 			}
 			logger.Error(err, "Volume cannot be provisioned", "reason", reason)
 			a.event(&vol, corev1.EventTypeWarning, EventProvisionFailed, "Provision", "%v", err)
-			return a.writeVolumeStatus(ctx, &vol, failedStatus(prev, &vol, reason, err.Error(), now))
+			return a.writeVolumeStatus(ctx, &vol, FailedStatus(prev, &vol, reason, err.Error(), now))
 		}
 		logger.Info("Volume provisioned", "size", info.Size, "members", len(info.Members))
 		a.event(&vol, corev1.EventTypeNormal, EventProvisioned, "Provision",
@@ -109,7 +109,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 		}
 	}
 
-	st := volumeStatus(prev, &vol, info, diskIDs(a.pool.Status().Disks), now)
+	st := VolumeStatus(prev, &vol, info, DiskIDs(a.pool.Status().Disks), now)
 	if expandMsg != "" {
 		st.Phase = v1alpha1.VolumePhaseExpanding
 		if st.Message != "" {
@@ -235,8 +235,10 @@ func (a *Agent) reconcileNode(ctx context.Context, req reconcile.Request) (recon
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
+	last := a.replaceDisk(ctx, &n)
 	ps := a.pool.Status()
-	st := nodeStatus(n.Status, ps, a.pool.MemberFree(), time.Now())
+	st := NodeStatus(n.Status, ps, a.pool.MemberFree(), time.Now())
+	st.LastDiskReplacement = last
 	a.nodeEvents(&n, st)
 	if equality.Semantic.DeepEqual(n.Status, st) {
 		return reconcile.Result{}, nil

@@ -35,10 +35,10 @@ const (
 	ReasonDiskNotHealthy  = "DiskNotHealthy"
 )
 
-// diskIDs maps pool disk UUIDs to the IDs the Raid10Node lists: the disk's serial or WWN
+// DiskIDs maps pool disk UUIDs to the IDs the Raid10Node lists: the disk's serial or WWN
 // when it has one, else its pool UUID (files), else its path (a refused disk without a
 // label). An identity that two disks share falls back to the UUID, as the list is keyed by ID.
-func diskIDs(disks []pool.DiskInfo) map[string]string {
+func DiskIDs(disks []pool.DiskInfo) map[string]string {
 	ids := make(map[string]string, len(disks))
 	used := map[string]bool{}
 	for _, d := range disks {
@@ -55,7 +55,7 @@ func diskIDs(disks []pool.DiskInfo) map[string]string {
 	return ids
 }
 
-// diskKey is what diskIDs is keyed by: the UUID, or the path of a disk without one.
+// diskKey is what DiskIDs is keyed by: the UUID, or the path of a disk without one.
 func diskKey(d pool.DiskInfo) string {
 	if d.UUID != "" {
 		return d.UUID
@@ -79,9 +79,9 @@ func memberState(s string) v1alpha1.MemberState {
 // syncKindRecovery is pool.Progress.Kind of a rebuild onto a recovering member.
 const syncKindRecovery = "recovery"
 
-// volumeStatus is the status of vol for the pool's view info. prev is the status the
+// VolumeStatus is the status of vol for the pool's view info. prev is the status the
 // object has; now stamps new conditions and a new rebuild.
-func volumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, info pool.VolumeInfo, ids map[string]string, now time.Time) v1alpha1.Raid10VolumeStatus {
+func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, info pool.VolumeInfo, ids map[string]string, now time.Time) v1alpha1.Raid10VolumeStatus {
 	st := v1alpha1.Raid10VolumeStatus{
 		ObservedGeneration: vol.Generation,
 		Phase:              v1alpha1.VolumePhaseReady,
@@ -152,9 +152,9 @@ func volumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 	return st
 }
 
-// failedStatus is the status of a volume the agent cannot provide: phase Failed, Ready
+// FailedStatus is the status of a volume the agent cannot provide: phase Failed, Ready
 // False with reason and message.
-func failedStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, reason, msg string, now time.Time) v1alpha1.Raid10VolumeStatus {
+func FailedStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, reason, msg string, now time.Time) v1alpha1.Raid10VolumeStatus {
 	st := *prev.DeepCopy()
 	st.ObservedGeneration = vol.Generation
 	st.Phase = v1alpha1.VolumePhaseFailed
@@ -170,10 +170,10 @@ func failedStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 	return st
 }
 
-// nodeStatus is the status of the Raid10Node for a pool snapshot.
-func nodeStatus(prev v1alpha1.Raid10NodeStatus, ps pool.Status, memberFree map[string]uint64, now time.Time) v1alpha1.Raid10NodeStatus {
+// NodeStatus is the status of the Raid10Node for a pool snapshot.
+func NodeStatus(prev v1alpha1.Raid10NodeStatus, ps pool.Status, memberFree map[string]uint64, now time.Time) v1alpha1.Raid10NodeStatus {
 	st := v1alpha1.Raid10NodeStatus{Conditions: slices.Clone(prev.Conditions)}
-	ids := diskIDs(ps.Disks)
+	ids := DiskIDs(ps.Disks)
 	var bad []string
 	for _, d := range ps.Disks {
 		ds := v1alpha1.DiskStatus{ID: ids[diskKey(d)], Path: d.Path, SizeBytes: int64(d.Size)}

@@ -72,7 +72,7 @@ func TestVolumeStatus(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := volumeStatus(tc.prev, vol, tc.info, ids, now)
+			st := VolumeStatus(tc.prev, vol, tc.info, ids, now)
 			if st.Phase != tc.phase || st.InSync != tc.inSync || st.ObservedGeneration != 3 || string(st.Health) != string(tc.info.Health) {
 				t.Fatalf("status %+v", st)
 			}
@@ -125,7 +125,7 @@ func TestNodeStatus(t *testing.T) {
 			{UUID: "u6", Status: pool.StatusMissing},
 		},
 	}
-	st := nodeStatus(v1alpha1.Raid10NodeStatus{}, ps, map[string]uint64{"u0": 90 << 20, "u1": 80 << 20}, now)
+	st := NodeStatus(v1alpha1.Raid10NodeStatus{}, ps, map[string]uint64{"u0": 90 << 20, "u1": 80 << 20}, now)
 	wantIDs := []string{"u0", "WWN-1", "u2", "u3", "/d5", "u6"}
 	wantStates := []v1alpha1.DiskState{"Healthy", "Healthy", "Failed", "Healthy", "Failed", "Missing"}
 	wantFree := []int64{90 << 20, 80 << 20, 0, 0, 0, 0}

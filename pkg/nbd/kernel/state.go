@@ -118,37 +118,40 @@ func (s *State) writeLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.path, b)
+	return WriteFileAtomic(s.path, b)
 }
 
-func writeFileAtomic(path string, data []byte) error {
+// WriteFileAtomic replaces the file at path with data: a temporary file beside it, fsync,
+// rename, fsync of the directory. A crash leaves the old or the new file, never a torn one.
+// Also the driver's standalone volume records use it.
+func WriteFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("kernel: write state: %w", err)
+		return fmt.Errorf("kernel: write %s: %w", path, err)
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }() // after a successful rename this finds nothing
 	if _, err := tmp.Write(data); err != nil {
 		_ = tmp.Close()
-		return fmt.Errorf("kernel: write state: %w", err)
+		return fmt.Errorf("kernel: write %s: %w", path, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		_ = tmp.Close()
-		return fmt.Errorf("kernel: sync state: %w", err)
+		return fmt.Errorf("kernel: sync %s: %w", path, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("kernel: write state: %w", err)
+		return fmt.Errorf("kernel: write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("kernel: rename state: %w", err)
+		return fmt.Errorf("kernel: rename to %s: %w", path, err)
 	}
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("kernel: sync state directory: %w", err)
+		return fmt.Errorf("kernel: sync directory %s: %w", dir, err)
 	}
 	defer func() { _ = d.Close() }()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("kernel: sync state directory: %w", err)
+		return fmt.Errorf("kernel: sync directory %s: %w", dir, err)
 	}
 	return nil
 }
