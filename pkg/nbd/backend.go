@@ -13,7 +13,9 @@ type Backend interface {
 	// WriteAt writes p at offset off. When it returns, the data is visible to every later
 	// ReadAt, though not necessarily durable.
 	WriteAt(p []byte, off int64) (int, error)
-	// Size is the size of the device in bytes. It does not change while the export is served.
+	// Size is the size of the device in bytes. It may grow while the export is served (an
+	// online expansion): the server reads it at every handshake and for every range check,
+	// so it must be cheap (an atomic load). It never shrinks.
 	Size() int64
 	// Flush makes durable every write that has completed before Flush was called.
 	Flush() error

@@ -182,7 +182,7 @@ func (c *conn) skip(n int64) error {
 func (c *conn) execute(r *request) {
 	x := c.exp
 	end := r.off + uint64(r.length)
-	inRange := end >= r.off && end <= uint64(x.size)
+	inRange := end >= r.off && end <= uint64(x.size())
 	fua := r.flags&CmdFlagFUA != 0
 	switch r.cmd {
 	case CmdRead:

@@ -95,7 +95,7 @@ func (c *conn) options() error {
 				return fmt.Errorf("%w: %q", ErrUnknownExport, data)
 			}
 			var b [10 + 124]byte
-			binary.BigEndian.PutUint64(b[0:], uint64(x.size))
+			binary.BigEndian.PutUint64(b[0:], uint64(x.size()))
 			binary.BigEndian.PutUint16(b[8:], uint16(x.flags))
 			n := len(b)
 			if noZeroes {
@@ -167,7 +167,7 @@ func (c *conn) optInfo(bw *bufio.Writer, id OptionID, data []byte) (done bool, e
 	}
 	var b [18]byte
 	binary.BigEndian.PutUint16(b[0:], uint16(InfoExport))
-	binary.BigEndian.PutUint64(b[2:], uint64(x.size))
+	binary.BigEndian.PutUint64(b[2:], uint64(x.size()))
 	binary.BigEndian.PutUint16(b[10:], uint16(x.flags))
 	if err := c.optReply(bw, id, RepInfo, b[:12]); err != nil {
 		return false, err

@@ -118,7 +118,6 @@ type Server struct {
 // export is an Export with what every connection to it shares.
 type export struct {
 	Export
-	size  int64
 	flags TransmissionFlags
 	fua   FUAWriter
 	disc  Discarder
@@ -142,7 +141,7 @@ func NewServer(opts Options, exports ...Export) (*Server, error) {
 		if _, dup := s.exports[e.Name]; dup {
 			return nil, fmt.Errorf("nbd: export %q given twice", e.Name)
 		}
-		x := &export{Export: e, size: e.Backend.Size()}
+		x := &export{Export: e}
 		x.fua, _ = e.Backend.(FUAWriter)
 		x.disc, _ = e.Backend.(Discarder)
 		x.zero, _ = e.Backend.(ZeroWriter)
@@ -156,20 +155,23 @@ func NewServer(opts Options, exports ...Export) (*Server, error) {
 	return s, nil
 }
 
+// size is the export's size now: the backend's, which grows with an online expansion.
+func (x *export) size() int64 { return x.Backend.Size() }
+
 // ExportInfo is what a client learns about an export in the handshake.
 type ExportInfo struct {
 	Size  int64
 	Flags TransmissionFlags
 }
 
-// Info returns an export's size and transmission flags (for the kernel attach, which gets
-// them from netlink instead of a handshake).
+// Info returns an export's size now and its transmission flags (for the kernel attach, which
+// gets them from netlink instead of a handshake).
 func (s *Server) Info(name string) (ExportInfo, error) {
 	x, ok := s.exports[name]
 	if !ok {
 		return ExportInfo{}, fmt.Errorf("%w: %q", ErrUnknownExport, name)
 	}
-	return ExportInfo{Size: x.size, Flags: x.flags}, nil
+	return ExportInfo{Size: x.size(), Flags: x.flags}, nil
 }
 
 // Listen creates a unix socket with mode 0600 at path. The directory holding it must exist
