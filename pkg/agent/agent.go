@@ -44,6 +44,10 @@ type Pool interface {
 	Status() pool.Status
 	// MemberFree is the data one new member extent can hold on each Active disk, by UUID.
 	MemberFree() map[string]uint64
+	// ReplaceDisk replaces a Failed or Missing disk (ref: UUID, path or serial/WWN) with
+	// another; the affected volumes rebuild onto it. Errors wrap pool.ErrNotFound,
+	// pool.ErrFailedPrecondition (an active disk, one already replaced), pool.ErrOtherPool, ...
+	ReplaceDisk(ref string, with pool.DiskConfig) (pool.DiskInfo, error)
 }
 
 var _ Pool = (*pool.Pool)(nil)

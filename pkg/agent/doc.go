@@ -49,6 +49,19 @@
 // pool.Capacity; free is pool.Capacity.LargestVolume, the largest volume that can be
 // created now over all Active disks) and conditions Ready (PoolOpen) and DisksHealthy.
 //
+// # Disk replacement (Raid10Node spec.diskReplacement)
+//
+// An operator (kubectl raid10 replace-disk) sets spec.diskReplacement: oldDisk (an id of
+// status.disks, or a path) and newPath, optionally wipe. The agent acts once per
+// metadata.generation: pool.ReplaceDisk, after which every volume with a member on the old
+// disk rebuilds onto the new one (their status.rebuild shows it). The outcome goes to
+// status.lastDiskReplacement (observedGeneration, result Succeeded or Failed, the new
+// disk's id, a message naming the rebuilding volumes or the refusal) and to an Event,
+// DiskReplaced or DiskReplaceFailed. A refused request (unknown disk, a disk still Healthy,
+// a new disk that carries a signature without wipe) changes nothing and is not retried;
+// setting the spec again asks again. A request whose outcome was not written before a
+// restart is found done (old disk Removed, new disk in the pool) and reported Succeeded.
+//
 // # Following the pool within 2 seconds
 //
 // A poller calls pool.Status every Options.PollInterval (1 s) and compares a fingerprint of
@@ -63,9 +76,10 @@
 //
 // Through an events.k8s.io recorder (component raid10.csi.io/node-agent), on the Raid10Volume:
 // Provisioned, ProvisioningFailed, Degraded, VolumeFailed, RebuildStarted, RebuildFinished,
-// Expanded, ExpansionFailed, ExtentsFreed, DeleteFailed; on the Raid10Node: DiskFailed and
-// DiskHealthy. They fire on transitions of what the agent last reported (seeded from the
-// object's status when the agent starts, so a restart does not repeat them).
+// Expanded, ExpansionFailed, ExtentsFreed, DeleteFailed; on the Raid10Node: DiskFailed,
+// DiskHealthy, DiskReplaced and DiskReplaceFailed. They fire on transitions of what the
+// agent last reported (seeded from the object's status when the agent starts, so a restart
+// does not repeat them); the replacement Events fire once per request.
 //
 // # RBAC
 //

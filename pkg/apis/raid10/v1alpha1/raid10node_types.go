@@ -45,6 +45,67 @@ type NodeCapacity struct {
 	Free resource.Quantity `json:"free"`
 }
 
+// DiskReplacementRequest asks the node agent to replace a failed or missing disk of the
+// pool with another disk of the node, as `kubectl raid10 replace-disk` does. Every volume
+// that had a member on the old disk gets an extent on the new one and rebuilds onto it.
+// The old disk must already be Failed or Missing: the agent never takes a healthy disk
+// out of service.
+type DiskReplacementRequest struct {
+	// OldDisk names the disk to replace: its id (as in status.disks[].id) or its path.
+	// +kubebuilder:validation:MinLength=1
+	OldDisk string `json:"oldDisk"`
+	// NewPath is the device path of the new disk on the node (/dev/disk/by-id/...). The
+	// disk must be blank (or a spare of the pool); one with a partition table, filesystem,
+	// RAID or LVM signature is refused untouched unless Wipe is set.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^/`
+	NewPath string `json:"newPath"`
+	// Wipe allows the agent to erase a foreign signature found on the new disk.
+	// +optional
+	Wipe bool `json:"wipe,omitempty"`
+}
+
+// Raid10NodeSpec is what an operator asks of a node's pool. The agent acts on each
+// generation of the spec once and reports the outcome in status.lastDiskReplacement.
+type Raid10NodeSpec struct {
+	// DiskReplacement, when set, is a disk replacement for the agent to carry out. Setting
+	// it again (a new metadata.generation) asks again, e.g. after a failed attempt.
+	// +optional
+	DiskReplacement *DiskReplacementRequest `json:"diskReplacement,omitempty"`
+}
+
+// DiskReplacementResult is the outcome of a disk replacement request.
+// +kubebuilder:validation:Enum=Succeeded;Failed
+type DiskReplacementResult string
+
+// The outcomes of a disk replacement request.
+const (
+	DiskReplacementSucceeded DiskReplacementResult = "Succeeded"
+	DiskReplacementFailed    DiskReplacementResult = "Failed"
+)
+
+// DiskReplacementStatus is the outcome of the last disk replacement request the agent
+// carried out.
+type DiskReplacementStatus struct {
+	// ObservedGeneration is the metadata.generation whose spec.diskReplacement this is
+	// the outcome of.
+	ObservedGeneration int64 `json:"observedGeneration"`
+	// OldDisk and NewPath repeat the request.
+	OldDisk string `json:"oldDisk"`
+	NewPath string `json:"newPath"`
+	// Result is Succeeded (the volumes rebuild onto the new disk: see each Raid10Volume's
+	// status.rebuild) or Failed (nothing changed; Message says why).
+	Result DiskReplacementResult `json:"result"`
+	// NewDisk is the id of the new disk in status.disks, when Succeeded.
+	// +optional
+	NewDisk string `json:"newDisk,omitempty"`
+	// Message says what was done, or why the request was refused.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Time is when the agent carried out the request.
+	Time metav1.Time `json:"time"`
+}
+
 // Raid10NodeStatus is reported by the node agent.
 type Raid10NodeStatus struct {
 	// Disks lists the pool's disks.
@@ -64,9 +125,13 @@ type Raid10NodeStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastDiskReplacement is the outcome of the last spec.diskReplacement request.
+	// +optional
+	LastDiskReplacement *DiskReplacementStatus `json:"lastDiskReplacement,omitempty"`
 }
 
-// Raid10Node is one node's disk pool, named after the Kubernetes node and written by its agent.
+// Raid10Node is one node's disk pool, named after the Kubernetes node and written by its
+// agent. Its spec carries operator requests (a disk replacement); its status the pool.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -81,6 +146,8 @@ type Raid10Node struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// +optional
+	Spec   Raid10NodeSpec   `json:"spec,omitempty"`
 	Status Raid10NodeStatus `json:"status,omitempty"`
 }
 
