@@ -30,6 +30,11 @@ var (
 	ErrNotOwner = errors.New("kernel: device is owned by another backend")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("kernel: attacher closed")
+	// ErrNotAttached is returned by Resize for a volume this attacher has not attached.
+	ErrNotAttached = errors.New("kernel: volume is not attached here")
+	// ErrShrink is returned by Resize when the export is smaller than the device: the
+	// kernel would cut off a mounted filesystem, so it is never asked to.
+	ErrShrink = errors.New("kernel: export is smaller than its device")
 )
 
 // Options tune an Attacher. The zero value takes every default.
@@ -279,6 +284,46 @@ func (d *Device) keepServed(conn net.Conn) {
 			backoff = min(2*backoff, 2*time.Second)
 		}
 	}
+}
+
+// Resize makes the volume's device as large as its export is now (after the backend grew)
+// and returns the device's size in bytes as the block layer reports it. The device is resized
+// in place (Netlink.Resize): its connections, its queue and a filesystem mounted on it are
+// untouched. A device already of the export's size is left alone; an export smaller than the
+// device is ErrShrink; a volume not attached here is ErrNotAttached.
+func (a *Attacher) Resize(volumeID string) (int64, error) {
+	a.mu.Lock()
+	d := a.devs[volumeID]
+	a.mu.Unlock()
+	if d == nil {
+		return 0, fmt.Errorf("%w: volume %q", ErrNotAttached, volumeID)
+	}
+	info, err := a.srv.Info(d.export)
+	if err != nil {
+		return 0, err
+	}
+	cur, err := DeviceSize(d.Index)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case info.Size == cur:
+		return cur, nil
+	case info.Size < cur:
+		return cur, fmt.Errorf("%w: %s has %d bytes, volume %q only %d", ErrShrink, d.Path(), cur, volumeID, info.Size)
+	}
+	if err := a.nl.Resize(d.Index, d.cfg.BackendID, info.Size, a.opts.BlockSize); err != nil {
+		return cur, err
+	}
+	got, err := DeviceSize(d.Index)
+	if err != nil {
+		return cur, err
+	}
+	if got != info.Size {
+		return got, fmt.Errorf("kernel: %s has %d bytes after the resize to %d", d.Path(), got, info.Size)
+	}
+	klog.InfoS("Resized NBD device", "volumeID", volumeID, "device", d.Path(), "fromBytes", cur, "toBytes", got)
+	return got, nil
 }
 
 // Detach disconnects the volume's device (the kernel sends NBD_CMD_DISC on every

@@ -21,6 +21,19 @@
 // breaks while the process lives (a request timeout makes the kernel shut the socket down):
 // every connection that ends without a Detach is replaced.
 //
+// # Resize
+//
+// When the volume grows (the RAID10 array under the export grew online), Attacher.Resize
+// sends NBD_CMD_RECONFIGURE with the backend identifier, NBD_ATTR_SIZE_BYTES and
+// NBD_ATTR_BLOCK_SIZE_BYTES and no sockets. The kernel's nbd_genl_reconfigure calls
+// nbd_genl_size_set, which calls nbd_set_size for a changed size; nbd_set_size updates the
+// capacity with set_capacity_and_notify (drivers/block/nbd.c; reconfigure learned sizes in
+// Linux 5.3, "nbd: add netlink reconfigure resize support", and Debian's 6.1 has it). The
+// device grows in place, under a mounted filesystem, with its connections and queued
+// requests untouched; /sys/block/nbdX/size shows the new size at once and resize2fs or
+// xfs_growfs can follow. Shrinking is never asked for. The export advertises the new size to
+// any later handshake too (nbd.Backend.Size is read each time).
+//
 // # Ownership
 //
 // Only a device this process connected (NBD_CMD_CONNECT without an index: the kernel picks

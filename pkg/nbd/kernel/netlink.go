@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -193,6 +194,28 @@ func (n *Netlink) Reconfigure(index uint32, cfg Config) error {
 	return nil
 }
 
+// Resize sets the size of a configured device in place with NBD_CMD_RECONFIGURE carrying
+// NBD_ATTR_SIZE_BYTES and NBD_ATTR_BLOCK_SIZE_BYTES (and the backend identifier, which the
+// kernel checks), without sockets: the connections, the queue and whatever is mounted on the
+// device stay as they are. The kernel (nbd_genl_reconfigure -> nbd_genl_size_set ->
+// nbd_set_size, since Linux 5.3) updates the capacity with set_capacity_and_notify, which
+// emits a change uevent with RESIZE=1; a mounted filesystem can then be grown. blockSize 0
+// means 4096.
+func (n *Netlink) Resize(index uint32, backendID string, size, blockSize int64) error {
+	if size <= 0 {
+		return fmt.Errorf("kernel: resize nbd%d: size %d must be positive", index, size)
+	}
+	cfg := Config{Size: size, BlockSize: blockSize, BackendID: backendID}
+	_, err := n.execute(CmdReconfigure, netlink.Acknowledge, func(ae *netlink.AttributeEncoder) {
+		ae.Uint32(attrIndex, index)
+		encodeConfig(ae, &cfg)
+	})
+	if err != nil {
+		return fmt.Errorf("kernel: NBD_CMD_RECONFIGURE (size %d) nbd%d: %w", size, index, err)
+	}
+	return nil
+}
+
 // Disconnect sends NBD_CMD_DISC on every connection of the device and tears it down;
 // requests still queued fail.
 func (n *Netlink) Disconnect(index uint32) error {
@@ -265,6 +288,20 @@ func BackendOf(index uint32) (string, error) {
 		return "", fmt.Errorf("kernel: read backend of nbd%d: %w", index, err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// DeviceSize reads /sys/block/nbdX/size: the device's capacity in bytes as the block layer
+// sees it (0 when it is not configured).
+func DeviceSize(index uint32) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/sys/block/nbd%d/size", index))
+	if err != nil {
+		return 0, fmt.Errorf("kernel: read size of nbd%d: %w", index, err)
+	}
+	sectors, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("kernel: size of nbd%d: %w", index, err)
+	}
+	return sectors * 512, nil
 }
 
 // DevicePath is the block device node of an index.
