@@ -1,0 +1,36 @@
+// Package e2e runs raid10-csi end to end on the host: a real etcd, kube-apiserver and
+// kube-controller-manager (test/kubeenv), the chart's CRDs, RBAC, CSIDriver and StorageClass
+// (deploy/raid10-csi.yaml), the controller service (pkg/driver over KubeStore) and the node
+// agent (pkg/agent over a pool of file-backed disks) in the test process, each with the
+// token of its chart ServiceAccount, and the real csi-provisioner sidecar as a subprocess.
+//
+//   - TestPVCFlow: a claim on a WaitForFirstConsumer StorageClass, with the scheduler's
+//     volume.kubernetes.io/selected-node annotation written by the test, is provisioned by
+//     csi-provisioner through CreateVolume, bound by the PV controller, and built by the agent
+//     (Raid10Volume Ready and Healthy). The CSIStorageCapacity that the provisioner publishes
+//     for the node's topology segment follows the pool's free space down on provisioning and
+//     back up when the claim is deleted (reclaim Delete removes the PV, the Raid10Volume and
+//     the extents).
+//   - TestControllerAgentEndToEnd: the CSI controller called over gRPC on its unix socket
+//     drives the real agent: CreateVolume gives a Healthy Raid10Volume; a failed disk shows
+//     Degraded, a replacement Rebuilding with its percentage, then Healthy, all read from the
+//     server-side Table that `kubectl get r10v` prints; DeleteVolume frees the space that
+//     GetCapacity reports.
+//
+// There is no kubelet: the test creates the Node and the CSINode (driver raid10.csi.io with
+// topology key raid10.csi.io/node) that the node plugin's registration would create, and no
+// pod ever mounts the volume (NodeStage and NodePublish are tested under QEMU in pkg/driver).
+//
+// # Tools
+//
+// The control-plane binaries come from $RAID10_KUBE_BIN_DIR and csi-provisioner from
+// $RAID10_CSI_PROVISIONER, both built and cached by hack/build-tools.sh (make deps) and
+// exported by hack/tool-env.sh. A missing one skips the test, or fails it when $CI is set.
+// The tests also skip in -short mode and with RAID10_SKIP_HEAVY (make unit).
+//
+// # Logs
+//
+// The in-process controller and agent log through klog into klog.log, and csi-provisioner
+// into csi-provisioner.log, under the test's temporary directory; the control plane logs
+// under kubeenv's. When a test fails, the tail of each is printed.
+package e2e
