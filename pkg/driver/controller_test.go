@@ -380,15 +380,20 @@ func TestControllerFakeClient(t *testing.T) {
 }
 
 func TestNewDriverOptions(t *testing.T) {
+	ns, _, _, _ := newTestNode(t)
+	store := NewKubeStore(nil)
 	for _, tc := range []struct {
 		name string
 		opts []Option
 		want error
 	}{
-		{"NoEndpoint", []Option{WithVolumeStore(NewKubeStore(nil))}, ErrInvalidArgument},
+		{"NoEndpoint", []Option{WithVolumeStore(store)}, ErrInvalidArgument},
 		{"ControllerWithoutStore", []Option{WithEndpoint("unix:///x.sock")}, ErrInvalidArgument},
-		{"NodeNotBuilt", []Option{WithEndpoint("unix:///x.sock"), WithMode(ModeNode)}, ErrUnimplemented},
-		{"AllNotBuilt", []Option{WithEndpoint("unix:///x.sock"), WithMode(ModeAll)}, ErrUnimplemented},
+		{"NodeWithoutNodeService", []Option{WithEndpoint("unix:///x.sock"), WithMode(ModeNode)}, ErrInvalidArgument},
+		{"Node", []Option{WithEndpoint("unix:///x.sock"), WithMode(ModeNode), WithNodeService(ns)}, nil},
+		{"AllWithoutStore", []Option{WithEndpoint("unix:///x.sock"), WithMode(ModeAll), WithNodeService(ns)}, ErrInvalidArgument},
+		{"AllWithoutNodeService", []Option{WithEndpoint("unix:///x.sock"), WithMode(ModeAll), WithVolumeStore(store)}, ErrInvalidArgument},
+		{"All", []Option{WithEndpoint("unix:///x.sock"), WithMode(ModeAll), WithVolumeStore(store), WithNodeService(ns)}, nil},
 		{"BadMode", []Option{WithEndpoint("unix:///x.sock"), WithMode("both")}, ErrInvalidArgument},
 		{"Controller", []Option{WithEndpoint("unix:///x.sock"), WithVolumeStore(NewKubeStore(nil))}, nil},
 	} {

@@ -4,7 +4,10 @@
 // the node that the volume's topology names, and waits for that node's agent to report the
 // volume Ready; deletion goes through a finalizer that the agent removes once the extents are
 // free. It reaches the API server only through the VolumeStore interface (store.go), which
-// KubeStore implements with a controller-runtime client.
+// KubeStore implements with a controller-runtime client. In the standalone mode (ModeAll,
+// no cluster) LocalStore (localstore.go) implements it over the node's own pool instead: it
+// creates, grows and deletes pool volumes as the calls come and reports their status as the
+// node agent would, so the controller's logic is the same in both modes.
 //
 // The node service (node.go) serves volumes of this node's pool. It reaches them only through
 // the VolumeAttacher interface, which PoolAttacher (node_attach.go) implements: an nbd.Server

@@ -25,7 +25,9 @@ const (
 	ModeController Mode = "controller"
 	// ModeNode serves identity and node (the DaemonSet).
 	ModeNode Mode = "node"
-	// ModeAll serves all three in one process (also the standalone mode). Not built yet.
+	// ModeAll serves all three in one process: the standalone mode, without a cluster. The
+	// controller's VolumeStore is then a LocalStore over the node's own pool, and the node
+	// service (WithNodeService) serves that pool's volumes.
 	ModeAll Mode = "all"
 )
 
@@ -36,8 +38,8 @@ const (
 )
 
 // Driver is the raid10.csi.io CSI plugin: a gRPC server with the services its Mode selects.
-// Every side effect (the API server, later the disk pool and mounter) comes in through an
-// Option.
+// Every side effect (the volume store, the node service with its pool, attacher and mounter)
+// comes in through an Option.
 type Driver struct {
 	name, version string
 	mode          Mode
@@ -70,7 +72,8 @@ func WithDriverName(n string) Option { return func(d *Driver) { d.name = n } }
 // WithNodeID sets this node's name (node and all modes).
 func WithNodeID(id string) Option { return func(d *Driver) { d.nodeID = id } }
 
-// WithVolumeStore sets the store of Raid10Volume and Raid10Node objects (controller mode).
+// WithVolumeStore sets the store of Raid10Volume and Raid10Node objects (controller and all
+// modes): a KubeStore, or in the standalone mode a LocalStore.
 func WithVolumeStore(s VolumeStore) Option { return func(d *Driver) { d.store = s } }
 
 // WithReadyTimeout bounds how long one CreateVolume, ControllerExpandVolume or DeleteVolume
@@ -100,9 +103,13 @@ func NewDriver(opts ...Option) (*Driver, error) {
 		return nil, fmt.Errorf("ready timeout and poll interval must be positive: %w", ErrInvalidArgument)
 	}
 	switch d.mode {
-	case ModeController:
+	case ModeController, ModeNode, ModeAll:
+	default:
+		return nil, fmt.Errorf("mode %q: must be controller, node or all: %w", d.mode, ErrInvalidArgument)
+	}
+	if d.mode != ModeNode {
 		if d.store == nil {
-			return nil, fmt.Errorf("mode %s needs a VolumeStore (a kube client): %w", d.mode, ErrInvalidArgument)
+			return nil, fmt.Errorf("mode %s needs a VolumeStore (a kube client, or a LocalStore in mode all): %w", d.mode, ErrInvalidArgument)
 		}
 		d.controller = &ControllerServer{
 			store:        d.store,
@@ -110,15 +117,9 @@ func NewDriver(opts ...Option) (*Driver, error) {
 			readyTimeout: d.readyTimeout,
 			pollInterval: d.pollInterval,
 		}
-	case ModeNode:
-		if d.node == nil {
-			// Unimplemented while cmd/raid10-csi does not build one (its test says so).
-			return nil, fmt.Errorf("mode %s: the node service is not built yet in this process (no WithNodeService): %w", d.mode, ErrUnimplemented)
-		}
-	case ModeAll:
-		return nil, fmt.Errorf("mode %s: the standalone controller is not built yet: %w", d.mode, ErrUnimplemented)
-	default:
-		return nil, fmt.Errorf("mode %q: must be controller, node or all: %w", d.mode, ErrInvalidArgument)
+	}
+	if d.mode != ModeController && d.node == nil {
+		return nil, fmt.Errorf("mode %s needs the node service (WithNodeService): %w", d.mode, ErrInvalidArgument)
 	}
 	d.identity = &IdentityServer{name: d.name, version: d.version, controller: d.controller != nil}
 	return d, nil
