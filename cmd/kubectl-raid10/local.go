@@ -76,7 +76,7 @@ func runLocal(ctx context.Context, o *Options, args []string, out io.Writer) err
 		return runServe(ctx, o)
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.StringVar(&o.Output, "o", o.Output, "output format: table or json")
+	fs.StringVar(&o.Output, "o", o.Output, "output format: table, json or yaml")
 	var (
 		members     int
 		wipe, spare bool
@@ -240,11 +240,18 @@ func waitFor(ctx context.Context, api localAPI, r renderer, name string, want po
 				human(uint64(p.Done)), human(uint64(p.Total)), human(uint64(p.Rate)), p.ETA.Round(time.Second))
 		}
 		if line != last {
-			if r.o.Output == "json" {
-				if err := json.NewEncoder(r.w).Encode(v); err != nil {
-					return err
+			var err error
+			switch r.o.Output {
+			case "json": // one object a line, as it comes
+				err = json.NewEncoder(r.w).Encode(v)
+			case "yaml": // one document each
+				if _, err = fmt.Fprintln(r.w, "---"); err == nil {
+					_, err = r.structured(v)
 				}
-			} else if _, err := fmt.Fprintln(r.w, line); err != nil {
+			default:
+				_, err = fmt.Fprintln(r.w, line)
+			}
+			if err != nil {
 				return err
 			}
 			last = line
@@ -324,8 +331,8 @@ func (r renderer) json(v any) error {
 }
 
 func (r renderer) done(msg string) error {
-	if r.o.Output == "json" {
-		return r.json(map[string]string{"result": msg})
+	if ok, err := r.structured(map[string]string{"result": msg}); ok {
+		return err
 	}
 	_, err := fmt.Fprintln(r.w, msg)
 	return err
@@ -349,8 +356,8 @@ func dash(s string) string {
 }
 
 func (r renderer) disks(ds []pool.DiskInfo) error {
-	if r.o.Output == "json" {
-		return r.json(ds)
+	if ok, err := r.structured(ds); ok {
+		return err
 	}
 	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', 0)
 	ew := &errWriter{w: tw}
@@ -377,8 +384,8 @@ func (r renderer) disks(ds []pool.DiskInfo) error {
 }
 
 func (r renderer) volumes(vs []pool.VolumeInfo) error {
-	if r.o.Output == "json" {
-		return r.json(vs)
+	if ok, err := r.structured(vs); ok {
+		return err
 	}
 	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', 0)
 	ew := &errWriter{w: tw}
@@ -423,8 +430,8 @@ func (r renderer) members(v pool.VolumeInfo) error {
 }
 
 func (r renderer) status(s pool.Status) error {
-	if r.o.Output == "json" {
-		return r.json(s)
+	if ok, err := r.structured(s); ok {
+		return err
 	}
 	c := s.Capacity
 	ew := &errWriter{w: r.w}

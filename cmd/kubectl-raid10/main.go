@@ -2,6 +2,12 @@
 // of raid10-csi: it lists disks, volumes and their health, and replaces failed disks, either
 // through the cluster's custom resources or directly on a node (--local).
 //
+// Cluster mode (the default) reads the Raid10Node and Raid10Volume resources and their
+// events.k8s.io Events with the kubeconfig kubectl itself would use (--kubeconfig, else
+// $KUBECONFIG, else ~/.kube/config; --context): status, volumes, disks, describe volume.
+// replace-disk is its only write: it sets the Raid10Node's spec.diskReplacement, which that
+// node's agent carries out (pool.ReplaceDisk) and answers in status.lastDiskReplacement.
+//
 // Local mode talks to the node agent's admin socket (<run-dir>/admin.sock) when one runs,
 // and otherwise opens the pool itself from --pool-config. `kubectl-raid10 --local serve`
 // is a standalone node agent: it opens the pool and serves every volume over NBD on
@@ -30,16 +36,20 @@ type Options struct {
 	PoolConfig string
 	// RunDir holds the agent's admin socket and NBD sockets.
 	RunDir string
-	// Output is "table" or "json".
+	// Output is "table", "json" or "yaml".
 	Output string
+	// Kubeconfig is the kubeconfig file of cluster mode; empty: $KUBECONFIG, ~/.kube/config.
+	Kubeconfig string
+	// Context is the kubeconfig context of cluster mode; empty: the current one.
+	Context string
 }
 
 // Validate reports the first invalid option, naming it.
 func (o *Options) Validate() error {
 	switch o.Output {
-	case "table", "json":
+	case "table", "json", "yaml":
 	default:
-		return fmt.Errorf("-o=%q: must be table or json", o.Output)
+		return fmt.Errorf("-o=%q: must be table, json or yaml", o.Output)
 	}
 	if o.RunDir == "" {
 		return errors.New("--run-dir: must not be empty")
@@ -50,12 +60,24 @@ func (o *Options) Validate() error {
 const usage = `usage: kubectl raid10 [flags] <command> [args]
 
 Modes:
-  (default)      cluster mode, through the Raid10Volume/Raid10Node resources (arrives with the CSI driver)
+  (default)      cluster mode, through the Raid10Volume/Raid10Node resources, with the
+                 kubeconfig kubectl uses (--kubeconfig, $KUBECONFIG, ~/.kube/config)
   --local        this node's pool directly: through the running node agent's admin socket,
                  or by opening the pool from --pool-config when no agent runs
                  (also written as a leading "local" command: kubectl raid10 local status)
 
-Commands:
+Cluster commands (-o table|json|yaml):
+  status                         nodes (disks healthy/total, usable, free) and volumes,
+                                 failed, degraded and rebuilding ones first
+  volumes [NAME]                 volumes, as kubectl get r10v, with rebuild progress bars
+  disks [NODE]                   every node's disks: state, size, free
+  describe volume NAME           spec, status, members, conditions and recent Events
+  replace-disk NODE OLD NEW [--wipe] [--timeout 2m]
+                                 ask NODE's agent to replace its Failed or Missing disk OLD
+                                 (an id or path from "disks") by the blank disk at path NEW;
+                                 the volumes on OLD rebuild onto NEW
+
+Local commands (--local):
   status                         pool capacity, disks and volumes
   disks                          list disks
   volumes [NAME]                 list volumes (or one)
@@ -81,7 +103,9 @@ func main() {
 	fs.BoolVar(&o.Local, "local", os.Getenv("RAID10_LOCAL") == "1", "local mode: this node's pool, no cluster (env RAID10_LOCAL=1)")
 	fs.StringVar(&o.PoolConfig, "pool-config", os.Getenv("RAID10_POOL_CONFIG"), "pool configuration (JSON) for serve and for local mode without an agent (env RAID10_POOL_CONFIG)")
 	fs.StringVar(&o.RunDir, "run-dir", envOr("RAID10_RUN_DIR", "/run/raid10-csi"), "directory of the agent's admin and NBD sockets (env RAID10_RUN_DIR)")
-	fs.StringVar(&o.Output, "o", "table", "output format: table or json")
+	fs.StringVar(&o.Output, "o", "table", "output format: table, json or yaml")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (cluster mode; default $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&o.Context, "context", "", "kubeconfig context (cluster mode; default the current context)")
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
 	fs.Var(kfs.Lookup("v").Value, "v", "log verbosity (serve)")
@@ -139,14 +163,10 @@ func envOr(key, def string) string {
 	return def
 }
 
-// errClusterMode is returned for commands run without --local, until the CSI driver's
-// custom resources exist.
-var errClusterMode = errors.New("cluster mode arrives with the CSI driver; use --local on a node")
-
 // run executes one command.
 func run(ctx context.Context, o *Options, args []string, out io.Writer) error {
 	if !o.Local {
-		return errClusterMode
+		return runCluster(ctx, o, args, out)
 	}
 	return runLocal(ctx, o, args, out)
 }

@@ -81,13 +81,6 @@ func runOK(t *testing.T, o *Options, args ...string) string {
 	return out.String()
 }
 
-func TestClusterModeNotYet(t *testing.T) {
-	err := run(context.Background(), &Options{Output: "table", RunDir: "/nonexistent"}, []string{"status"}, &bytes.Buffer{})
-	if !errors.Is(err, errClusterMode) {
-		t.Fatalf("cluster mode: %v", err)
-	}
-}
-
 // TestDirectMode runs the commands with no agent: each opens the pool from its
 // configuration and closes it again.
 func TestDirectMode(t *testing.T) {

@@ -75,10 +75,8 @@ func (a *Agent) replaceDisk(ctx context.Context, n *v1alpha1.Raid10Node) *v1alph
 			}
 		}
 	}
+	st.RebuildingVolumes = rebuilding
 	st.Message = fmt.Sprintf("disk %s replaced by %s (%s); %d volumes rebuild onto it", req.OldDisk, req.NewPath, orDash(st.NewDisk), len(rebuilding))
-	if len(rebuilding) > 0 {
-		st.Message += fmt.Sprintf(": %v", rebuilding)
-	}
 	logger.Info("Disk replaced", "newDisk", st.NewDisk, "rebuilding", len(rebuilding))
 	a.event(n, corev1.EventTypeNormal, EventDiskReplaced, "ReplaceDisk", "%s", st.Message)
 	a.enqueueNode()

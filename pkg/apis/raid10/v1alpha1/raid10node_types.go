@@ -99,6 +99,11 @@ type DiskReplacementStatus struct {
 	// NewDisk is the id of the new disk in status.disks, when Succeeded.
 	// +optional
 	NewDisk string `json:"newDisk,omitempty"`
+	// RebuildingVolumes names the volumes that had a member on the old disk and rebuild
+	// onto the new one, when Succeeded.
+	// +optional
+	// +listType=set
+	RebuildingVolumes []string `json:"rebuildingVolumes,omitempty"`
 	// Message says what was done, or why the request was refused.
 	// +optional
 	Message string `json:"message,omitempty"`
