@@ -1,11 +1,25 @@
 // Command raid10-csi is the raid10.csi.io CSI plugin: the controller (provisioning through
 // Raid10Volume custom resources), the node plugin (RAID10 arrays over local disks served to
-// the kernel over NBD), or both in one process (--mode=all, also the standalone mode).
+// the kernel over NBD), or both in one process without a cluster (--mode=all, standalone).
+//
+// --mode=controller writes Raid10Volumes through the API server (--kubeconfig, else the
+// in-cluster config) and touches no disk.
 //
 // --mode=node opens the node's disk pool (--pool-config), runs the node agent that reconciles
 // the node's Raid10Volumes into it, and serves the CSI node service over it; it reattaches
-// the NBD devices recorded in --state-dir first. --mode=all (standalone) is not built yet
-// and fails at start-up saying so.
+// the NBD devices recorded in --state-dir first.
+//
+// --mode=all needs no cluster: it opens the pool and reattaches devices as --mode=node does,
+// and serves identity, controller and node from one endpoint. The controller provisions
+// straight in the pool (driver.LocalStore); what the pool cannot hold (volume mode, fsType,
+// the CreateVolume name) is kept in --state-dir/volumes.json. Only this node exists:
+// topology raid10.csi.io/node=<--node-id>.
+//
+// Every mode serves /metrics, /healthz and /readyz on --metrics-address (empty: none): CSI
+// call counts and latencies, the pool's volumes and disks in node and all modes (with the
+// node agent's controller-runtime metrics in node mode). /readyz is 503 until the CSI
+// endpoint serves and, in node and all modes, while the pool is closed or an attached
+// volume's device has no connection being served.
 package main
 
 import (
@@ -13,12 +27,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -26,10 +42,12 @@ import (
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
+	"github.com/raid10-csi/raid10-csi/pkg/metrics"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
@@ -44,11 +62,16 @@ type Options struct {
 	NodeID       string
 	Kubeconfig   string
 	ReadyTimeout time.Duration
-	// Node mode.
+	// Node and all modes.
 	PoolConfig string
 	StateDir   string
 	MaxVolumes int64
+	// MetricsAddress is where /metrics, /healthz and /readyz are served; empty: nowhere.
+	MetricsAddress string
 }
+
+// DefaultMetricsAddress is the default of --metrics-address.
+const DefaultMetricsAddress = ":9810"
 
 // Validate reports the first invalid option, naming it.
 func (o *Options) Validate() error {
@@ -60,17 +83,24 @@ func (o *Options) Validate() error {
 	if o.Endpoint == "" {
 		return errors.New("--endpoint: must not be empty")
 	}
-	if o.Mode != driver.ModeController && o.NodeID == "" {
-		return fmt.Errorf("--node-id: must be set in --mode=%s", o.Mode)
-	}
-	if o.Mode == driver.ModeNode && o.PoolConfig == "" {
-		return errors.New("--pool-config: must be set in --mode=node")
-	}
-	if o.Mode == driver.ModeNode && o.StateDir == "" {
-		return errors.New("--state-dir: must not be empty in --mode=node")
+	if o.Mode != driver.ModeController {
+		if o.NodeID == "" {
+			return fmt.Errorf("--node-id: must be set in --mode=%s", o.Mode)
+		}
+		if o.PoolConfig == "" {
+			return fmt.Errorf("--pool-config: must be set in --mode=%s", o.Mode)
+		}
+		if o.StateDir == "" {
+			return fmt.Errorf("--state-dir: must not be empty in --mode=%s", o.Mode)
+		}
 	}
 	if o.ReadyTimeout <= 0 {
 		return fmt.Errorf("--ready-timeout=%s: must be positive", o.ReadyTimeout)
+	}
+	if o.MetricsAddress != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsAddress); err != nil {
+			return fmt.Errorf("--metrics-address=%q: must be host:port, :port or empty: %w", o.MetricsAddress, err)
+		}
 	}
 	return nil
 }
@@ -78,14 +108,15 @@ func (o *Options) Validate() error {
 func main() {
 	klog.InitFlags(nil)
 	var o Options
-	flag.StringVar((*string)(&o.Mode), "mode", string(driver.ModeController), "which services to run: controller, node or all (all is not built yet)")
+	flag.StringVar((*string)(&o.Mode), "mode", string(driver.ModeController), "which services to run: controller (provisioning through the API server), node (pool, node agent and CSI node service) or all (standalone, no cluster: identity, controller and node over the local pool)")
 	flag.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI gRPC endpoint: unix:///path or tcp://host:port")
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's name (node and all modes)")
-	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster config, else $KUBECONFIG or ~/.kube/config")
+	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (controller and node modes); empty: in-cluster config, else $KUBECONFIG or ~/.kube/config")
 	flag.DurationVar(&o.ReadyTimeout, "ready-timeout", driver.DefaultReadyTimeout, "how long one CSI call waits for the node agent before answering DeadlineExceeded (the sidecar retries); keep it below the sidecar's --timeout")
-	flag.StringVar(&o.PoolConfig, "pool-config", "", "JSON pool configuration of this node's disks (node mode)")
-	flag.StringVar(&o.StateDir, "state-dir", "/var/lib/raid10-csi", "directory of the NBD device state file, kept across restarts (node mode)")
+	flag.StringVar(&o.PoolConfig, "pool-config", "", "JSON pool configuration of this node's disks (node and all modes)")
+	flag.StringVar(&o.StateDir, "state-dir", "/var/lib/raid10-csi", "directory kept across restarts (node and all modes): the NBD device state file, and in all mode the volume records")
 	flag.Int64Var(&o.MaxVolumes, "max-volumes", driver.DefaultMaxVolumesPerNode, "volumes per node that NodeGetInfo reports (at most the nbd module's nbds_max)")
+	flag.StringVar(&o.MetricsAddress, "metrics-address", DefaultMetricsAddress, "host:port serving /metrics, /healthz and /readyz over HTTP; empty: none")
 	flag.Parse()
 
 	if err := o.Validate(); err != nil {
@@ -101,28 +132,156 @@ func main() {
 	klog.Flush()
 }
 
-// Run builds the driver for o.Mode and serves it until ctx is done.
+// Run builds the driver for o.Mode and serves it (and the metrics endpoint, and in node mode
+// the node agent) until ctx is done or one of them fails, which stops the others.
 func Run(ctx context.Context, o *Options) error {
 	klog.InfoS("Starting raid10-csi", "version", version, "mode", o.Mode, "endpoint", o.Endpoint, "nodeID", o.NodeID)
 	opts := []driver.Option{
 		driver.WithMode(o.Mode), driver.WithEndpoint(o.Endpoint), driver.WithNodeID(o.NodeID),
 		driver.WithVersion(version), driver.WithReadyTimeout(o.ReadyTimeout),
 	}
-	if o.Mode == driver.ModeController {
+	var (
+		src       metrics.Source // the pool, in node and all modes
+		gatherers prometheus.Gatherers
+		checks    []metrics.Check
+		agentCfg  *rest.Config // node mode
+		np        *nodePlugin
+	)
+	switch o.Mode {
+	case driver.ModeController:
 		c, err := kubeClient(o.Kubeconfig)
 		if err != nil {
 			return err
 		}
 		opts = append(opts, driver.WithVolumeStore(driver.NewKubeStore(c)))
+	case driver.ModeNode, driver.ModeAll:
+		if o.Mode == driver.ModeNode {
+			// Before the pool: a node without its API server fails before claiming disks.
+			cfg, err := restConfig(o.Kubeconfig)
+			if err != nil {
+				return err
+			}
+			cfg.UserAgent = "raid10-csi-node/" + version
+			agentCfg = cfg
+			gatherers = append(gatherers, ctrlmetrics.Registry) // the agent's manager
+		}
+		var err error
+		np, err = openNodePlugin(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer np.close()
+		opts = append(opts, driver.WithNodeService(np.ns))
+		src, checks = np.pool, append(checks, np.attacher.Ready)
+		if o.Mode == driver.ModeAll {
+			store, err := driver.NewLocalStore(np.pool, o.NodeID, filepath.Join(o.StateDir, driver.LocalRecordsFile))
+			if err != nil {
+				return err
+			}
+			opts = append(opts, driver.WithVolumeStore(store))
+		}
 	}
-	if o.Mode == driver.ModeNode {
-		return runNode(ctx, o, opts)
+	reg := metrics.NewRegistry(src) // src is a nil interface in controller mode: no pool metrics
+	csiMetrics, err := metrics.NewCSIMetrics(reg)
+	if err != nil {
+		return err
 	}
+	opts = append(opts, driver.WithInterceptors(csiMetrics.UnaryServerInterceptor()))
 	d, err := driver.NewDriver(opts...)
 	if err != nil {
 		return err
 	}
-	return d.Run(ctx)
+	checks = append([]metrics.Check{d.Ready}, checks...)
+	gatherers = append(prometheus.Gatherers{reg}, gatherers...)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var tasks []func(context.Context) error
+	tasks = append(tasks, d.Run)
+	if o.MetricsAddress != "" {
+		tasks = append(tasks, func(ctx context.Context) error {
+			return metrics.Serve(ctx, o.MetricsAddress, gatherers, checks...)
+		})
+	}
+	if agentCfg != nil {
+		tasks = append(tasks, func(ctx context.Context) error {
+			// The node service without its agent would serve a pool nobody reconciles.
+			return agent.Run(ctx, agentCfg, agent.Options{NodeName: o.NodeID, Pool: np.pool})
+		})
+	}
+	return runAll(ctx, cancel, tasks)
+}
+
+// runAll runs every task until ctx is done; the first that fails cancels the others. It
+// returns the first error, after every task has returned.
+func runAll(ctx context.Context, cancel context.CancelFunc, tasks []func(context.Context) error) error {
+	errc := make(chan error, len(tasks))
+	for _, t := range tasks {
+		go func() {
+			err := t(ctx)
+			if err != nil {
+				cancel()
+			}
+			errc <- err
+		}()
+	}
+	var first error
+	for range tasks {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// nodePlugin is what the node and all modes share: the pool, the NBD attacher over it, and
+// the CSI node service.
+type nodePlugin struct {
+	pool     *pool.Pool
+	attacher *driver.PoolAttacher
+	ns       *driver.NodeServer
+}
+
+// openNodePlugin opens the pool of --pool-config and the attacher with its state file in
+// --state-dir (reattaching the devices recorded there), and builds the node service.
+func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
+	pc, err := pool.LoadConfig(o.PoolConfig)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("--state-dir: %w", err)
+	}
+	p, err := pool.Open(pc)
+	if err != nil {
+		return nil, err
+	}
+	np := &nodePlugin{pool: p}
+	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), kernel.Options{})
+	if err != nil {
+		np.close()
+		return nil, err
+	}
+	np.ns, err = driver.NewNodeServer(driver.NodeConfig{NodeID: o.NodeID, MaxVolumes: o.MaxVolumes,
+		Attacher: np.attacher, Mounter: mount.New(""), Exec: utilexec.New()})
+	if err != nil {
+		np.close()
+		return nil, err
+	}
+	return np, nil
+}
+
+// close stops serving the NBD devices, which stay attached (a restarted plugin reattaches
+// them), and closes the pool.
+func (np *nodePlugin) close() {
+	if np.attacher != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		np.attacher.Close(sctx)
+	}
+	if err := np.pool.Close(); err != nil {
+		klog.ErrorS(err, "Closing the pool")
+	}
 }
 
 // kubeClient returns an uncached controller-runtime client for the raid10 types, from the
@@ -138,68 +297,6 @@ func kubeClient(kubeconfig string) (client.Client, error) {
 		return nil, err
 	}
 	return client.New(cfg, client.Options{Scheme: scheme})
-}
-
-// runNode runs the node plugin: the pool, the node agent reconciling this node's
-// Raid10Volumes into it, and the CSI node service over it. On exit the NBD devices stay
-// attached (a restarted plugin reattaches them) and the pool is closed.
-func runNode(ctx context.Context, o *Options, opts []driver.Option) error {
-	pc, err := pool.LoadConfig(o.PoolConfig)
-	if err != nil {
-		return err
-	}
-	cfg, err := restConfig(o.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.UserAgent = "raid10-csi-node/" + version
-	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
-		return fmt.Errorf("--state-dir: %w", err)
-	}
-	p, err := pool.Open(pc)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := p.Close(); err != nil {
-			klog.ErrorS(err, "Closing the pool")
-		}
-	}()
-	att, err := driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), kernel.Options{})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		att.Close(sctx)
-	}()
-	ns, err := driver.NewNodeServer(driver.NodeConfig{NodeID: o.NodeID, MaxVolumes: o.MaxVolumes,
-		Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
-	if err != nil {
-		return err
-	}
-	d, err := driver.NewDriver(append(opts, driver.WithNodeService(ns))...)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	agentErr := make(chan error, 1)
-	go func() {
-		err := agent.Run(ctx, cfg, agent.Options{NodeName: o.NodeID, Pool: p})
-		if err != nil {
-			klog.ErrorS(err, "Node agent stopped")
-			cancel() // the node service without its agent would serve a pool nobody reconciles
-		}
-		agentErr <- err
-	}()
-	err = d.Run(ctx)
-	cancel()
-	if aerr := <-agentErr; aerr != nil && err == nil {
-		err = aerr
-	}
-	return err
 }
 
 // restConfig loads the kube client configuration from the kubeconfig file, else the

@@ -2,27 +2,46 @@ package main
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
 )
 
 func TestValidate(t *testing.T) {
-	ok := Options{Mode: driver.ModeController, Endpoint: "unix:///csi/csi.sock", ReadyTimeout: time.Minute}
+	ok := Options{Mode: driver.ModeController, Endpoint: "unix:///csi/csi.sock", ReadyTimeout: time.Minute, MetricsAddress: ":9810"}
+	node := func(m driver.Mode) func(*Options) {
+		return func(o *Options) { o.Mode, o.NodeID, o.PoolConfig, o.StateDir = m, "n1", "/etc/pool.json", "/var/lib/x" }
+	}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Options)
 		bad  string // the flag the error must name; empty: valid
 	}{
 		{"Controller", func(*Options) {}, ""},
+		{"Node", node(driver.ModeNode), ""},
+		{"All", node(driver.ModeAll), ""},
+		{"NoMetrics", func(o *Options) { o.MetricsAddress = "" }, ""},
 		{"BadMode", func(o *Options) { o.Mode = "both" }, "--mode"},
 		{"NoEndpoint", func(o *Options) { o.Endpoint = "" }, "--endpoint"},
-		{"NodeWithoutNodeID", func(o *Options) { o.Mode = driver.ModeNode }, "--node-id"},
-		{"NodeWithoutPool", func(o *Options) { o.Mode, o.NodeID, o.StateDir = driver.ModeNode, "n1", "/var/lib/x" }, "--pool-config"},
-		{"NodeWithoutStateDir", func(o *Options) { o.Mode, o.NodeID, o.PoolConfig = driver.ModeNode, "n1", "/etc/pool.json" }, "--state-dir"},
+		{"NodeWithoutNodeID", func(o *Options) { node(driver.ModeNode)(o); o.NodeID = "" }, "--node-id"},
+		{"NodeWithoutPool", func(o *Options) { node(driver.ModeNode)(o); o.PoolConfig = "" }, "--pool-config"},
+		{"NodeWithoutStateDir", func(o *Options) { node(driver.ModeNode)(o); o.StateDir = "" }, "--state-dir"},
+		{"AllWithoutNodeID", func(o *Options) { node(driver.ModeAll)(o); o.NodeID = "" }, "--node-id"},
+		{"AllWithoutPool", func(o *Options) { node(driver.ModeAll)(o); o.PoolConfig = "" }, "--pool-config"},
+		{"AllWithoutStateDir", func(o *Options) { node(driver.ModeAll)(o); o.StateDir = "" }, "--state-dir"},
 		{"ZeroTimeout", func(o *Options) { o.ReadyTimeout = 0 }, "--ready-timeout"},
+		{"BadMetricsAddress", func(o *Options) { o.MetricsAddress = "9810" }, "--metrics-address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok
@@ -35,24 +54,124 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestNodeModeNeedsItsPool: the node mode fails at start-up when its pool configuration
-// cannot be read, before touching the kernel or the API server. (The node service itself is
-// tested in pkg/driver, in the VM.)
-func TestNodeModeNeedsItsPool(t *testing.T) {
-	dir := t.TempDir()
-	o := Options{Mode: driver.ModeNode, NodeID: "n1", Endpoint: "unix://" + dir + "/csi.sock", ReadyTimeout: time.Second,
-		PoolConfig: dir + "/missing.json", StateDir: dir}
-	err := Run(context.Background(), &o)
-	if err == nil || !strings.Contains(err.Error(), "read config") {
-		t.Fatalf("Run(--mode=node) = %v, want the pool config error", err)
+// TestNodeModesNeedTheirPool: the node and all modes fail at start-up when the pool
+// configuration cannot be read, before touching the kernel or the API server. (Both modes
+// run for real in the VM: pkg/driver's node tests, test/sanity for --mode=all.)
+func TestNodeModesNeedTheirPool(t *testing.T) {
+	for _, m := range []driver.Mode{driver.ModeNode, driver.ModeAll} {
+		t.Run(string(m), func(t *testing.T) {
+			dir := t.TempDir()
+			o := Options{Mode: m, NodeID: "n1", Endpoint: "unix://" + dir + "/csi.sock", ReadyTimeout: time.Second,
+				PoolConfig: dir + "/missing.json", StateDir: dir, Kubeconfig: writeKubeconfig(t)}
+			err := Run(context.Background(), &o)
+			if err == nil || !strings.Contains(err.Error(), "read config") {
+				t.Fatalf("Run(--mode=%s) = %v, want the pool config error", m, err)
+			}
+		})
 	}
 }
 
-// TestAllModeSaysNotBuilt: the standalone mode must fail loudly, never pretend to serve.
-func TestAllModeSaysNotBuilt(t *testing.T) {
-	o := Options{Mode: driver.ModeAll, NodeID: "n1", Endpoint: "unix://" + t.TempDir() + "/csi.sock", ReadyTimeout: time.Second}
-	err := Run(context.Background(), &o)
-	if err == nil || !strings.Contains(err.Error(), "not built yet") {
-		t.Fatalf("Run(--mode=all) = %v, want a not-built error", err)
+// writeKubeconfig writes a kubeconfig naming an API server that does not answer: the
+// controller's client is built lazily, so the plugin starts, and any call to the store fails.
+func writeKubeconfig(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	const cfg = `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// freeAddr returns a 127.0.0.1 address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// get fetches url and returns the status code and body; -1 when nothing answers.
+func get(url string) (int, string) {
+	resp, err := http.Get(url) //nolint:noctx // a test against a local server
+	if err != nil {
+		return -1, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestControllerModeMetrics starts Run in --mode=controller with --metrics-address and checks
+// the HTTP side: /readyz is ok once the CSI endpoint serves, /metrics counts the CSI calls by
+// method and code (as the client got them) and has no pool metrics (no pool in this mode),
+// and Run returns nil after ctx ends.
+func TestControllerModeMetrics(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	sock := filepath.Join(dir, "csi.sock")
+	o := Options{Mode: driver.ModeController, Endpoint: "unix://" + sock, ReadyTimeout: time.Second,
+		Kubeconfig: writeKubeconfig(t), MetricsAddress: addr}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, &o) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get("http://" + addr + "/readyz")
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %q after 30 s", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := get("http://" + addr + "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := csi.NewControllerClient(conn).DeleteVolume(ctx, &csi.DeleteVolumeRequest{}); err == nil {
+		t.Fatal("DeleteVolume without a volume ID succeeded")
+	}
+	code, body := get("http://" + addr + "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`raid10_csi_operations_total{code="OK",method="GetPluginInfo"} 1`,
+		`raid10_csi_operations_total{code="InvalidArgument",method="DeleteVolume"} 1`,
+		`raid10_csi_operation_duration_seconds_count{code="OK",method="GetPluginInfo"} 1`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "raid10_pool_") {
+		t.Errorf("/metrics of the controller has pool metrics")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -49,6 +51,10 @@ type Driver struct {
 	readyTimeout  time.Duration
 	pollInterval  time.Duration
 
+	// interceptors run outside logAndMap, in order (WithInterceptors).
+	interceptors []grpc.UnaryServerInterceptor
+	serving      atomic.Bool // Run listens and serves
+
 	identity   *IdentityServer
 	controller *ControllerServer
 	node       *NodeServer // set by WithNodeService (node.go)
@@ -83,6 +89,13 @@ func WithReadyTimeout(t time.Duration) Option { return func(d *Driver) { d.ready
 
 // WithPollInterval sets how often a wait reads the volume's status.
 func WithPollInterval(t time.Duration) Option { return func(d *Driver) { d.pollInterval = t } }
+
+// WithInterceptors adds unary interceptors that run outside the one that maps errors to gRPC
+// codes and logs them, so they see each call as the client does (its code, its whole
+// duration): e.g. metrics.CSIMetrics.UnaryServerInterceptor.
+func WithInterceptors(i ...grpc.UnaryServerInterceptor) Option {
+	return func(d *Driver) { d.interceptors = append(d.interceptors, i...) }
+}
 
 // NewDriver builds a Driver from options, reporting the first missing or invalid one.
 func NewDriver(opts ...Option) (*Driver, error) {
@@ -132,7 +145,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(logAndMap))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append(slices.Clone(d.interceptors), logAndMap)...))
 	csi.RegisterIdentityServer(srv, d.identity)
 	if d.controller != nil {
 		csi.RegisterControllerServer(srv, d.controller)
@@ -143,6 +156,8 @@ func (d *Driver) Run(ctx context.Context) error {
 	klog.InfoS("Serving CSI", "driver", d.name, "version", d.version, "mode", d.mode, "endpoint", d.endpoint)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
+	d.serving.Store(true)
+	defer d.serving.Store(false)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve %s: %w", d.endpoint, err)
@@ -155,6 +170,14 @@ func (d *Driver) Run(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// Ready is a readiness check: nil while Run serves the endpoint, else an error saying so.
+func (d *Driver) Ready() error {
+	if !d.serving.Load() {
+		return fmt.Errorf("CSI endpoint %s is not serving", d.endpoint)
+	}
+	return nil
 }
 
 // listen opens a listener for unix:///path or tcp://host:port.

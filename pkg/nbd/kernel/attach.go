@@ -95,8 +95,9 @@ type Device struct {
 	wg         sync.WaitGroup
 	reconnects atomic.Int64
 
-	mu   sync.Mutex
-	live map[net.Conn]struct{} // server ends being served
+	mu        sync.Mutex
+	live      map[net.Conn]struct{} // server ends being served
+	idleSince time.Time             // when live last became empty (or the Device was made)
 }
 
 // Path is the device node.
@@ -104,6 +105,18 @@ func (d *Device) Path() string { return DevicePath(d.Index) }
 
 // Reconnects counts connections replaced since the attach.
 func (d *Device) Reconnects() int64 { return d.reconnects.Load() }
+
+// Unserved is how long the device has had no connection served: 0 while one is. It is
+// short right after the attach and during a reconnect, and grows for good when every
+// connection gave up (the device was disconnected or taken over behind our back).
+func (d *Device) Unserved() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.live) > 0 {
+		return 0
+	}
+	return time.Since(d.idleSince)
+}
 
 // NewAttacher returns an attacher serving devices from srv.
 func NewAttacher(srv *nbd.Server, nl *Netlink, state *State, opts Options) *Attacher {
@@ -131,7 +144,7 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{VolumeID: volumeID, a: a, export: export, cfg: Config{
+	d := &Device{VolumeID: volumeID, a: a, export: export, idleSince: time.Now(), cfg: Config{
 		Size:            info.Size,
 		BlockSize:       a.opts.BlockSize,
 		Timeout:         a.opts.Timeout,
@@ -271,6 +284,9 @@ func (d *Device) keepServed(conn net.Conn) {
 		err := d.a.srv.ServeAttached(conn, d.export)
 		d.mu.Lock()
 		delete(d.live, conn)
+		if len(d.live) == 0 {
+			d.idleSince = time.Now()
+		}
 		d.mu.Unlock()
 		conn = nil
 		if d.detaching.Load() || d.a.closing.Load() || errors.Is(err, nbd.ErrServerClosed) {
