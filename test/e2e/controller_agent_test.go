@@ -20,8 +20,8 @@ import (
 // called over gRPC on its unix socket, with a real kube-apiserver between them: CreateVolume
 // gives a Raid10Volume that the agent builds Healthy; GetCapacity follows the pool's free
 // space; a failed disk shows Degraded, its replacement Rebuilding with a percentage, then
-// Healthy, each read from the Table that `kubectl get r10v` prints; DeleteVolume frees the
-// extents and the space comes back.
+// Healthy, each read from the Table that `kubectl get r10v` prints; ControllerExpandVolume
+// grows it in place; DeleteVolume frees the extents and the space comes back.
 func TestControllerAgentEndToEnd(t *testing.T) {
 	skipHeavy(t)
 	klogToFile(t)
@@ -153,6 +153,32 @@ func TestControllerAgentEndToEnd(t *testing.T) {
 	}
 	if err := pl.Check(); err != nil {
 		t.Fatalf("pool check after the rebuild: %v", err)
+	}
+
+	// ControllerExpandVolume: the agent grows the extents in place; a block volume needs no
+	// node expansion.
+	begin = time.Now()
+	cctx, cancel = call()
+	exp, err := ctrl.ControllerExpandVolume(cctx, &csi.ControllerExpandVolumeRequest{
+		VolumeId: volName, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * volSize},
+	})
+	cancel()
+	if err != nil {
+		t.Fatalf("ControllerExpandVolume to %d bytes: %v", 2*volSize, err)
+	}
+	t.Logf("ControllerExpandVolume answered in %v: %d bytes, node expansion %v", time.Since(begin).Round(time.Millisecond), exp.GetCapacityBytes(), exp.GetNodeExpansionRequired())
+	if exp.GetCapacityBytes() < 2*volSize || exp.GetNodeExpansionRequired() {
+		t.Fatalf("ControllerExpandVolume answered %v, want at least %d bytes and no node expansion (block)", exp, 2*volSize)
+	}
+	if vi, err := pl.Volume(volName); err != nil || vi.Size < 2*volSize {
+		t.Fatalf("pool volume %s after ControllerExpandVolume: %+v, %v; want at least %d bytes", volName, vi, err, 2*volSize)
+	}
+	row = cl.tableRow(ctx, t, "raid10volumes", volName)
+	if row["Size"] != "128Mi" || row["State"] != string(v1alpha1.VolumePhaseReady) || row["Health"] != string(v1alpha1.VolumeHealthHealthy) {
+		t.Fatalf("r10v %s after ControllerExpandVolume: %v, want 128Mi, Ready, Healthy", volName, row)
+	}
+	if freeAfterExpand := waitCapacity("after ControllerExpandVolume"); freeAfterExpand >= freeAfterCreate {
+		t.Fatalf("GetCapacity after ControllerExpandVolume %d, after CreateVolume %d: the growth took no space", freeAfterExpand, freeAfterCreate)
 	}
 
 	// DeleteVolume: answered once the agent freed the extents; the space comes back.

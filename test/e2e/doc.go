@@ -14,8 +14,8 @@
 //   - TestControllerAgentEndToEnd: the CSI controller called over gRPC on its unix socket
 //     drives the real agent: CreateVolume gives a Healthy Raid10Volume; a failed disk shows
 //     Degraded, a replacement Rebuilding with its percentage, then Healthy, all read from the
-//     server-side Table that `kubectl get r10v` prints; DeleteVolume frees the space that
-//     GetCapacity reports.
+//     server-side Table that `kubectl get r10v` prints; ControllerExpandVolume grows it in
+//     place; DeleteVolume frees the space that GetCapacity reports.
 //
 // There is no kubelet: the test creates the Node and the CSINode (driver raid10.csi.io with
 // topology key raid10.csi.io/node) that the node plugin's registration would create, and no
