@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
 // ControllerServer is the CSI controller service. It provisions by writing Raid10Volume
@@ -32,10 +33,10 @@ type ControllerServer struct {
 var _ csi.ControllerServer = (*ControllerServer)(nil)
 
 // volumeID is the Raid10Volume name (and CSI volume ID) for a CreateVolume name: the name
-// itself when it is a valid Kubernetes object name (the provisioner's pvc-<uid> always is),
-// else a stable hash of it.
+// itself when it is both a valid Kubernetes object name and a valid pool volume name (at most
+// 63 bytes; the provisioner's pvc-<uid> always is), else a stable hash of it.
 func volumeID(name string) string {
-	if len(validation.IsDNS1123Subdomain(name)) == 0 {
+	if len(validation.IsDNS1123Subdomain(name)) == 0 && pool.ValidateName(name) == nil {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))

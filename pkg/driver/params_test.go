@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
 func TestParseParams(t *testing.T) {
@@ -108,6 +109,11 @@ func TestVolumeID(t *testing.T) {
 	odd := volumeID("Sanity Volume/1")
 	if !strings.HasPrefix(odd, "r10v-") || odd != volumeID("Sanity Volume/1") || odd == volumeID("Sanity Volume/2") {
 		t.Errorf("volumeID of an invalid name = %s, want a stable r10v- hash", odd)
+	}
+	// A valid object name longer than a pool volume name (csi-sanity's maximum-length name).
+	long := strings.Repeat("a", 128)
+	if got := volumeID(long); !strings.HasPrefix(got, "r10v-") || pool.ValidateName(got) != nil {
+		t.Errorf("volumeID of a 128-byte name = %s, want an r10v- hash the pool accepts", got)
 	}
 }
 
