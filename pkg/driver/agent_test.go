@@ -25,10 +25,11 @@ type testAgent struct {
 	c client.Client
 	t *testing.T
 
-	mu     sync.Mutex
-	hold   bool            // while true, volumes are left as they are (to test waits)
-	failAs string          // when set, new volumes are reported Failed with this reason
-	seen   map[string]bool // volumes whose bytes are taken from their node
+	mu      sync.Mutex
+	hold    bool            // while true, volumes are left as they are (to test waits)
+	failAs  string          // when set, new volumes are reported Failed with this reason
+	pending string          // when set, growths are reported Expanding with this message
+	seen    map[string]bool // volumes whose bytes are taken from their node
 }
 
 // newNode creates a Raid10Node with disks disks of diskBytes each, all free.
@@ -80,6 +81,10 @@ func (a *testAgent) setHold(h bool) { a.mu.Lock(); a.hold = h; a.mu.Unlock() }
 
 func (a *testAgent) setFail(reason string) { a.mu.Lock(); a.failAs = reason; a.mu.Unlock() }
 
+// setPending makes the agent report a growth Expanding with msg, as the real agent does while
+// the pool refuses it; "" lets growths through again.
+func (a *testAgent) setPending(msg string) { a.mu.Lock(); a.pending = msg; a.mu.Unlock() }
+
 func (a *testAgent) reconcile(ctx context.Context) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -119,6 +124,13 @@ func (a *testAgent) provision(ctx context.Context, v *v1alpha1.Raid10Volume) {
 		st.Phase = v1alpha1.VolumePhaseFailed
 		st.Message = "test agent fails it"
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: a.failAs, Message: st.Message})
+		if err := a.c.Status().Update(ctx, v); err != nil {
+			a.t.Logf("test agent: %v", err)
+		}
+		return
+	}
+	if a.pending != "" && st.Capacity != nil && st.Capacity.Value() < v.Spec.SizeBytes {
+		st.Phase, st.Message = v1alpha1.VolumePhaseExpanding, a.pending
 		if err := a.c.Status().Update(ctx, v); err != nil {
 			a.t.Logf("test agent: %v", err)
 		}

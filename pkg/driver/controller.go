@@ -296,7 +296,11 @@ func (c *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 }
 
 // ControllerExpandVolume grows spec.sizeBytes and waits until the node agent has grown the
-// array. The filesystem is grown by NodeExpandVolume.
+// array (and, on a node where the volume is attached, its /dev/nbdX). While the agent reports
+// the volume Expanding (the pool refused for now: not Healthy, no room after an extent) it
+// answers Aborted at once with the agent's reason; the agent retries by itself and so does
+// the resizer. Node expansion is required for Filesystem volumes only: NodeExpandVolume
+// grows the filesystem, while a Block volume's device is already grown by the agent.
 func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
@@ -335,14 +339,54 @@ func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 			return nil, err
 		}
 	}
-	vol, err = c.waitReady(ctx, id, max(size, vol.Spec.SizeBytes), false)
+	vol, err = c.waitExpanded(ctx, id, max(size, vol.Spec.SizeBytes))
 	if err != nil {
 		return nil, err
 	}
+	mode := vol.Spec.VolumeMode
+	if vc := req.GetVolumeCapability(); vc != nil {
+		mode = v1alpha1.VolumeModeFilesystem
+		if vc.GetBlock() != nil {
+			mode = v1alpha1.VolumeModeBlock
+		}
+	}
 	return &csi.ControllerExpandVolumeResponse{
 		CapacityBytes:         csiVolume(vol).CapacityBytes,
-		NodeExpansionRequired: vol.Spec.VolumeMode == v1alpha1.VolumeModeFilesystem,
+		NodeExpansionRequired: mode == v1alpha1.VolumeModeFilesystem,
 	}, nil
+}
+
+// waitExpanded waits as waitReady does until the agent reports the volume Ready with at least
+// size bytes, except that an Expanding phase for the current generation ends the wait at once:
+// the pool refused the growth for now, and the caller is told why (ErrOperationInFlight,
+// Aborted: retry later) instead of timing out.
+func (c *ControllerServer) waitExpanded(ctx context.Context, id string, size int64) (*v1alpha1.Raid10Volume, error) {
+	var last *v1alpha1.Raid10Volume
+	err := c.poll(ctx, func() (bool, error) {
+		vol, err := c.store.GetVolume(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		last = vol
+		st := vol.Status
+		if st.ObservedGeneration < vol.Generation {
+			return false, nil
+		}
+		switch st.Phase {
+		case v1alpha1.VolumePhaseReady:
+			return st.Capacity == nil || st.Capacity.Value() >= size, nil
+		case v1alpha1.VolumePhaseExpanding:
+			return false, fmt.Errorf("volume %q on node %q: expansion to %d bytes is pending on the node agent, which retries it (status Expanding: %s): %w",
+				id, vol.Spec.Node, size, st.Message, ErrOperationInFlight)
+		case v1alpha1.VolumePhaseFailed:
+			return false, fmt.Errorf("volume %q on node %q: node agent reports Failed: %s: %w", id, vol.Spec.Node, st.Message, ErrVolumeFailed)
+		}
+		return false, nil
+	})
+	if errors.Is(err, ErrNotReady) && last != nil {
+		return nil, fmt.Errorf("volume %q on node %q (phase %q): expansion to %d bytes: %w", id, last.Spec.Node, last.Status.Phase, size, err)
+	}
+	return last, err
 }
 
 // GetCapacity reports the usable free bytes (after mirroring) for a volume of the

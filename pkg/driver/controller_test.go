@@ -270,6 +270,61 @@ func controllerSuite(t *testing.T, c client.Client) {
 		wantCode(t, err, codes.NotFound, "pvc-none")
 	})
 
+	// A growth the agent reports Expanding (the pool refused it for now) is answered at once,
+	// retryable, with the agent's reason; node expansion is asked for Filesystem only.
+	t.Run("ExpandPendingAndNodeExpansion", func(t *testing.T) {
+		for _, tc := range []struct {
+			name     string
+			vc       *csi.VolumeCapability // at create
+			req      *csi.VolumeCapability // in the expand request
+			wantNode bool
+		}{
+			{"Filesystem", mountCap("ext4"), nil, true},
+			{"FilesystemCapability", mountCap("xfs"), mountCap("xfs"), true},
+			{"Block", blockCap(), nil, false},
+			{"BlockCapability", blockCap(), blockCap(), false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				id := "pvc-grow-" + strings.ToLower(tc.name)
+				creq := createReq(id, gib, "node-a")
+				creq.VolumeCapabilities = []*csi.VolumeCapability{tc.vc}
+				if _, err := cc.CreateVolume(ctx, creq); err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+						t.Errorf("delete %s: %v", id, err)
+					}
+				}()
+				expand := func() (*csi.ControllerExpandVolumeResponse, error) {
+					return cc.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id,
+						CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gib}, VolumeCapability: tc.req})
+				}
+				agent.setPending("expansion to 2147483648 bytes pending: pool: volume is Degraded; expand it once it is Healthy")
+				start := time.Now()
+				_, err := expand()
+				agent.setPending("")
+				wantCode(t, err, codes.Aborted, "is Degraded; expand it once it is Healthy")
+				if !strings.Contains(status.Convert(err).Message(), "pending on the node agent") {
+					t.Fatalf("message %q does not say the expansion is pending", status.Convert(err).Message())
+				}
+				if d := time.Since(start); d > 2*time.Second {
+					t.Fatalf("answered after %s: waited instead of reporting the pending expansion", d)
+				}
+				// The status says Expanding until the agent's next pass: like the resizer, retry
+				// while Aborted.
+				resp, err := expand()
+				for deadline := time.Now().Add(5 * time.Second); status.Code(err) == codes.Aborted && time.Now().Before(deadline); {
+					time.Sleep(50 * time.Millisecond)
+					resp, err = expand()
+				}
+				if err != nil || resp.GetCapacityBytes() != 2*gib || resp.GetNodeExpansionRequired() != tc.wantNode {
+					t.Fatalf("ControllerExpandVolume = %v, %v; want %d bytes, node expansion %v", resp, err, 2*gib, tc.wantNode)
+				}
+			})
+		}
+	})
+
 	t.Run("GetCapacity", func(t *testing.T) {
 		// node-a: 40 GiB raw; pvc-0001 (3), pvc-slow (1), pvc-late (1), pvc-block (1) use 6 GiB usable.
 		for _, tc := range []struct {

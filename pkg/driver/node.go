@@ -32,6 +32,10 @@ type VolumeAttacher interface {
 	Detach(ctx context.Context, volumeID string) error
 	// Volume reports the volume's size and health.
 	Volume(ctx context.Context, volumeID string) (VolumeState, error)
+	// Expand makes the attached device of the volume as large as the volume is now (after
+	// the pool grew it), in place under a mounted filesystem, and returns the device's size
+	// in bytes. A volume not attached here is an error wrapping ErrFailedPrecondition.
+	Expand(ctx context.Context, volumeID string) (int64, error)
 }
 
 // VolumeState is what the node service needs to know of a volume.
@@ -96,6 +100,20 @@ func NewNodeServer(cfg NodeConfig) (*NodeServer, error) {
 	}, nil
 }
 
+// field is one string field of a request, named as in the CSI spec.
+type field struct{ name, value string }
+
+// requireFields reports the first empty field as an error wrapping ErrInvalidArgument that
+// names it: the one required-field check of every node RPC.
+func requireFields(fields ...field) error {
+	for _, f := range fields {
+		if f.value == "" {
+			return fmt.Errorf("%s: must not be empty: %w", f.name, ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
 // nodeShape validates the one capability of a node request.
 func nodeShape(c *csi.VolumeCapability) (volumeShape, *csi.VolumeCapability_MountVolume, error) {
 	if c == nil {
@@ -112,11 +130,8 @@ func nodeShape(c *csi.VolumeCapability) (volumeShape, *csi.VolumeCapability_Moun
 // is blank and mounts it at the staging path. A repeated call finds everything done.
 func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if id == "" {
-		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
-	}
-	if staging == "" {
-		return nil, fmt.Errorf("staging_target_path: must not be empty: %w", ErrInvalidArgument)
+	if err := requireFields(field{"volume_id", id}, field{"staging_target_path", staging}); err != nil {
+		return nil, err
 	}
 	shape, mnt, err := nodeShape(req.GetVolumeCapability())
 	if err != nil {
@@ -170,11 +185,8 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 // detaches the volume's NBD device.
 func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
-	if id == "" {
-		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
-	}
-	if staging == "" {
-		return nil, fmt.Errorf("staging_target_path: must not be empty: %w", ErrInvalidArgument)
+	if err := requireFields(field{"volume_id", id}, field{"staging_target_path", staging}); err != nil {
+		return nil, err
 	}
 	if err := n.locks.TryAcquire(id); err != nil {
 		return nil, err
@@ -205,13 +217,9 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 // the device node onto a file at the target path; readonly makes the bind read-only.
 func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, staging, target := req.GetVolumeId(), req.GetStagingTargetPath(), req.GetTargetPath()
-	switch {
-	case id == "":
-		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
-	case staging == "":
-		return nil, fmt.Errorf("staging_target_path: must not be empty (the plugin stages): %w", ErrInvalidArgument)
-	case target == "":
-		return nil, fmt.Errorf("target_path: must not be empty: %w", ErrInvalidArgument)
+	// staging_target_path is required: the plugin advertises STAGE_UNSTAGE_VOLUME.
+	if err := requireFields(field{"volume_id", id}, field{"staging_target_path", staging}, field{"target_path", target}); err != nil {
+		return nil, err
 	}
 	shape, mnt, err := nodeShape(req.GetVolumeCapability())
 	if err != nil {
@@ -279,11 +287,8 @@ func makeFile(path string) error {
 // success.
 func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if id == "" {
-		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
-	}
-	if target == "" {
-		return nil, fmt.Errorf("target_path: must not be empty: %w", ErrInvalidArgument)
+	if err := requireFields(field{"volume_id", id}, field{"target_path", target}); err != nil {
+		return nil, err
 	}
 	if err := n.locks.TryAcquire(id); err != nil {
 		return nil, err
@@ -300,11 +305,8 @@ func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 // the size of a block volume, and the volume's condition: abnormal while Degraded or Failed.
 func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
-	if id == "" {
-		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
-	}
-	if path == "" {
-		return nil, fmt.Errorf("volume_path: must not be empty: %w", ErrInvalidArgument)
+	if err := requireFields(field{"volume_id", id}, field{"volume_path", path}); err != nil {
+		return nil, err
 	}
 	vs, err := n.attacher.Volume(ctx, id)
 	if err != nil {
@@ -340,34 +342,53 @@ func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 	}, nil
 }
 
-// NodeExpandVolume grows the filesystem on the volume's device to the device's size, online
-// (resize2fs for ext4, xfs_growfs for xfs). A block volume needs nothing.
+// NodeExpandVolume makes the volume's device learn the size the pool grew the volume to
+// (the attacher resizes /dev/nbdX in place), then, for Filesystem, grows the mounted
+// filesystem to the device's size online (resize2fs for ext4, xfs_growfs for xfs). It reports
+// the device's size: for Block that is all there is to do, which is why the controller asks
+// for node expansion for Block volumes too.
 func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
-	if id == "" {
-		return nil, fmt.Errorf("volume_id: must not be empty: %w", ErrInvalidArgument)
+	if err := requireFields(field{"volume_id", id}, field{"volume_path", path}); err != nil {
+		return nil, err
 	}
-	if path == "" {
-		return nil, fmt.Errorf("volume_path: must not be empty: %w", ErrInvalidArgument)
-	}
+	block := false
 	if c := req.GetVolumeCapability(); c != nil {
-		if _, _, err := nodeShape(c); err != nil {
+		shape, _, err := nodeShape(c)
+		if err != nil {
 			return nil, err
 		}
+		block = shape.mode == v1alpha1.VolumeModeBlock
 	}
 	if err := n.locks.TryAcquire(id); err != nil {
 		return nil, err
 	}
 	defer n.locks.Release(id)
-	vs, err := n.attacher.Volume(ctx, id)
-	if err != nil {
+	if _, err := n.attacher.Volume(ctx, id); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("volume_path %s: %w", path, ErrNotFound)
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("volume_path %s: %w", path, ErrNotFound)
+		}
+		return nil, fmt.Errorf("stat %s: %w", path, err)
 	}
-	if req.GetVolumeCapability().GetBlock() != nil {
-		return &csi.NodeExpandVolumeResponse{CapacityBytes: vs.SizeBytes}, nil
+	if req.GetVolumeCapability() == nil {
+		block = st.Mode&unix.S_IFMT == unix.S_IFBLK
+	}
+	size, err := n.attacher.Expand(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("grow the device of volume %q: %w", id, err)
+	}
+	if want := req.GetCapacityRange().GetRequiredBytes(); want > size {
+		return nil, fmt.Errorf("volume %q: the device has %d bytes, %d required: the node agent has not grown the array yet: %w",
+			id, size, want, ErrNotReady)
+	}
+	logger := klog.FromContext(ctx)
+	if block {
+		logger.Info("Block volume expanded", "volumePath", path, "sizeBytes", size)
+		return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 	}
 	mountPath := path
 	if s := req.GetStagingTargetPath(); s != "" {
@@ -383,8 +404,8 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	if _, err := n.resizer.Resize(dev, mountPath); err != nil {
 		return nil, fmt.Errorf("grow filesystem on %s: %w", dev, err)
 	}
-	klog.FromContext(ctx).Info("Filesystem grown", "device", dev, "path", mountPath, "sizeBytes", vs.SizeBytes)
-	return &csi.NodeExpandVolumeResponse{CapacityBytes: vs.SizeBytes}, nil
+	logger.Info("Filesystem grown", "device", dev, "path", mountPath, "sizeBytes", size)
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 }
 
 // NodeGetCapabilities advertises staging, expansion, volume stats and volume condition.

@@ -142,6 +142,31 @@ func (a *PoolAttacher) Volume(_ context.Context, volumeID string) (VolumeState, 
 	return vs, nil
 }
 
+// Expand resizes the volume's attached device to the array's current size (the pool grew
+// the array; the export's size follows it) and returns the device's size in bytes. A volume
+// not attached by this process is ErrFailedPrecondition: it must be staged first.
+func (a *PoolAttacher) Expand(_ context.Context, volumeID string) (int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.vols[volumeID]
+	if s == nil {
+		return 0, fmt.Errorf("volume %q is not attached on this node (not staged): %w", volumeID, ErrFailedPrecondition)
+	}
+	return s.att.Resize(volumeID)
+}
+
+// Device returns the device path the volume is attached on by this process, "" when it is
+// not attached. The node agent reports it as the Raid10Volume's status.devicePath: the agent
+// alone writes the status, the attacher only answers.
+func (a *PoolAttacher) Device(volumeID string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.vols[volumeID]; s != nil {
+		return s.dev.Path()
+	}
+	return ""
+}
+
 // Reattach attaches again every volume recorded in the state file (after a restart of the
 // plugin): the kernel's queued requests then run on fresh connections. A volume that fails
 // is logged and skipped; the first error is returned.

@@ -57,6 +57,17 @@ func (f *fakeAttacher) Detach(_ context.Context, id string) error {
 	return nil
 }
 
+// Expand reports the volume's size as the device's; a volume not attached is
+// ErrFailedPrecondition, as PoolAttacher's.
+func (f *fakeAttacher) Expand(_ context.Context, id string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.attached[id]; !ok {
+		return 0, fmt.Errorf("volume %q is not attached: %w", id, ErrFailedPrecondition)
+	}
+	return f.vols[id].SizeBytes, nil
+}
+
 func (f *fakeAttacher) Volume(_ context.Context, id string) (VolumeState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -207,16 +218,95 @@ func TestNodeOtherValidation(t *testing.T) {
 			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "nope", VolumePath: dir})
 			return err
 		}, codes.NotFound},
-		{"expand block is a no-op", func() error {
+		{"expand not staged", func() error {
 			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: dir, VolumeCapability: blockCap()})
 			return err
-		}, codes.OK},
+		}, codes.FailedPrecondition},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := status.Code(toStatus(tc.call())); got != tc.want {
 				t.Fatalf("code %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestNodeRequiredFieldsNamed: every node RPC names the first missing field, in the order
+// the CSI spec lists them.
+func TestNodeRequiredFieldsNamed(t *testing.T) {
+	n, _, _, _ := newTestNode(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, field string
+		call        func() error
+	}{
+		{"stage", "volume_id", func() error {
+			_, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{StagingTargetPath: "/x"})
+			return err
+		}},
+		{"stage", "staging_target_path", func() error {
+			_, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-1"})
+			return err
+		}},
+		{"unstage", "staging_target_path", func() error {
+			_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1"})
+			return err
+		}},
+		{"publish", "staging_target_path", func() error {
+			_, err := n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-1", TargetPath: "/t"})
+			return err
+		}},
+		{"publish", "target_path", func() error {
+			_, err := n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: "/s"})
+			return err
+		}},
+		{"unpublish", "volume_id", func() error {
+			_, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{TargetPath: "/t"})
+			return err
+		}},
+		{"stats", "volume_path", func() error {
+			_, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1"})
+			return err
+		}},
+		{"expand", "volume_id", func() error {
+			_, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumePath: "/p"})
+			return err
+		}},
+	} {
+		t.Run(tc.name+" "+tc.field, func(t *testing.T) {
+			err := toStatus(tc.call())
+			if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), tc.field+": ") {
+				t.Fatalf("%v, want InvalidArgument naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestNodeExpandFake: a staged block volume reports the device's size after the attacher
+// grew it; a required size the device does not have yet is retryable, not a success.
+func TestNodeExpandFake(t *testing.T) {
+	n, att, _, _ := newTestNode(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	if _, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: dir, VolumeCapability: blockCap()}); err != nil {
+		t.Fatal(err)
+	}
+	expand := func(required int64) (int64, error) {
+		r, err := n.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-1", VolumePath: dir,
+			VolumeCapability: blockCap(), CapacityRange: &csi.CapacityRange{RequiredBytes: required}})
+		return r.GetCapacityBytes(), toStatus(err)
+	}
+	if got, err := expand(1 << 30); err != nil || got != 1<<30 {
+		t.Fatalf("expand at the same size: %d %v", got, err)
+	}
+	att.mu.Lock()
+	att.vols["vol-1"] = VolumeState{SizeBytes: 3 << 30}
+	att.mu.Unlock()
+	if got, err := expand(3 << 30); err != nil || got != 3<<30 {
+		t.Fatalf("expand after the pool grew: %d %v, want %d", got, err, int64(3<<30))
+	}
+	if _, err := expand(4 << 30); status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "not grown the array yet") {
+		t.Fatalf("expand beyond the device: %v, want DeadlineExceeded saying the array has not grown", err)
 	}
 }
 

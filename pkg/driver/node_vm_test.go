@@ -3,6 +3,7 @@ package driver
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"net"
 	"os"
@@ -13,8 +14,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,8 +36,8 @@ func TestNodeVM(t *testing.T) {
 		t.Skip("already in the guest")
 	}
 	start := time.Now()
-	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 4 * time.Minute, Memory: 2048},
-		".", "-test.run=^TestNodeInGuest", "-test.v", "-test.timeout=3m")
+	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 6 * time.Minute, Memory: 2048},
+		".", "-test.run=^TestNodeInGuest", "-test.v", "-test.timeout=5m")
 	t.Logf("VM run: boot %s, total %s (with the build: %s)", res.Boot.Round(time.Second),
 		res.Duration.Round(time.Second), time.Since(start).Round(time.Second))
 }
@@ -166,9 +169,8 @@ func TestNodeInGuest(t *testing.T) {
 		}
 		return err
 	}
-	// The device has not grown (the engine cannot grow a running array yet), so resize2fs
-	// has nothing to do, but the whole path runs: the device found from the mount, blkid,
-	// resize2fs on the mounted filesystem.
+	// At the same size the device is left as it is and resize2fs has nothing to do, but the
+	// whole path runs (TestNodeInGuestExpand grows for real).
 	step("expand ext4 (resize2fs)", func() error { return expand("vol-ext4", tg1, st1, mountCap("ext4"), 128<<20) })
 	if err := unstage("vol-ext4", st1); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("unstage while published: %v, want FailedPrecondition", err)
@@ -256,6 +258,197 @@ func TestNodeInGuest(t *testing.T) {
 	}
 	step("unstage block", func() error { return unstage("vol-block", st3) })
 	step("block device detached", func() error { return detached("vol-block", dev3) })
+}
+
+// TestNodeInGuestExpand grows volumes online the way Kubernetes does: the pool grows the
+// array (the node agent's part after ControllerExpandVolume), then NodeExpandVolume makes
+// /dev/nbdX learn the new size and grows the mounted ext4 and xfs. df must show the growth,
+// the data written before must read back, and the new space must take data; a block volume
+// reports its new device size.
+func TestNodeInGuestExpand(t *testing.T) {
+	if !vm.InGuest() {
+		t.Skip("runs in the VM (TestNodeVM)")
+	}
+	dir := t.TempDir()
+	p, _ := openFilePool(t, 512<<20)
+	// First-fit packs extents: spacers, deleted afterwards, leave room after each volume to
+	// grow in place.
+	for _, v := range []struct {
+		name string
+		size uint64
+	}{{"vol-ext4", 64 << 20}, {"gap1", 128 << 20}, {"vol-xfs", 320 << 20}, {"gap2", 128 << 20}, {"vol-block", 64 << 20}} {
+		if _, err := p.CreateVolume(v.name, v.size, pool.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", v.name, err)
+		}
+	}
+	for _, g := range []string{"gap1", "gap2"} {
+		if err := p.DeleteVolume(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nl, err := kernel.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	state, err := kernel.OpenState(filepath.Join(dir, "nbd-state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kernel.SetIOFlusher(); err != nil {
+		t.Fatal(err)
+	}
+	att := NewPoolAttacher(p, nl, state, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
+	defer att.Close(context.Background())
+	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	must := func(name string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+
+	for _, tc := range []struct {
+		id, fs       string
+		from, to     int64
+		fill         int64 // written after the growth (for ext4 more than the old filesystem had free)
+		stage, mount string
+	}{
+		{"vol-ext4", "ext4", 64 << 20, 192 << 20, 64 << 20, "st-ext4", "pod-ext4"},
+		{"vol-xfs", "xfs", 320 << 20, 448 << 20, 32 << 20, "st-xfs", "pod-xfs"},
+	} {
+		t.Run(tc.fs, func(t *testing.T) {
+			staging, target := filepath.Join(dir, tc.stage), filepath.Join(dir, tc.mount)
+			_, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: tc.id, StagingTargetPath: staging, VolumeCapability: mountCap(tc.fs)})
+			must("stage", err)
+			_, err = ns.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: tc.id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: mountCap(tc.fs)})
+			must("publish", err)
+			dev := att.Device(tc.id)
+			if dev == "" {
+				t.Fatal("attacher reports no device for a staged volume")
+			}
+			old := make([]byte, 16<<20)
+			_, _ = rand.Read(old)
+			must("write before", writeSync(filepath.Join(target, "before"), old))
+			df0 := dfSize(t, target)
+
+			grown, err := p.ExpandVolume(tc.id, uint64(tc.to))
+			must("pool expand", err)
+			if int64(grown.Size) != tc.to {
+				t.Fatalf("pool grew %s to %d, want %d", tc.id, grown.Size, tc.to)
+			}
+			if n := blkSize(t, dev); n != tc.from {
+				t.Fatalf("%s has %d bytes before NodeExpandVolume, want still %d", dev, n, tc.from)
+			}
+			start := time.Now()
+			r, err := ns.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: tc.id, VolumePath: target, StagingTargetPath: staging,
+				VolumeCapability: mountCap(tc.fs), CapacityRange: &csi.CapacityRange{RequiredBytes: tc.to}})
+			must("NodeExpandVolume", err)
+			t.Logf("NodeExpandVolume %s %d -> %d bytes took %s", tc.fs, tc.from, tc.to, time.Since(start).Round(time.Millisecond))
+			if r.GetCapacityBytes() != tc.to {
+				t.Fatalf("NodeExpandVolume reports %d bytes, want %d", r.GetCapacityBytes(), tc.to)
+			}
+			if n := blkSize(t, dev); n != tc.to {
+				t.Fatalf("%s has %d bytes after NodeExpandVolume, want %d", dev, n, tc.to)
+			}
+			df1 := dfSize(t, target)
+			t.Logf("df %s: %d -> %d bytes", tc.fs, df0, df1)
+			if df1-df0 < (tc.to-tc.from)*9/10 {
+				t.Fatalf("df grew by %d bytes, the device by %d", df1-df0, tc.to-tc.from)
+			}
+			fill := make([]byte, tc.fill)
+			_, _ = rand.Read(fill)
+			must("fill the grown filesystem", writeSync(filepath.Join(target, "after"), fill))
+			must("drop caches", os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200))
+			for name, want := range map[string][]byte{"before": old, "after": fill} {
+				if got, err := os.ReadFile(filepath.Join(staging, name)); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("%s reads back wrong after the growth (%v)", name, err)
+				}
+			}
+			_, err = ns.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: tc.id, TargetPath: target})
+			must("unpublish", err)
+			_, err = ns.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: tc.id, StagingTargetPath: staging})
+			must("unstage", err)
+			if d := att.Device(tc.id); d != "" {
+				t.Fatalf("attacher still reports %s after unstage", d)
+			}
+		})
+	}
+
+	t.Run("block", func(t *testing.T) {
+		staging, target := filepath.Join(dir, "st-block"), filepath.Join(dir, "pod-block", "dev")
+		_, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-block", StagingTargetPath: staging, VolumeCapability: blockCap()})
+		must("stage", err)
+		_, err = ns.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-block", StagingTargetPath: staging, TargetPath: target, VolumeCapability: blockCap()})
+		must("publish", err)
+		head := bytes.Repeat([]byte{0xc3}, 1<<20)
+		must("write the head", writeSync(target, head))
+		_, err = p.ExpandVolume("vol-block", 256<<20)
+		must("pool expand", err)
+		// kubelet passes the capability; without one the path's type decides.
+		for _, vc := range []*csi.VolumeCapability{blockCap(), nil} {
+			r, err := ns.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "vol-block", VolumePath: target, VolumeCapability: vc})
+			must("NodeExpandVolume", err)
+			if r.GetCapacityBytes() != 256<<20 {
+				t.Fatalf("NodeExpandVolume reports %d bytes, want %d", r.GetCapacityBytes(), 256<<20)
+			}
+		}
+		if n := blkSize(t, target); n != 256<<20 {
+			t.Fatalf("the published device has %d bytes, want %d", n, 256<<20)
+		}
+		tail := bytes.Repeat([]byte{0x3c}, 1<<20)
+		f, err := os.OpenFile(target, os.O_RDWR, 0)
+		must("open", err)
+		defer f.Close()
+		_, err = f.WriteAt(tail, 200<<20)
+		must("write past the old end", err)
+		must("fsync", f.Sync())
+		got := make([]byte, 1<<20)
+		for off, want := range map[int64][]byte{0: head, 200 << 20: tail} {
+			if _, err := f.ReadAt(got, off); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("read at %d: %v", off, err)
+			}
+		}
+		_ = f.Close()
+		_, err = ns.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-block", TargetPath: target})
+		must("unpublish", err)
+		_, err = ns.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-block", StagingTargetPath: staging})
+		must("unstage", err)
+	})
+}
+
+// blkSize is a block device's size as the kernel reports it (BLKGETSIZE64).
+func blkSize(t *testing.T, dev string) int64 {
+	t.Helper()
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var n uint64
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Fatalf("BLKGETSIZE64 %s: %v", dev, e)
+	}
+	return int64(n)
+}
+
+// dfSize is the size of the filesystem at path as df reports it, in bytes.
+func dfSize(t *testing.T, path string) int64 {
+	t.Helper()
+	out, err := exec.Command("df", "-B1", "--output=size", path).Output()
+	if err != nil {
+		t.Fatalf("df %s: %v", path, err)
+	}
+	f := strings.Fields(string(out))
+	n, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+	if err != nil {
+		t.Fatalf("df %s: %q", path, out)
+	}
+	return n
 }
 
 // blkid returns the filesystem type on dev ("" when blank).
