@@ -30,3 +30,18 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
 {{- end -}}
+
+{{/* The node pool's configuration (pkg/pool.Config as JSON). */}}
+{{- define "raid10-csi.poolConfig" -}}
+{{- $p := .Values.node.pool -}}
+{{- $disks := list -}}
+{{- range $p.disks -}}
+{{- $d := dict "path" .path -}}
+{{- if .wipe }}{{ $_ := set $d "wipe" true }}{{ end -}}
+{{- if .spare }}{{ $_ := set $d "spare" true }}{{ end -}}
+{{- $disks = append $disks $d -}}
+{{- end -}}
+{{- $c := dict "name" $p.name "disks" $disks "allocation" $p.allocation -}}
+{{- if $p.rebuildRateMax }}{{ $_ := set $c "rebuildRateMax" (int64 $p.rebuildRateMax) }}{{ end -}}
+{{- toPrettyJson $c -}}
+{{- end -}}

@@ -1,0 +1,385 @@
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+)
+
+const (
+	chartDir = "../../charts/raid10-csi"
+	// kubeVersion is the Kubernetes version helm renders for (a helm built with `go
+	// install` assumes v1.20, which the chart's kubeVersion refuses); as hack/render-deploy.sh.
+	kubeVersion = "v1.37.2"
+)
+
+// helmBinary returns the pinned helm of hack/csi-tools.sh, building it when missing (about
+// 2 minutes, cached in ~/.cache/raid10-csi). A helm that cannot be had fails the test under
+// $CI and skips it otherwise.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("bash", "-c", `source hack/csi-tools.sh && csi_tool helm`)
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg := "helm (hack/csi-tools.sh): " + err.Error() + "\n" + stderr.String()
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// helm runs the pinned helm with its caches and configuration in a scratch directory (no
+// user configuration, no repositories), returning stdout and stderr.
+func helm(t *testing.T, bin string, args ...string) (string, string, error) {
+	t.Helper()
+	scratch := t.TempDir()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+scratch, "HELM_CONFIG_HOME="+scratch, "HELM_DATA_HOME="+scratch)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// renderChart runs helm template with the values files and --set flags given and decodes
+// every object.
+func renderChart(t *testing.T, bin string, extra ...string) []*unstructured.Unstructured {
+	t.Helper()
+	args := append([]string{"template", "raid10-csi", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, extra...)
+	out, stderr, err := helm(t, bin, args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return decodeObjects(t, out)
+}
+
+func decodeObjects(t *testing.T, data string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var u unstructured.Unstructured
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatalf("rendered manifests: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, &u)
+		}
+	}
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func kindsOf(objs []*unstructured.Unstructured) []string {
+	var ks []string
+	for _, o := range objs {
+		ks = append(ks, o.GetKind()+"/"+o.GetName())
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// poolConfig decodes the pool.json of the rendered ConfigMap as the node plugin does
+// (pool.LoadConfig) and checks it with pool.Config.Validate.
+func poolConfig(t *testing.T, objs []*unstructured.Unstructured) pool.Config {
+	t.Helper()
+	cm := find(objs, "ConfigMap", "raid10-csi-pool")
+	if cm == nil {
+		t.Fatalf("no ConfigMap raid10-csi-pool in %v", kindsOf(objs))
+	}
+	data, _, _ := unstructured.NestedString(cm.Object, "data", "pool.json")
+	path := filepath.Join(t.TempDir(), "pool.json")
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pool.LoadConfig(path)
+	if err != nil {
+		t.Fatalf("pool.json:\n%s\n%v", data, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("pool.json does not validate: %v\n%s", err, data)
+	}
+	return cfg
+}
+
+// nodeContainer is the raid10-csi container of the node DaemonSet.
+func nodeContainer(t *testing.T, objs []*unstructured.Unstructured) map[string]any {
+	t.Helper()
+	ds := find(objs, "DaemonSet", "raid10-csi-node")
+	if ds == nil {
+		t.Fatalf("no DaemonSet raid10-csi-node in %v", kindsOf(objs))
+	}
+	cs, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	for _, c := range cs {
+		if m := c.(map[string]any); m["name"] == "raid10-csi" {
+			return m
+		}
+	}
+	t.Fatal("no raid10-csi container in the node DaemonSet")
+	return nil
+}
+
+func stringsOf(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+// TestHelmLint runs helm lint --strict (a warning fails) on the chart with its defaults and
+// with a disk list, the value set that exercises most of the templates.
+func TestHelmLint(t *testing.T) {
+	bin := helmBinary(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"Defaults", nil},
+		{"Disks", []string{"--set", "node.pool.disks[0].path=/dev/disk/by-id/nvme-A", "--set", "storageClass.isDefault=true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"lint", "--strict", "--kube-version", kubeVersion, chartDir}, tc.args...)
+			out, stderr, err := helm(t, bin, args...)
+			if err != nil {
+				t.Fatalf("helm lint: %v\n%s%s", err, out, stderr)
+			}
+			// [INFO] lines (icon is recommended) are advice; anything louder is a finding.
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, "[WARNING]") || strings.Contains(l, "[ERROR]") {
+					t.Errorf("helm lint: %s", l)
+				}
+			}
+			if !strings.Contains(out, "1 chart(s) linted, 0 chart(s) failed") {
+				t.Fatalf("helm lint output:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestHelmTemplate renders the chart with a few value sets and checks the manifests the
+// install relies on: the defaults are deploy/ (no disk claimed), a custom StorageClass, an
+// explicit block of disks in the pool ConfigMap the node plugin reads, and the parts that
+// can be switched off.
+func TestHelmTemplate(t *testing.T) {
+	bin := helmBinary(t)
+
+	t.Run("DefaultsAreDeploy", func(t *testing.T) {
+		objs := renderChart(t, bin, "--include-crds")
+		deployed := readObjects(t)
+		var want []*unstructured.Unstructured
+		for _, o := range deployed {
+			if o.GetKind() != "Namespace" { // render-deploy adds the Namespace
+				want = append(want, o)
+			}
+		}
+		if got, w := kindsOf(objs), kindsOf(want); !slices.Equal(got, w) {
+			t.Fatalf("helm template with defaults:\n%v\ndeploy/raid10-csi.yaml:\n%v\n(run hack/render-deploy.sh)", got, w)
+		}
+		for _, o := range objs {
+			d := find(want, o.GetKind(), o.GetName())
+			a, _ := json.Marshal(o.Object)
+			b, _ := json.Marshal(d.Object)
+			if !bytes.Equal(a, b) {
+				t.Errorf("%s %s differs from deploy/raid10-csi.yaml (run hack/render-deploy.sh)", o.GetKind(), o.GetName())
+			}
+		}
+		cfg := poolConfig(t, objs)
+		if len(cfg.Disks) != 0 || cfg.Name != "default" {
+			t.Fatalf("default pool: %+v, want no disk at all", cfg)
+		}
+		args := stringsOf(nodeContainer(t, objs)["args"])
+		for _, want := range []string{"--mode=node", "--pool-config=/etc/raid10-csi/pool.json", "--state-dir=/var/lib/raid10-csi"} {
+			if !slices.Contains(args, want) {
+				t.Errorf("node args %v lack %s", args, want)
+			}
+		}
+		sc := find(objs, "StorageClass", "raid10")
+		params, _, _ := unstructured.NestedStringMap(sc.Object, "parameters")
+		if params["members"] != "4" || params["chunkSize"] != "512Ki" || params["csi.storage.k8s.io/fstype"] != "ext4" {
+			t.Errorf("default StorageClass parameters: %v", params)
+		}
+		if ann := sc.GetAnnotations(); ann["storageclass.kubernetes.io/is-default-class"] != "" {
+			t.Errorf("the StorageClass is the default one without isDefault: %v", ann)
+		}
+	})
+
+	t.Run("CustomStorageClass", func(t *testing.T) {
+		objs := renderChart(t, bin,
+			"--set", "storageClass.name=raid10-fast",
+			"--set", "storageClass.isDefault=true",
+			"--set", "storageClass.reclaimPolicy=Retain",
+			"--set", "storageClass.fsType=xfs",
+			"--set-string", "storageClass.parameters.members=2",
+			"--set", "storageClass.parameters.chunkSize=64Ki")
+		sc := find(objs, "StorageClass", "raid10-fast")
+		if sc == nil || find(objs, "StorageClass", "raid10") != nil {
+			t.Fatalf("StorageClasses: %v", kindsOf(objs))
+		}
+		params, _, _ := unstructured.NestedStringMap(sc.Object, "parameters")
+		want := map[string]string{"members": "2", "chunkSize": "64Ki", "csi.storage.k8s.io/fstype": "xfs"}
+		if !equalMaps(params, want) {
+			t.Errorf("parameters %v, want %v", params, want)
+		}
+		if p, _, _ := unstructured.NestedString(sc.Object, "reclaimPolicy"); p != "Retain" {
+			t.Errorf("reclaimPolicy %q", p)
+		}
+		if p, _, _ := unstructured.NestedString(sc.Object, "volumeBindingMode"); p != "WaitForFirstConsumer" {
+			t.Errorf("volumeBindingMode %q", p)
+		}
+		if sc.GetAnnotations()["storageclass.kubernetes.io/is-default-class"] != "true" {
+			t.Errorf("isDefault not set: %v", sc.GetAnnotations())
+		}
+		// The provisioner's default fsType follows the StorageClass's.
+		dep := find(objs, "Deployment", "raid10-csi-controller")
+		if dep == nil || !strings.Contains(mustJSON(t, dep.Object), "--default-fstype=xfs") {
+			t.Error("csi-provisioner does not get --default-fstype=xfs")
+		}
+	})
+
+	t.Run("Disks", func(t *testing.T) {
+		values := filepath.Join(t.TempDir(), "disks.yaml")
+		if err := os.WriteFile(values, []byte(`
+node:
+  stateDir: /var/lib/raid10
+  pool:
+    name: fast
+    rebuildRateMax: 209715200
+    allocation: best-fit
+    disks:
+      - path: /dev/disk/by-id/nvme-Vendor_Model_S1
+      - path: /dev/disk/by-id/nvme-Vendor_Model_S2
+      - path: /dev/disk/by-id/nvme-Vendor_Model_S3
+        wipe: true
+      - path: /dev/disk/by-id/nvme-Vendor_Spare_*
+        spare: true
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		objs := renderChart(t, bin, "-f", values)
+		cfg := poolConfig(t, objs)
+		want := []pool.DiskConfig{
+			{Path: "/dev/disk/by-id/nvme-Vendor_Model_S1"},
+			{Path: "/dev/disk/by-id/nvme-Vendor_Model_S2"},
+			{Path: "/dev/disk/by-id/nvme-Vendor_Model_S3", Wipe: true},
+			{Path: "/dev/disk/by-id/nvme-Vendor_Spare_*", Spare: true},
+		}
+		if !slices.Equal(cfg.Disks, want) || cfg.Name != "fast" || cfg.RebuildRateMax != 200<<20 || cfg.Allocation != pool.BestFit {
+			t.Fatalf("pool.json: %+v", cfg)
+		}
+		c := nodeContainer(t, objs)
+		args := stringsOf(c["args"])
+		if !slices.Contains(args, "--state-dir=/var/lib/raid10") || !slices.Contains(args, "--pool-config=/etc/raid10-csi/pool.json") {
+			t.Errorf("node args: %v", args)
+		}
+		if !strings.Contains(mustJSON(t, c["volumeMounts"]), `"mountPath":"/etc/raid10-csi","name":"pool-config","readOnly":true`) {
+			t.Errorf("pool-config not mounted: %s", mustJSON(t, c["volumeMounts"]))
+		}
+		// Another disk list is another pod template: the DaemonSet rolls.
+		def := renderChart(t, bin)
+		ann := func(objs []*unstructured.Unstructured) string {
+			a, _, _ := unstructured.NestedString(find(objs, "DaemonSet", "raid10-csi-node").Object,
+				"spec", "template", "metadata", "annotations", "raid10.csi.io/pool-config-sha256")
+			return a
+		}
+		if a, b := ann(objs), ann(def); a == "" || a == b {
+			t.Errorf("pool-config checksum annotation %q, defaults %q", a, b)
+		}
+	})
+
+	t.Run("PartsOff", func(t *testing.T) {
+		objs := renderChart(t, bin, "--set", "node.enabled=false", "--set", "storageClass.create=false")
+		for _, o := range objs {
+			if o.GetKind() == "DaemonSet" || o.GetKind() == "ConfigMap" || o.GetKind() == "StorageClass" {
+				t.Errorf("%s %s rendered although switched off", o.GetKind(), o.GetName())
+			}
+		}
+		if find(objs, "Deployment", "raid10-csi-controller") == nil || find(objs, "CSIDriver", "raid10.csi.io") == nil {
+			t.Errorf("controller or CSIDriver missing: %v", kindsOf(objs))
+		}
+	})
+}
+
+// TestHelmSchemaRefusesBadValues: every value below breaks values.schema.json, so helm
+// template fails and names the value.
+func TestHelmSchemaRefusesBadValues(t *testing.T) {
+	bin := helmBinary(t)
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want string // the schema location helm reports
+	}{
+		{"RelativeDiskPath", []string{"--set", "node.pool.disks[0].path=nvme0n1"}, "/node/pool/disks/0/path"},
+		{"UnknownDiskKey", []string{"--set", "node.pool.disks[0].path=/dev/sdb", "--set", "node.pool.disks[0].format=true"}, "/node/pool/disks/0"},
+		{"WipeNotBool", []string{"--set", "node.pool.disks[0].path=/dev/sdb", "--set-string", "node.pool.disks[0].wipe=yes"}, "/node/pool/disks/0/wipe"},
+		{"FsType", []string{"--set", "storageClass.fsType=btrfs"}, "/storageClass/fsType"},
+		{"OddMembers", []string{"--set-string", "storageClass.parameters.members=3"}, "/storageClass/parameters/members"},
+		{"UnknownParameter", []string{"--set", "storageClass.parameters.raidLevel=5"}, "/storageClass/parameters"},
+		{"ChunkSize", []string{"--set", "storageClass.parameters.chunkSize=3Ki"}, "/storageClass/parameters/chunkSize"},
+		{"ReclaimPolicy", []string{"--set", "storageClass.reclaimPolicy=Recycle"}, "/storageClass/reclaimPolicy"},
+		{"LogLevel", []string{"--set-string", "logLevel=high"}, "/logLevel"},
+		{"Replicas", []string{"--set", "controller.replicas=0"}, "/controller/replicas"},
+		{"Allocation", []string{"--set", "node.pool.allocation=random"}, "/node/pool/allocation"},
+		{"Timeout", []string{"--set", "sidecars.provisioner.timeout=2 minutes"}, "/sidecars/provisioner/timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"template", "raid10-csi", chartDir, "--kube-version", kubeVersion}, tc.set...)
+			_, stderr, err := helm(t, bin, args...)
+			if err == nil {
+				t.Fatalf("helm template %v succeeded; the schema should refuse it", tc.set)
+			}
+			if !strings.Contains(stderr, "at '"+tc.want) {
+				t.Fatalf("helm template %v: error does not name %s:\n%s", tc.set, tc.want, stderr)
+			}
+		})
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
