@@ -88,7 +88,7 @@ func TestCrashAtEveryOrderingPoint(t *testing.T) {
 				if _, err := p.Volume("v"); !errors.Is(err, ErrNotFound) {
 					t.Fatalf("volume v after the crash: %v", err)
 				}
-				want := 4 * p.extentLen(16<<20, 4)
+				want := 4 * p.extentLen(16<<20, 4, p.chunkSize())
 				if c := p.Capacity(); c.Raw-c.FreeRaw != want {
 					t.Fatalf("used %d bytes, want %d (only keep's extents)", c.Raw-c.FreeRaw, want)
 				}

@@ -195,7 +195,7 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 	scratch.Extents = append([]ExtentEntry(nil), target.label.Extents...)
 	for _, a := range p.affected(old) {
 		v := a.v
-		length := p.extentLen(v.size, v.members)
+		length := p.extentLen(v.size, v.members, p.volumeChunk(v))
 		for _, r := range v.roles {
 			if r != nil {
 				length = r.ext.Length // the live extents' length (an interrupted expand may have grown them)

@@ -22,6 +22,7 @@ func (p *Pool) volumeInfo(v *volume) VolumeInfo {
 	var st raid10.Status
 	if v.arr != nil {
 		st = v.arr.Status()
+		vi.ChunkSize = uint64(st.ChunkSize)
 	} else if v.err != nil {
 		vi.Reason = v.err.Error()
 	}

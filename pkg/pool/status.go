@@ -80,6 +80,9 @@ type VolumeInfo struct {
 	Size    uint64       `json:"size"`
 	Health  Health       `json:"health"`
 	Members []MemberInfo `json:"members"`
+	// ChunkSize is the array's chunk size in bytes (as its superblocks record it); 0 while
+	// the volume is not assembled.
+	ChunkSize uint64 `json:"chunkSize,omitempty"`
 	// InSync counts the members in sync, for "4/4" displays.
 	InSync int       `json:"inSync"`
 	Sync   *Progress `json:"sync,omitempty"`

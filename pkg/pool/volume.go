@@ -52,10 +52,28 @@ type volume struct {
 	err     error         // why arr is nil
 }
 
+// Chunk size limits of CreateOptions.ChunkSize (the StorageClass parameter chunkSize).
+const (
+	MinChunkSize = 4 << 10
+	MaxChunkSize = 16 << 20
+)
+
 // CreateOptions are the parameters of a new volume.
 type CreateOptions struct {
 	// Members is the number of member disks; 0 means every Active disk (at least two).
 	Members int
+	// ChunkSize is the RAID10 chunk size in bytes: a power of two from MinChunkSize to
+	// MaxChunkSize. 0 means the pool's (Config.ChunkSize, else the engine's default). The
+	// engine records it in every member's superblock; it never changes.
+	ChunkSize int64
+}
+
+// checkChunkSize validates CreateOptions.ChunkSize (0 passes: the pool's default).
+func checkChunkSize(c int64) error {
+	if c != 0 && (c < MinChunkSize || c > MaxChunkSize || c&(c-1) != 0) {
+		return fmt.Errorf("%w: chunk size %d: must be a power of two from %d to %d bytes", ErrInvalidArgument, c, MinChunkSize, MaxChunkSize)
+	}
+	return nil
 }
 
 // memberDataSize is the data each of n members holds for a volume of size bytes with the
@@ -71,9 +89,19 @@ func (p *Pool) chunkSize() uint64 {
 	return raid10.DefaultChunkSize
 }
 
-// extentLen is the extent length each of n members needs for a volume of size bytes.
-func (p *Pool) extentLen(size uint64, n int) uint64 {
-	return alignUp(extentMetaSize+memberDataSize(size, n, p.chunkSize()), uint64(p.cfg.Alignment))
+// volumeChunk is the chunk size of an existing volume: its array's, or the pool's while it
+// is not assembled.
+func (p *Pool) volumeChunk(v *volume) uint64 {
+	if v.arr != nil {
+		return uint64(v.arr.ChunkSize())
+	}
+	return p.chunkSize()
+}
+
+// extentLen is the extent length each of n members needs for a volume of size bytes with
+// the given chunk size.
+func (p *Pool) extentLen(size uint64, n int, chunk uint64) uint64 {
+	return alignUp(extentMetaSize+memberDataSize(size, n, chunk), uint64(p.cfg.Alignment))
 }
 
 // volumeFor is the largest volume size that extents of length ext on n members hold.
@@ -99,8 +127,9 @@ func checkSize(size uint64) (uint64, error) {
 }
 
 // CreateVolume creates a volume of at least size bytes (rounded up to 1 MiB) over one
-// extent on each of opts.Members disks. It is idempotent by name: an existing volume of the
-// same name and (rounded) size is returned; another size is ErrAlreadyExists.
+// extent on each of opts.Members disks, with opts.ChunkSize chunks. It is idempotent by name:
+// an existing volume of the same name and (rounded) size is returned; another size, or
+// another chunk size asked for explicitly, is ErrAlreadyExists.
 //
 // Durability order: the extents are zeroed and the engine writes its superblocks into them
 // first (free space, harmless if the process dies here), then each member disk's label gets
@@ -114,14 +143,24 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 	if err != nil {
 		return VolumeInfo{}, err
 	}
+	if err := checkChunkSize(opts.ChunkSize); err != nil {
+		return VolumeInfo{}, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return VolumeInfo{}, ErrClosed
 	}
+	chunk := p.chunkSize()
+	if opts.ChunkSize != 0 {
+		chunk = uint64(opts.ChunkSize)
+	}
 	if v := p.byName[name]; v != nil {
 		if v.size != size {
 			return VolumeInfo{}, fmt.Errorf("%w: volume %q has size %d, requested %d", ErrAlreadyExists, name, v.size, size)
+		}
+		if have := p.volumeChunk(v); opts.ChunkSize != 0 && v.arr != nil && have != chunk {
+			return VolumeInfo{}, fmt.Errorf("%w: volume %q has chunk size %d, requested %d", ErrAlreadyExists, name, have, chunk)
 		}
 		return p.volumeInfo(v), nil
 	}
@@ -145,7 +184,7 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 	// Prefer the disks with the largest free range (ties: configuration order).
 	sort.SliceStable(cands, func(i, j int) bool { return largestFree(cands[i].label) > largestFree(cands[j].label) })
 	cands = cands[:n]
-	ext := p.extentLen(size, n)
+	ext := p.extentLen(size, n, chunk)
 	v := &volume{uuid: NewUUID(), name: name, size: size, members: n, roles: make([]*role, n), epoch: 1}
 	for _, d := range cands {
 		v.disks = append(v.disks, d.uuid)
@@ -180,7 +219,7 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 		}
 	}
 	arr, err := raid10.Create(members, raid10.CreateOptions{
-		Options: p.engineOptions(), UUID: v.uuid, ChunkSize: int64(p.chunkSize()),
+		Options: p.engineOptions(), UUID: v.uuid, ChunkSize: int64(chunk),
 		Size: int64(size), AssumeClean: assumeClean,
 	})
 	if err != nil {
@@ -227,7 +266,7 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 		}
 	}
 	p.volumes[v.uuid], p.byName[name] = v, v
-	klog.InfoS("Volume created", "volume", name, "volumeUUID", v.uuid, "size", size, "members", n, "extent", ext)
+	klog.InfoS("Volume created", "volume", name, "volumeUUID", v.uuid, "size", size, "members", n, "chunkSize", chunk, "extent", ext)
 	return p.volumeInfo(v), nil
 }
 
@@ -352,7 +391,7 @@ func (p *Pool) ExpandVolume(name string, newSize uint64) (VolumeInfo, error) {
 	if h, _ := p.health(v); h != Healthy {
 		return VolumeInfo{}, fmt.Errorf("%w: volume %q is %s; expand it once it is Healthy", ErrDegraded, name, h)
 	}
-	ext := p.extentLen(newSize, v.members)
+	ext := p.extentLen(newSize, v.members, p.volumeChunk(v))
 	for _, r := range v.roles {
 		if ext <= r.ext.Length {
 			continue
