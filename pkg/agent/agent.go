@@ -52,6 +52,18 @@ type Pool interface {
 
 var _ Pool = (*pool.Pool)(nil)
 
+// Devices is the node's NBD attacher as the agent sees it: which device serves a volume
+// (reported as status.devicePath) and growing that device after the pool grew the array.
+// The node plugin's driver.PoolAttacher implements it. The agent is the only writer of the
+// status; the attacher only answers.
+type Devices interface {
+	// Device returns the device path the volume is attached on, "" when it is not attached.
+	Device(volumeID string) string
+	// Expand makes the volume's attached device as large as its array (a no-op when it is)
+	// and returns the device's size in bytes.
+	Expand(ctx context.Context, volumeID string) (int64, error)
+}
+
 // Recorder records Kubernetes Events (events.k8s.io/v1). The recorder of a
 // controller-runtime manager (manager.GetEventRecorder) implements it.
 type Recorder interface {
@@ -90,6 +102,10 @@ type Options struct {
 	// PollInterval is how often pool status is compared with the reported status;
 	// default DefaultPollInterval.
 	PollInterval time.Duration
+	// Devices, when set, gives status.devicePath and grows an attached volume's device right
+	// after the array (so a Block volume needs no NodeExpandVolume). Without it devicePath
+	// is left as it is.
+	Devices Devices
 }
 
 // Validate reports the first missing or invalid option.
@@ -112,6 +128,7 @@ type Agent struct {
 	c        client.Client
 	rec      Recorder
 	interval time.Duration
+	devices  Devices // nil: no device reporting
 
 	volumeCh chan event.TypedGenericEvent[*v1alpha1.Raid10Volume]
 	nodeCh   chan event.TypedGenericEvent[*v1alpha1.Raid10Node]
@@ -143,7 +160,7 @@ func New(opts Options, c client.Client, rec Recorder) (*Agent, error) {
 		opts.PollInterval = DefaultPollInterval
 	}
 	return &Agent{
-		node: opts.NodeName, pool: opts.Pool, c: c, rec: rec, interval: opts.PollInterval,
+		node: opts.NodeName, pool: opts.Pool, c: c, rec: rec, interval: opts.PollInterval, devices: opts.Devices,
 		volumeCh:    make(chan event.TypedGenericEvent[*v1alpha1.Raid10Volume], 256),
 		nodeCh:      make(chan event.TypedGenericEvent[*v1alpha1.Raid10Node], 4),
 		volumeSeen:  map[string]volumeSeen{},
@@ -266,7 +283,11 @@ func (a *Agent) pollOnce() {
 	live := map[string]bool{nodeKey: true}
 	for _, v := range ps.Volumes {
 		live[v.Name] = true
-		if fp := volumeFingerprint(v); a.fingerprint[v.Name] != fp {
+		fp := volumeFingerprint(v)
+		if a.devices != nil {
+			fp += "|" + a.devices.Device(v.Name) // an attach or detach changes devicePath
+		}
+		if a.fingerprint[v.Name] != fp {
 			a.fingerprint[v.Name] = fp
 			changed = append(changed, v.Name)
 		}

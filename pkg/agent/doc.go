@@ -15,7 +15,8 @@
 //
 // # Raid10Volume (spec.node == NodeName)
 //
-//   - Create: the pool volume of the object's name, spec.sizeBytes and spec.layout.members
+//   - Create: the pool volume of the object's name, spec.sizeBytes, spec.layout.members and
+//     spec.layout.chunkSizeBytes
 //     (pool.CreateVolume is idempotent by name, so a retry after a crash finds it). Status
 //     phase Ready, condition Ready True (reason Provisioned). A volume the pool has no room
 //     for is phase Failed with condition Ready False, reason InsufficientCapacity (the
@@ -34,10 +35,17 @@
 //     pool.Health), capacity, members (index, disk ID as in the Raid10Node, state InSync,
 //     Rebuilding, Failed or Missing), inSync ("3/4"), rebuild (member, percent, done and
 //     total bytes, rate, ETA, start time; only while a recovery runs; a resync's progress
-//     goes to the message), message, condition Ready. devicePath is left to the node service.
+//     goes to the message), message, condition Ready, and devicePath: the /dev/nbdX the node
+//     plugin's attacher serves the volume on (Options.Devices), empty while it is not
+//     attached. The agent is the only writer of the status; the attacher is only asked, and
+//     the poller's fingerprint includes the device, so an attach or detach shows within a
+//     poll interval.
+//   - Device growth: after the array grew, the agent grows the attached device too
+//     (Devices.Expand, NBD_CMD_RECONFIGURE with the new size), so a Block volume sees its new
+//     size without NodeExpandVolume; a failure is retried with the expansion's 15 s.
 //
-// Spec.layout.chunkSizeBytes is not passed on: the pool's chunk size is pool-wide
-// (pool.Config.ChunkSize) until pool.CreateOptions carries one.
+// Spec.layout.chunkSizeBytes goes to pool.CreateOptions.ChunkSize: the array is created with
+// that chunk size (recorded in its superblocks; pool.VolumeInfo.ChunkSize reports it).
 //
 // # Raid10Node (named NodeName)
 //

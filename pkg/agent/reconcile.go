@@ -66,7 +66,8 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 	case errors.Is(err, pool.ErrNotFound) && prev.Phase == v1alpha1.VolumePhaseFailed && prev.ObservedGeneration == vol.Generation:
 		return reconcile.Result{}, nil // failed for this spec already; a new spec retries
 	case errors.Is(err, pool.ErrNotFound):
-		info, err = a.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), pool.CreateOptions{Members: int(vol.Spec.Layout.Members)})
+		info, err = a.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), pool.CreateOptions{
+			Members: int(vol.Spec.Layout.Members), ChunkSize: vol.Spec.Layout.ChunkSizeBytes})
 		if err != nil {
 			reason := ReasonCreateFailed
 			switch {
@@ -82,7 +83,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 			a.event(&vol, corev1.EventTypeWarning, EventProvisionFailed, "Provision", "%v", err)
 			return a.writeVolumeStatus(ctx, &vol, FailedStatus(prev, &vol, reason, err.Error(), now))
 		}
-		logger.Info("Volume provisioned", "size", info.Size, "members", len(info.Members))
+		logger.Info("Volume provisioned", "size", info.Size, "members", len(info.Members), "chunkSize", info.ChunkSize)
 		a.event(&vol, corev1.EventTypeNormal, EventProvisioned, "Provision",
 			"%d bytes over %d members on node %s", info.Size, len(info.Members), a.node)
 		a.enqueueNode()
@@ -110,6 +111,17 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 	}
 
 	st := VolumeStatus(prev, &vol, info, DiskIDs(a.pool.Status().Disks), now)
+	if a.devices != nil {
+		st.DevicePath = a.devices.Device(vol.Name)
+		if st.DevicePath != "" {
+			// The device follows the array: after a growth (here or by an earlier pass whose
+			// resize failed) the kernel learns the new size in place.
+			if _, err := a.devices.Expand(ctx, vol.Name); err != nil {
+				logger.Error(err, "Growing the volume's device", "device", st.DevicePath)
+				result.RequeueAfter = expandRetry
+			}
+		}
+	}
 	if expandMsg != "" {
 		st.Phase = v1alpha1.VolumePhaseExpanding
 		if st.Message != "" {

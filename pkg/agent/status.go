@@ -88,7 +88,7 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		Health:             v1alpha1.VolumeHealth(info.Health),
 		Capacity:           resource.NewQuantity(int64(info.Size), resource.BinarySI),
 		InSync:             fmt.Sprintf("%d/%d", info.InSync, len(info.Members)),
-		DevicePath:         prev.DevicePath, // the node service's to set
+		DevicePath:         prev.DevicePath, // the agent sets it from Options.Devices
 		Conditions:         slices.Clone(prev.Conditions),
 	}
 	rebuilding := int32(-1)
