@@ -299,8 +299,10 @@ func (c *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 // array (and, on a node where the volume is attached, its /dev/nbdX). While the agent reports
 // the volume Expanding (the pool refused for now: not Healthy, no room after an extent) it
 // answers Aborted at once with the agent's reason; the agent retries by itself and so does
-// the resizer. Node expansion is required for Filesystem volumes only: NodeExpandVolume
-// grows the filesystem, while a Block volume's device is already grown by the agent.
+// the resizer. Node expansion is required for Filesystem and Block volumes alike: the kernel's
+// /dev/nbdX only learns the new size on the node (NodeExpandVolume resizes it in place, then
+// grows a filesystem; in --mode=node the agent already resized an attached device, and the
+// call finds nothing left to do, while --mode=all has no agent to do it).
 func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
@@ -343,16 +345,9 @@ func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 	if err != nil {
 		return nil, err
 	}
-	mode := vol.Spec.VolumeMode
-	if vc := req.GetVolumeCapability(); vc != nil {
-		mode = v1alpha1.VolumeModeFilesystem
-		if vc.GetBlock() != nil {
-			mode = v1alpha1.VolumeModeBlock
-		}
-	}
 	return &csi.ControllerExpandVolumeResponse{
 		CapacityBytes:         csiVolume(vol).CapacityBytes,
-		NodeExpansionRequired: mode == v1alpha1.VolumeModeFilesystem,
+		NodeExpansionRequired: true, // Block too: the device's size changes on the node
 	}, nil
 }
 

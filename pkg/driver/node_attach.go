@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
@@ -37,7 +38,10 @@ type served struct {
 	dev *kernel.Device
 }
 
-var _ VolumeAttacher = (*PoolAttacher)(nil)
+var (
+	_ VolumeAttacher = (*PoolAttacher)(nil)
+	_ agent.Devices  = (*PoolAttacher)(nil) // the node agent reports devicePath and grows devices through it
+)
 
 // OpenPoolAttacher is the start-up of a node plugin's data path: it connects to the kernel's
 // nbd netlink family, loads the device state file at statePath (its directory must exist),
