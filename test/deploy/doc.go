@@ -1,4 +1,15 @@
-// Package deploy tests the rendered manifests in deploy/ (the chart with its default values)
-// against a real kube-apiserver: every object is accepted, and the ServiceAccounts get what
-// their containers need and nothing more.
+// Package deploy tests the chart (charts/raid10-csi) and its default rendering (deploy/):
+//
+//   - TestManifestsApplyAndRBAC: every object of deploy/ is accepted by a real kube-apiserver
+//     (CRDs first), and the ServiceAccounts get what their containers need and nothing more.
+//   - TestHelmLint, TestHelmTemplate, TestHelmSchemaRefusesBadValues: helm lint --strict;
+//     helm template with the defaults (equal to deploy/), a custom StorageClass, a block of
+//     disks (the pool ConfigMap decoded and validated by pkg/pool as the node plugin would),
+//     parts switched off; values that break values.schema.json fail and are named.
+//   - TestKubeconform: kubeconform -strict over the renderings, with JSON schemas made
+//     offline from the real kube-apiserver's /openapi/v2 (built-in kinds and the CRDs), and
+//     the same schemas refusing broken manifests.
+//
+// helm and kubeconform are the pinned builds of hack/csi-tools.sh (built on first use);
+// etcd and kube-apiserver come from test/kubeenv. Missing tools skip, or fail under $CI.
 package deploy
