@@ -206,7 +206,7 @@ func Run(ctx context.Context, o *Options) error {
 	if agentCfg != nil {
 		tasks = append(tasks, func(ctx context.Context) error {
 			// The node service without its agent would serve a pool nobody reconciles.
-			return agent.Run(ctx, agentCfg, agent.Options{NodeName: o.NodeID, Pool: np.pool})
+			return agent.Run(ctx, agentCfg, agent.Options{NodeName: o.NodeID, Pool: np.pool, Devices: np.attacher})
 		})
 	}
 	return runAll(ctx, cancel, tasks)
