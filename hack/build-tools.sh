@@ -9,7 +9,8 @@
 # checks. At the end the script writes ${RAID10_CACHE}/env.sh, which hack/tool-env.sh
 # sources before `go test`:
 #
-#   RAID10_KUBE_BIN_DIR   etcd, kube-apiserver, kube-controller-manager (test/kubeenv)
+#   RAID10_KUBE_BIN_DIR     etcd, kube-apiserver, kube-controller-manager (test/kubeenv)
+#   RAID10_CSI_PROVISIONER  the external-provisioner sidecar, csi-provisioner (test/e2e)
 #
 # To add a tool, add one build_go_tool call (and, if the tests need it, an env_export line)
 # in main below. Usage: hack/build-tools.sh  (no arguments; set RAID10_CACHE to move the cache)
@@ -18,6 +19,7 @@ set -euo pipefail
 KUBE_VERSION=v1.37.2    # k8s.io/kubernetes: kube-apiserver, kube-controller-manager
 STAGING_VERSION=v0.37.2 # the k8s.io/<staging> modules released with KUBE_VERSION
 ETCD_VERSION=v3.6.5     # go.etcd.io/etcd/server/v3
+PROVISIONER_VERSION=v5.3.0 # github.com/kubernetes-csi/external-provisioner/v5: csi-provisioner
 
 CACHE=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
 mkdir -p "$CACHE"
@@ -139,6 +141,14 @@ main() {
     "$CACHE/etcd-$ETCD_VERSION/etcd" \
     "$CACHE/kube-$KUBE_VERSION/kube-apiserver" \
     "$CACHE/kube-$KUBE_VERSION/kube-controller-manager")"
+
+  # The real sidecar that turns PVCs into CreateVolume calls and publishes CSIStorageCapacity.
+  # Its own go.mod pins released k8s.io modules, so it needs no replace hook.
+  LDFLAGS="-X main.version=$PROVISIONER_VERSION" \
+    build_go_tool "csi-provisioner-$PROVISIONER_VERSION" \
+    github.com/kubernetes-csi/external-provisioner/v5 "$PROVISIONER_VERSION" \
+    csi-provisioner=github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner
+  env_export RAID10_CSI_PROVISIONER "$CACHE/csi-provisioner-$PROVISIONER_VERSION/csi-provisioner"
 
   {
     echo "# Written by hack/build-tools.sh; sourced by hack/tool-env.sh."
