@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -392,7 +393,7 @@ func (c *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 			return nil, err
 		}
 	}
-	params, err := parseParams(req.GetParameters())
+	params, err := parseParams(withoutSidecarKeys(req.GetParameters()))
 	if err != nil {
 		return nil, err
 	}
@@ -427,6 +428,24 @@ func (c *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 		MaximumVolumeSize: wrapperspb.Int64(largest),
 		MinimumVolumeSize: wrapperspb.Int64(SizeAlignment),
 	}, nil
+}
+
+// sidecarKeyPrefix marks the StorageClass parameters that the CSI sidecars reserve for
+// themselves (csi.storage.k8s.io/fstype, the secret references).
+const sidecarKeyPrefix = "csi.storage.k8s.io/"
+
+// withoutSidecarKeys drops the sidecars' reserved keys. external-provisioner strips them
+// before CreateVolume, but its capacity controller (--enable-capacity) passes the
+// StorageClass's parameters to GetCapacity as they are, so the chart's class, which sets
+// csi.storage.k8s.io/fstype, would otherwise get InvalidArgument and no CSIStorageCapacity.
+func withoutSidecarKeys(in map[string]string) map[string]string {
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		if !strings.HasPrefix(k, sidecarKeyPrefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // ListVolumes lists every Raid10Volume with its condition: abnormal unless Healthy.

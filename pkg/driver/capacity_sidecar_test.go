@@ -1,0 +1,34 @@
+package driver
+
+import (
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestGetCapacitySidecarKeys: external-provisioner's capacity controller sends GetCapacity
+// the StorageClass's parameters unfiltered, with csi.storage.k8s.io/fstype and secret keys
+// that it strips only before CreateVolume. GetCapacity ignores those reserved keys and still
+// refuses anything else it does not know (test/e2e TestPVCFlow runs the real sidecar).
+func TestGetCapacitySidecarKeys(t *testing.T) {
+	ctrl, _ := startDriver(t, fakeClient(t), DefaultReadyTimeout)
+	for _, tc := range []struct {
+		name   string
+		params map[string]string
+		want   codes.Code
+	}{
+		{"ChartClass", map[string]string{"csi.storage.k8s.io/fstype": "ext4", ParamMembers: "4", ParamChunkSize: "512Ki"}, codes.OK},
+		{"SecretRefs", map[string]string{"csi.storage.k8s.io/provisioner-secret-name": "s", "csi.storage.k8s.io/provisioner-secret-namespace": "ns"}, codes.OK},
+		{"UnknownStillRefused", map[string]string{"csi.storage.k8s.io/fstype": "ext4", "raidLevel": "5"}, codes.InvalidArgument},
+		{"BadMembersStillRefused", map[string]string{"csi.storage.k8s.io/fstype": "xfs", ParamMembers: "3"}, codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ctrl.GetCapacity(t.Context(), &csi.GetCapacityRequest{Parameters: tc.params})
+			if got := status.Code(err); got != tc.want {
+				t.Fatalf("GetCapacity(%v) = %v, want %v", tc.params, err, tc.want)
+			}
+		})
+	}
+}
