@@ -69,6 +69,7 @@ func runCluster(ctx context.Context, o *Options, args []string, out io.Writer) e
 	fs.StringVar(&o.Output, "o", o.Output, "output format: table, json or yaml")
 	var (
 		wipe    bool
+		follow  bool
 		timeout time.Duration
 		pos     []string
 		err     error
@@ -87,8 +88,9 @@ func runCluster(ctx context.Context, o *Options, args []string, out io.Writer) e
 		}
 	case "replace-disk":
 		fs.BoolVar(&wipe, "wipe", false, "let the agent erase a foreign signature on the new disk")
-		fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the node agent's answer")
-		pos, err = parseArgs(fs, rest, 3, 3, "replace-disk NODE OLD-DISK NEW-PATH [--wipe] [--timeout 2m]")
+		fs.BoolVar(&follow, "follow", false, "then follow the rebuild of the affected volumes until they are Healthy")
+		fs.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the node agent's answer (and, with --follow, for each rebuild)")
+		pos, err = parseArgs(fs, rest, 3, 3, "replace-disk NODE OLD-DISK NEW-PATH [--wipe] [--follow] [--timeout 2m]")
 	default:
 		return fmt.Errorf("unknown command %q (see kubectl-raid10 help)", cmd)
 	}
@@ -139,7 +141,11 @@ func runCluster(ctx context.Context, o *Options, args []string, out io.Writer) e
 	case "describe":
 		return describeVolume(ctx, c, r, pos[1])
 	case "replace-disk":
-		return replaceDisk(ctx, c, r, pos[0], pos[1], pos[2], wipe, timeout)
+		last, err := replaceDisk(ctx, c, r, pos[0], pos[1], pos[2], wipe, timeout)
+		if err != nil || !follow {
+			return err
+		}
+		return followRebuild(ctx, c, r, last.RebuildingVolumes, timeout)
 	}
 	return nil
 }
@@ -535,15 +541,15 @@ func describeVolume(ctx context.Context, c client.Client, r renderer, name strin
 // replaceDisk asks NODE's agent to replace OLD with NEW (Raid10Node spec.diskReplacement),
 // waits for its answer in status.lastDiskReplacement and prints it with the node's
 // rebuilding volumes.
-func replaceDisk(ctx context.Context, c client.Client, r renderer, node, oldDisk, newPath string, wipe bool, timeout time.Duration) error {
+func replaceDisk(ctx context.Context, c client.Client, r renderer, node, oldDisk, newPath string, wipe bool, timeout time.Duration) (*v1alpha1.DiskReplacementStatus, error) {
 	var n v1alpha1.Raid10Node
 	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 		if apierrors.IsNotFound(err) {
 			var nl v1alpha1.Raid10NodeList
 			_ = c.List(ctx, &nl)
-			return unknownNode(node, nl.Items)
+			return nil, unknownNode(node, nl.Items)
 		}
-		return fmt.Errorf("get Raid10Node %s: %w", node, err)
+		return nil, fmt.Errorf("get Raid10Node %s: %w", node, err)
 	}
 	i := slices.IndexFunc(n.Status.Disks, func(d v1alpha1.DiskStatus) bool { return d.ID == oldDisk || (d.Path != "" && d.Path == oldDisk) })
 	if i < 0 {
@@ -551,28 +557,28 @@ func replaceDisk(ctx context.Context, c client.Client, r renderer, node, oldDisk
 		for _, d := range n.Status.Disks {
 			known = append(known, fmt.Sprintf("%s (%s, %s)", d.ID, dash(d.Path), d.State))
 		}
-		return fmt.Errorf("unknown disk %q on node %s (its disks: %s): %w", oldDisk, node, strings.Join(known, "; "), errNotFound)
+		return nil, fmt.Errorf("unknown disk %q on node %s (its disks: %s): %w", oldDisk, node, strings.Join(known, "; "), errNotFound)
 	}
 	if d := n.Status.Disks[i]; d.State == v1alpha1.DiskStateHealthy {
-		return fmt.Errorf("disk %s (%s) on node %s is Healthy: only a Failed or Missing disk can be replaced", d.ID, dash(d.Path), node)
+		return nil, fmt.Errorf("disk %s (%s) on node %s is Healthy: only a Failed or Missing disk can be replaced", d.ID, dash(d.Path), node)
 	}
 	if !strings.HasPrefix(newPath, "/") {
-		return fmt.Errorf("new disk %q: must be a device path on node %s (/dev/disk/by-id/...)", newPath, node)
+		return nil, fmt.Errorf("new disk %q: must be a device path on node %s (/dev/disk/by-id/...)", newPath, node)
 	}
 	req := v1alpha1.DiskReplacementRequest{OldDisk: oldDisk, NewPath: newPath, Wipe: wipe}
 	if cur := n.Spec.DiskReplacement; cur != nil && *cur == req {
 		// The same request again (a retry): clear it first so that the new one is a new
 		// generation, which the agent acts on.
 		if err := c.Patch(ctx, &n, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"diskReplacement":null}}`))); err != nil {
-			return fmt.Errorf("patch Raid10Node %s: %w", node, err)
+			return nil, fmt.Errorf("patch Raid10Node %s: %w", node, err)
 		}
 	}
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"diskReplacement": req}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.Patch(ctx, &n, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("patch Raid10Node %s spec.diskReplacement: %w", node, err)
+		return nil, fmt.Errorf("patch Raid10Node %s spec.diskReplacement: %w", node, err)
 	}
 	gen := n.Generation
 	wctx, cancel := context.WithTimeout(ctx, timeout)
@@ -585,34 +591,34 @@ func replaceDisk(ctx context.Context, c client.Client, r renderer, node, oldDisk
 				break
 			}
 		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("get Raid10Node %s: %w", node, err)
+			return nil, fmt.Errorf("get Raid10Node %s: %w", node, err)
 		}
 		select {
 		case <-wctx.Done():
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
-			return fmt.Errorf("node %s: the agent did not answer the replacement of disk %s within %v (is its node plugin running? the request stays in spec.diskReplacement)", node, oldDisk, timeout)
+			return nil, fmt.Errorf("node %s: the agent did not answer the replacement of disk %s within %v (is its node plugin running? the request stays in spec.diskReplacement)", node, oldDisk, timeout)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	if ok, err := r.structured(last); ok {
 		if err == nil && last.Result != v1alpha1.DiskReplacementSucceeded {
-			return fmt.Errorf("node %s refused the replacement: %s", node, last.Message)
+			return nil, fmt.Errorf("node %s refused the replacement: %s", node, last.Message)
 		}
-		return err
+		return last, err
 	}
 	if last.Result != v1alpha1.DiskReplacementSucceeded {
-		return fmt.Errorf("node %s refused the replacement of disk %s by %s: %s", node, oldDisk, newPath, last.Message)
+		return nil, fmt.Errorf("node %s refused the replacement of disk %s by %s: %s", node, oldDisk, newPath, last.Message)
 	}
 	ew := &errWriter{w: r.w}
 	ew.printf("node %s: %s\n", node, last.Message)
 	if ew.err != nil {
-		return ew.err
+		return nil, ew.err
 	}
 	var vl v1alpha1.Raid10VolumeList
 	if err := c.List(ctx, &vl, client.MatchingFields{"spec.node": node}); err != nil {
-		return fmt.Errorf("list Raid10Volumes: %w", err)
+		return nil, fmt.Errorf("list Raid10Volumes: %w", err)
 	}
 	var affected []v1alpha1.Raid10Volume
 	for _, v := range vl.Items {
@@ -621,11 +627,59 @@ func replaceDisk(ctx context.Context, c client.Client, r renderer, node, oldDisk
 		}
 	}
 	if len(affected) == 0 {
-		return nil
+		return last, nil
 	}
 	ew.printf("\n")
 	if ew.err != nil {
-		return ew.err
+		return nil, ew.err
 	}
-	return r.clusterVolumes(affected, time.Now())
+	return last, r.clusterVolumes(affected, time.Now())
+}
+
+// followRebuild prints a line whenever the health or rebuild progress of one of the named
+// volumes changes ("pvc-1: Rebuilding [#####.....] 52% ETA 1m10s"; nothing with -o
+// json|yaml) until all are Healthy; it fails when none of them changed for timeout.
+func followRebuild(ctx context.Context, c client.Client, r renderer, names []string, timeout time.Duration) error {
+	last := map[string]string{}
+	deadline := time.Now().Add(timeout)
+	for {
+		healthy := 0
+		var lagging []string
+		for _, name := range names {
+			var v v1alpha1.Raid10Volume
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &v); err != nil {
+				if apierrors.IsNotFound(err) {
+					return fmt.Errorf("volume %s was deleted during its rebuild: %w", name, errNotFound)
+				}
+				return fmt.Errorf("get Raid10Volume %s: %w", name, err)
+			}
+			line := fmt.Sprintf("%s: %s %s", name, dash(string(v.Status.Health)), progressBar(v.Status.Rebuild))
+			if v.Status.Health == v1alpha1.VolumeHealthHealthy {
+				line = fmt.Sprintf("%s: Healthy, %s members in sync", name, v.Status.InSync)
+				healthy++
+			} else {
+				lagging = append(lagging, fmt.Sprintf("%s (%s)", name, dash(string(v.Status.Health))))
+			}
+			if line != last[name] {
+				last[name] = line
+				deadline = time.Now().Add(timeout) // progress: the timeout starts again
+				if r.o.Output == "table" {
+					if _, err := fmt.Fprintln(r.w, line); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if healthy == len(names) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no rebuild progress for %v: %s", timeout, strings.Join(lagging, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

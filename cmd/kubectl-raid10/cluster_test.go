@@ -527,14 +527,24 @@ func TestClusterMode(t *testing.T) {
 		cl.waitFor(10*time.Second, "second failed disk reported", func() bool { return cl.node(clusterNode).Status.HealthyDisks == 3 })
 		missing := filepath.Join(filepath.Dir(second), "no-such-disk.img")
 		var gens []int64
-		for range 2 {
-			_, err := cl.kubectl("replace-disk", clusterNode, secondID, missing)
+		for i := range 2 {
+			args := []string{"replace-disk", clusterNode, secondID, missing}
+			if i == 1 {
+				args = append(args, "-o", "json")
+			}
+			out, err := cl.kubectl(args...)
 			if err == nil || !strings.Contains(err.Error(), "refused the replacement") || !strings.Contains(err.Error(), "no-such-disk.img") {
 				t.Fatalf("replace-disk onto a missing disk: %v", err)
 			}
 			last := cl.node(clusterNode).Status.LastDiskReplacement
 			if last.Result != v1alpha1.DiskReplacementFailed || last.OldDisk != secondID {
 				t.Fatalf("status.lastDiskReplacement: %+v", last)
+			}
+			if i == 1 {
+				var printed v1alpha1.DiskReplacementStatus
+				if err := json.Unmarshal([]byte(out), &printed); err != nil || printed.ObservedGeneration != last.ObservedGeneration || printed.Result != v1alpha1.DiskReplacementFailed {
+					t.Fatalf("replace-disk -o json printed %q (%v), status %+v", out, err, last)
+				}
 			}
 			gens = append(gens, last.ObservedGeneration)
 		}
@@ -543,10 +553,18 @@ func TestClusterMode(t *testing.T) {
 		}
 		t.Logf("refused twice: %v", cl.node(clusterNode).Status.LastDiskReplacement.Message)
 		// The pool is unchanged by the refusals, and the real replacement still works.
-		cl.kubectlOK("replace-disk", clusterNode, secondID, cl.disks[5], "-o", "json")
-		cl.waitFor(2*time.Minute, "Healthy after the second rebuild", func() bool {
-			return cl.volume(vol.Name).Status.Health == v1alpha1.VolumeHealthHealthy
-		})
+		// With --follow the command returns once the volume is Healthy again, having printed
+		// the rebuild's progress.
+		start := time.Now()
+		out := cl.kubectlOK("replace-disk", clusterNode, secondID, cl.disks[5], "--follow")
+		t.Logf("replace-disk --follow (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
+		if v := cl.volume(vol.Name); v.Status.Health != v1alpha1.VolumeHealthHealthy {
+			t.Fatalf("replace-disk --follow returned with the volume %s", v.Status.Health)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if n := len(barRE.FindAllString(out, -1)); n < 2 || lines[len(lines)-1] != vol.Name+": Healthy, 4/4 members in sync" {
+			t.Fatalf("replace-disk --follow: %d progress bars, last line %q", n, lines[len(lines)-1])
+		}
 		cl.waitFor(time.Minute, "replacement Events on the Raid10Node", func() bool {
 			var el eventsv1.EventList
 			if err := cl.c.List(ctx, &el); err != nil {

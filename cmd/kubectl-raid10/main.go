@@ -72,10 +72,11 @@ Cluster commands (-o table|json|yaml):
   volumes [NAME]                 volumes, as kubectl get r10v, with rebuild progress bars
   disks [NODE]                   every node's disks: state, size, free
   describe volume NAME           spec, status, members, conditions and recent Events
-  replace-disk NODE OLD NEW [--wipe] [--timeout 2m]
+  replace-disk NODE OLD NEW [--wipe] [--follow] [--timeout 2m]
                                  ask NODE's agent to replace its Failed or Missing disk OLD
                                  (an id or path from "disks") by the blank disk at path NEW;
-                                 the volumes on OLD rebuild onto NEW
+                                 the volumes on OLD rebuild onto NEW (--follow: print their
+                                 progress until Healthy)
 
 Local commands (--local):
   status                         pool capacity, disks and volumes

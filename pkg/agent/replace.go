@@ -76,7 +76,12 @@ func (a *Agent) replaceDisk(ctx context.Context, n *v1alpha1.Raid10Node) *v1alph
 		}
 	}
 	st.RebuildingVolumes = rebuilding
-	st.Message = fmt.Sprintf("disk %s replaced by %s (%s); %d volumes rebuild onto it", req.OldDisk, req.NewPath, orDash(st.NewDisk), len(rebuilding))
+	st.Message = fmt.Sprintf("disk %s replaced by %s (%s); ", req.OldDisk, req.NewPath, orDash(st.NewDisk))
+	if len(rebuilding) == 1 {
+		st.Message += "1 volume rebuilds onto it"
+	} else {
+		st.Message += fmt.Sprintf("%d volumes rebuild onto it", len(rebuilding))
+	}
 	logger.Info("Disk replaced", "newDisk", st.NewDisk, "rebuilding", len(rebuilding))
 	a.event(n, corev1.EventTypeNormal, EventDiskReplaced, "ReplaceDisk", "%s", st.Message)
 	a.enqueueNode()
