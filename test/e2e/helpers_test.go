@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -326,12 +327,22 @@ func klogToFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	klog.LogToStderr(false)
+	// klog's own flags, on a private set: errors too go only to the file.
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	set := func(name, value string) {
+		if err := fs.Set(name, value); err != nil {
+			t.Fatalf("klog flag %s: %v", name, err)
+		}
+	}
+	set("stderrthreshold", "FATAL")
+	set("logtostderr", "false")
 	klog.SetOutput(f)
 	t.Cleanup(func() {
 		klog.Flush()
 		klog.SetOutput(os.Stderr)
-		klog.LogToStderr(true)
+		set("logtostderr", "true")
+		set("stderrthreshold", "ERROR")
 		_ = f.Close()
 		if t.Failed() {
 			t.Logf("last lines of the controller and agent log (%s):\n%s", path, tail(path))
