@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -92,6 +94,10 @@ func TestDirectMode(t *testing.T) {
 	var vs []pool.VolumeInfo
 	if err := json.Unmarshal([]byte(runOK(t, o, "volumes", "-o", "json")), &vs); err != nil || len(vs) != 1 || vs[0].Size != 32<<20 {
 		t.Fatalf("volumes -o json: %+v %v", vs, err)
+	}
+	var vy []pool.VolumeInfo
+	if err := yaml.Unmarshal([]byte(runOK(t, o, "volumes", "-o", "yaml")), &vy); err != nil || len(vy) != 1 || vy[0].Size != 32<<20 || vy[0].Name != "v1" {
+		t.Fatalf("volumes -o yaml: %+v %v", vy, err)
 	}
 	runOK(t, o, "disk", "fail", filepath.Join(dir, "disk2.img"))
 	out = runOK(t, o, "status")
