@@ -103,8 +103,8 @@ type Options struct {
 	// default DefaultPollInterval.
 	PollInterval time.Duration
 	// Devices, when set, gives status.devicePath and grows an attached volume's device right
-	// after the array (so a Block volume needs no NodeExpandVolume). Without it devicePath
-	// is left as it is.
+	// after the array (a Block volume sees its new size before NodeExpandVolume even runs).
+	// Without it devicePath is left as it is.
 	Devices Devices
 }
 
