@@ -2,6 +2,7 @@ package sanity
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,9 +17,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	csisanity "github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
+	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 	"github.com/raid10-csi/raid10-csi/test/vm"
 )
@@ -47,7 +55,7 @@ func TestSanityVM(t *testing.T) {
 	}
 	t.Logf("plugin built in %s", time.Since(start).Round(time.Second))
 	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 20 * time.Minute, Memory: 2048, Env: []string{pluginEnv + "=" + plugin}},
-		".", "-test.run=^TestSanityInGuest$", "-test.v", "-test.timeout=18m")
+		".", "-test.run=^TestSanityInGuest$", "-test.v", "-test.timeout=18m", "-ginkgo.v", "-ginkgo.no-color")
 	t.Logf("VM run: boot %s, total %s (with the builds: %s)", res.Boot.Round(time.Second),
 		res.Duration.Round(time.Second), time.Since(start).Round(time.Second))
 }
@@ -57,8 +65,8 @@ func TestSanityInGuest(t *testing.T) {
 	if !vm.InGuest() {
 		t.Skip("runs in the VM (TestSanityVM)")
 	}
-	plugin := os.Getenv(pluginEnv)
-	if plugin == "" {
+	bin := os.Getenv(pluginEnv)
+	if bin == "" {
 		t.Fatalf("%s is not set: run TestSanityVM", pluginEnv)
 	}
 	dir := t.TempDir()
@@ -82,10 +90,10 @@ func TestSanityInGuest(t *testing.T) {
 	sock := filepath.Join(dir, "csi.sock")
 	const metricsAddr = "127.0.0.1:9810"
 
-	p := startPlugin(t, plugin, "--mode=all", "--node-id=sanity-node", "--endpoint=unix://"+sock,
-		"--pool-config="+poolConfig, "--state-dir="+stateDir, "--metrics-address="+metricsAddr,
-		"--ready-timeout=30s", "--v=2")
-	waitReady(t, p, "http://"+metricsAddr+"/readyz")
+	h := &harness{bin: bin, base: "http://" + metricsAddr, args: []string{"--mode=all", "--node-id=sanity-node",
+		"--endpoint=unix://" + sock, "--pool-config=" + poolConfig, "--state-dir=" + stateDir,
+		"--metrics-address=" + metricsAddr, "--ready-timeout=30s", "--v=2"}}
+	h.start(t)
 
 	sc := csisanity.NewTestConfig()
 	sc.Address = "unix://" + sock
@@ -95,11 +103,18 @@ func TestSanityInGuest(t *testing.T) {
 	sc.TestVolumeExpandSize = 32 << 20
 	sc.IdempotentCount = 3
 	sc.TestNodeVolumeAttachLimit = true
-	start := time.Now()
+	began := time.Now()
 	csisanity.Test(t, sc)
-	t.Logf("csi-sanity: %s", time.Since(start).Round(time.Second))
+	t.Logf("csi-sanity: %s", time.Since(began).Round(time.Second))
 	if t.Failed() {
-		p.stop(t)
+		h.p.stop(t)
+		return
+	}
+
+	// The plugin restarts under a staged volume, and /readyz notices a lost device.
+	restartAndReadiness(t, h, dir, stateDir, sock)
+	if t.Failed() {
+		h.p.stop(t)
 		return
 	}
 
@@ -115,7 +130,7 @@ func TestSanityInGuest(t *testing.T) {
 	if err := json.Unmarshal(b, &recs); err != nil || recs.Version != 1 || len(recs.Volumes) != 0 {
 		t.Errorf("records file after the suite: %v: want version 1 and no volume:\n%s", err, b)
 	}
-	code, body := get("http://" + metricsAddr + "/metrics")
+	code, body := get(h.base + "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}
@@ -133,10 +148,139 @@ func TestSanityInGuest(t *testing.T) {
 	if strings.Contains(body, "raid10_volume_size_bytes{") {
 		t.Errorf("/metrics still reports a volume after the suite deleted them all")
 	}
-	if code, body := get("http://" + metricsAddr + "/readyz"); code != http.StatusOK {
+	if code, body := get(h.base + "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz after the suite: %d %s", code, body)
 	}
-	p.stop(t)
+	h.p.stop(t)
+}
+
+// harness starts the plugin binary bin with args; base is its metrics server's URL.
+type harness struct {
+	bin, base string
+	args      []string
+	p         *plugin // the process running now
+}
+
+// start starts the plugin and waits until /readyz is ok.
+func (h *harness) start(t *testing.T) {
+	t.Helper()
+	h.p = startPlugin(t, h.bin, h.args...)
+	waitReady(t, h.p, h.base+"/readyz")
+}
+
+// restartAndReadiness: a volume staged with data on it, the plugin stopped (SIGTERM, exit 0:
+// the device stays attached) and started again: the volume is still listed with its
+// filesystem, CreateVolume and NodeStageVolume of it are idempotent, the data reads back
+// through the reattached device. Then the device is disconnected behind the plugin's back:
+// /readyz turns 503 naming the volume, and ok again once the volume is unstaged.
+func restartAndReadiness(t *testing.T, h *harness, dir, stateDir, sock string) {
+	base := h.base
+	ctx := context.Background()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cc, nc := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	mountCap := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	create := &csi.CreateVolumeRequest{Name: "restart-vol", CapacityRange: &csi.CapacityRange{RequiredBytes: 32 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap}}
+	vol, err := cc.CreateVolume(ctx, create)
+	if err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	id := vol.GetVolume().GetVolumeId()
+	staging := filepath.Join(dir, "restart-staging")
+	stage := &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: mountCap}
+	if _, err := nc.NodeStageVolume(ctx, stage); err != nil {
+		t.Fatalf("NodeStageVolume: %v", err)
+	}
+	data := []byte(strings.Repeat("raid10 standalone restart\n", 1000))
+	if err := writeSync(filepath.Join(staging, "data"), data); err != nil {
+		t.Fatal(err)
+	}
+
+	began := time.Now()
+	h.p.stop(t)
+	h.start(t)
+	t.Logf("plugin restarted and ready in %s", time.Since(began).Round(time.Millisecond))
+	list, err := cc.ListVolumes(ctx, &csi.ListVolumesRequest{})
+	if err != nil || len(list.GetEntries()) != 1 || list.GetEntries()[0].GetVolume().GetVolumeId() != id {
+		t.Fatalf("ListVolumes after the restart: %v, %v: want %s alone", list, err, id)
+	}
+	if again, err := cc.CreateVolume(ctx, create); err != nil || again.GetVolume().GetVolumeId() != id {
+		t.Fatalf("CreateVolume after the restart: %v, %v: want %s", again, err, id)
+	}
+	asXFS := proto.Clone(create).(*csi.CreateVolumeRequest)
+	asXFS.VolumeCapabilities[0].GetMount().FsType = "xfs"
+	if _, err := cc.CreateVolume(ctx, asXFS); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("CreateVolume as xfs after the restart: %v, want AlreadyExists (the records keep ext4)", err)
+	}
+	if _, err := nc.NodeStageVolume(ctx, stage); err != nil {
+		t.Fatalf("NodeStageVolume after the restart: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(staging, "data"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("data after the restart: %d bytes, %v: want the %d bytes written", len(got), err, len(data))
+	}
+
+	st, err := kernel.OpenState(filepath.Join(stateDir, "nbd-state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, ok := st.Get(id)
+	if !ok {
+		t.Fatalf("no NBD device recorded for %s", id)
+	}
+	nl, err := kernel.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	if err := nl.Disconnect(rec.Index); err != nil {
+		t.Fatal(err)
+	}
+	began = time.Now()
+	for {
+		code, body := get(base + "/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, id) {
+			t.Logf("/readyz %d %q, %s after the device was disconnected", code, strings.TrimSpace(body), time.Since(began).Round(time.Millisecond))
+			break
+		}
+		if time.Since(began) > 60*time.Second {
+			t.Fatalf("/readyz still %d %q 60 s after %s was disconnected behind the plugin", code, body, kernel.DevicePath(rec.Index))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := nc.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		t.Fatalf("NodeUnstageVolume of the lost device: %v", err)
+	}
+	if code, body := get(base + "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz after the unstage: %d %q", code, body)
+	}
+	if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatalf("DeleteVolume: %v", err)
+	}
+}
+
+// writeSync writes data to a new file and fsyncs it.
+func writeSync(path string, data []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // plugin is the plugin process.
@@ -176,11 +320,7 @@ func startPlugin(t *testing.T, bin string, args ...string) *plugin {
 			p.mu.Unlock()
 		}
 	}()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-		}
-	})
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() }) // "already finished" after a stop
 	return p
 }
 
