@@ -42,8 +42,8 @@ const localExpandRetry = 2 * time.Second
 // unchanged; its waits find the work already done, because the store does it synchronously:
 //
 //   - CreateVolume records the object, creates the pool volume (spec.sizeBytes,
-//     spec.layout.members; the chunk size is the pool's, as with the agent), and marks the
-//     record provisioned. A pool refusal leaves the object with phase Failed and the agent's
+//     spec.layout.members and chunkSizeBytes, as the agent does), and marks the record
+//     provisioned. A pool refusal leaves the object with phase Failed and the agent's
 //     reasons (InsufficientCapacity for pool.ErrNoSpace, else CreateFailed), which the
 //     controller answers and cleans up as it does for the agent.
 //   - UpdateVolume records the new spec (a new generation) and grows the pool volume; a
@@ -52,8 +52,8 @@ const localExpandRetry = 2 * time.Second
 //   - GetNode and ListNodes report one Raid10Node, named after the node ID, from
 //     pool.Status and pool.MemberFree.
 //
-// What the pool cannot hold (the CSI name and PVC annotations, volume mode, fsType, chunk
-// size, generation) is kept in the records file (LocalRecordsFile in the state directory),
+// What the pool cannot hold (the CSI name and PVC annotations, volume mode, fsType,
+// generation) is kept in the records file (LocalRecordsFile in the state directory),
 // JSON, replaced atomically (kernel.WriteFileAtomic) before and after each pool change:
 //
 //	{"version": 1, "volumes": [{"name": "pvc-…", "uid": "…", "generation": 1,
@@ -321,7 +321,8 @@ func (s *LocalStore) CreateVolume(_ context.Context, vol *v1alpha1.Raid10Volume)
 		delete(s.vols, vol.Name)
 		return err
 	}
-	info, err := s.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), pool.CreateOptions{Members: int(vol.Spec.Layout.Members)})
+	info, err := s.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), pool.CreateOptions{
+		Members: int(vol.Spec.Layout.Members), ChunkSize: vol.Spec.Layout.ChunkSizeBytes})
 	if err != nil {
 		reason := agent.ReasonCreateFailed
 		switch {

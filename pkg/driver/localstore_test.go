@@ -180,7 +180,7 @@ func TestLocalStoreRestart(t *testing.T) {
 	xfs.VolumeCapabilities = []*csi.VolumeCapability{mountCap("xfs")}
 	block := createReq("pvc-block", 16<<20, localNode)
 	block.VolumeCapabilities = []*csi.VolumeCapability{blockCap()}
-	block.Parameters = map[string]string{ParamMembers: "2"}
+	block.Parameters = map[string]string{ParamMembers: "2", ParamChunkSize: "64Ki"}
 	for _, r := range []*csi.CreateVolumeRequest{xfs, block, createReq("pvc-gone", 16<<20, localNode), createReq("pvc-deleting", 16<<20, localNode)} {
 		if _, err := c.CreateVolume(ctx, r); err != nil {
 			t.Fatalf("CreateVolume %s: %v", r.Name, err)
@@ -269,6 +269,9 @@ func TestLocalStoreRestart(t *testing.T) {
 	blk, err := s2.GetVolume(ctx, "pvc-block")
 	if err != nil || blk.Spec.VolumeMode != v1alpha1.VolumeModeBlock || blk.Spec.Layout.Members != 2 || blk.Status.Phase != v1alpha1.VolumePhaseReady {
 		t.Fatalf("pvc-block after restart: %+v, %v: want a Ready 2-member block volume", blk, err)
+	}
+	if pi, err := p2.Volume("pvc-block"); err != nil || pi.ChunkSize != 64<<10 || len(pi.Members) != 2 {
+		t.Fatalf("pool volume pvc-block: %+v, %v: want 2 members with 64 KiB chunks (the chunkSize parameter)", pi, err)
 	}
 
 	gone, err := s2.GetVolume(ctx, "pvc-gone")
