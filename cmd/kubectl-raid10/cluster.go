@@ -456,6 +456,16 @@ func describeVolume(ctx context.Context, c client.Client, r renderer, name strin
 	if ok, err := r.structured(describedVolume{Volume: &v, Events: evs}); ok {
 		return err
 	}
+	// The members' disk paths, from the node's Raid10Node (none when it has none).
+	paths := map[string]string{}
+	var n v1alpha1.Raid10Node
+	if err := c.Get(ctx, client.ObjectKey{Name: v.Spec.Node}, &n); err == nil {
+		for _, d := range n.Status.Disks {
+			paths[d.ID] = d.Path
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get Raid10Node %s: %w", v.Spec.Node, err)
+	}
 	now := time.Now()
 	ew := &errWriter{w: r.w}
 	ew.printf("Name:          %s\n", v.Name)
@@ -505,10 +515,10 @@ func describeVolume(ctx context.Context, c client.Client, r renderer, name strin
 	if len(st.Members) == 0 {
 		ew.printf("  (none reported)\n")
 	} else {
-		ew.printf("  INDEX\tDISK\tSTATE\tMESSAGE\n")
+		ew.printf("  INDEX\tDISK\tPATH\tSTATE\tMESSAGE\n")
 	}
 	for _, m := range st.Members {
-		ew.printf("  %d\t%s\t%s\t%s\n", m.Index, dash(m.Disk), m.State, dash(m.Message))
+		ew.printf("  %d\t%s\t%s\t%s\t%s\n", m.Index, dash(m.Disk), dash(paths[m.Disk]), m.State, dash(m.Message))
 	}
 	ew.printf("Conditions:\n")
 	if len(st.Conditions) == 0 {

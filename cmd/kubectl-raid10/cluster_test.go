@@ -494,7 +494,7 @@ func TestClusterMode(t *testing.T) {
 			t.Fatal("describe shows a rebuild after it finished")
 		}
 		newID := cl.node(clusterNode).Status.LastDiskReplacement.NewDisk
-		if f := strings.Fields(lineOf(out, "  1 ")); len(f) < 3 || f[1] != newID || f[2] != "InSync" {
+		if f := strings.Fields(lineOf(out, "  1 ")); len(f) < 4 || f[1] != newID || f[2] != cl.disks[4] || f[3] != "InSync" {
 			t.Fatalf("member 1 (rebuilt onto %s): %q", newID, f)
 		}
 		var dv describedVolume
