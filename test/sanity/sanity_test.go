@@ -111,6 +111,18 @@ func TestSanityInGuest(t *testing.T) {
 		return
 	}
 
+	// /metrics counted the suite's calls as the client got them and reports the pool, and
+	// no volume: the suite deleted them all.
+	wantMetrics(t, h.base, []string{
+		`raid10_csi_operations_total{code="OK",method="CreateVolume"}`,
+		`raid10_csi_operations_total{code="AlreadyExists",method="CreateVolume"}`,
+		`raid10_csi_operations_total{code="OK",method="NodeStageVolume"}`,
+		`raid10_csi_operations_total{code="OK",method="ControllerExpandVolume"}`,
+		`raid10_csi_operations_total{code="NotFound",method="NodeGetVolumeStats"}`,
+		`raid10_pool_largest_volume_bytes{`,
+		`raid10_disk_state{disk=`,
+	}, "raid10_volume_size_bytes{")
+
 	// The plugin restarts under a staged volume, and /readyz notices a lost device.
 	restartAndReadiness(t, h, dir, stateDir, sock)
 	if t.Failed() {
@@ -118,7 +130,8 @@ func TestSanityInGuest(t *testing.T) {
 		return
 	}
 
-	// Every volume the suite made is gone, from the records and from the pool.
+	// Every volume is gone, from the records and from the pool; the restarted process
+	// counted its own calls.
 	var recs struct {
 		Version int               `json:"version"`
 		Volumes []json.RawMessage `json:"volumes"`
@@ -128,30 +141,37 @@ func TestSanityInGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(b, &recs); err != nil || recs.Version != 1 || len(recs.Volumes) != 0 {
-		t.Errorf("records file after the suite: %v: want version 1 and no volume:\n%s", err, b)
+		t.Errorf("records file at the end: %v: want version 1 and no volume:\n%s", err, b)
 	}
-	code, body := get(h.base + "/metrics")
+	wantMetrics(t, h.base, []string{
+		`raid10_csi_operations_total{code="OK",method="DeleteVolume"} 1`,
+		`raid10_csi_operations_total{code="AlreadyExists",method="CreateVolume"} 1`,
+		`raid10_pool_largest_volume_bytes{`,
+	}, "raid10_volume_size_bytes{")
+	if code, body := get(h.base + "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz at the end: %d %s", code, body)
+	}
+	h.p.stop(t)
+}
+
+// wantMetrics fails t unless /metrics under base has every line prefix in want and none
+// of absent.
+func wantMetrics(t *testing.T, base string, want []string, absent ...string) {
+	t.Helper()
+	code, body := get(base + "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}
-	for _, want := range []string{
-		`raid10_csi_operations_total{code="OK",method="CreateVolume"}`,
-		`raid10_csi_operations_total{code="OK",method="NodeStageVolume"}`,
-		`raid10_csi_operations_total{code="NotFound",method="NodeGetVolumeStats"}`,
-		`raid10_pool_largest_volume_bytes{`,
-		`raid10_disk_state{disk=`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %s", want)
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("/metrics lacks %s", w)
 		}
 	}
-	if strings.Contains(body, "raid10_volume_size_bytes{") {
-		t.Errorf("/metrics still reports a volume after the suite deleted them all")
+	for _, a := range absent {
+		if strings.Contains(body, a) {
+			t.Errorf("/metrics has %s", a)
+		}
 	}
-	if code, body := get(h.base + "/readyz"); code != http.StatusOK {
-		t.Errorf("/readyz after the suite: %d %s", code, body)
-	}
-	h.p.stop(t)
 }
 
 // harness starts the plugin binary bin with args; base is its metrics server's URL.

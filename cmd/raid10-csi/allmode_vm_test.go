@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/raid10-csi/raid10-csi/pkg/driver"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+// TestAllModeVM runs TestAllModeInGuest in the VM (the all mode needs the kernel's nbd).
+func TestAllModeVM(t *testing.T) {
+	if vm.InGuest() {
+		t.Skip("already in the guest")
+	}
+	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 5 * time.Minute, Memory: 1024, CPUs: 1},
+		".", "-test.run=^TestAllModeInGuest$", "-test.v", "-test.timeout=4m")
+	t.Logf("VM run: boot %s, total %s", res.Boot.Round(time.Second), res.Duration.Round(time.Second))
+}
+
+// TestAllModeInGuest starts Run in --mode=all on four file disks with --metrics-address and
+// checks, over the CSI socket and HTTP, that one process provisions, attaches and reports:
+// /readyz ok once serving, a volume created and staged as a block device, /metrics with that
+// volume's pool metrics and the CSI calls by method and code, and Run returning nil (devices
+// left attached for a restart) after ctx ends.
+func TestAllModeInGuest(t *testing.T) {
+	if !vm.InGuest() {
+		t.Skip("runs in the VM (TestAllModeVM)")
+	}
+	dir := t.TempDir()
+	var cfg pool.Config
+	for i := range 4 {
+		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 128<<20); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
+	}
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "pool.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock, addr := filepath.Join(dir, "csi.sock"), freeAddr(t)
+	o := Options{Mode: driver.ModeAll, NodeID: "vm-node", Endpoint: "unix://" + sock, ReadyTimeout: 30 * time.Second,
+		PoolConfig: filepath.Join(dir, "pool.json"), StateDir: filepath.Join(dir, "state"), MetricsAddress: addr}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, &o) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run still running 30 s after ctx ended")
+		}
+	}
+	defer stop()
+	deadline := time.Now().Add(time.Minute)
+	for code, body := get("http://" + addr + "/readyz"); code != http.StatusOK; code, body = get("http://" + addr + "/readyz") {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d %q after a minute", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	block := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	vol, err := csi.NewControllerClient(conn).CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "vol-metrics",
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}, VolumeCapabilities: []*csi.VolumeCapability{block}})
+	if err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	id := vol.GetVolume().GetVolumeId()
+	if _, err := csi.NewNodeClient(conn).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id,
+		StagingTargetPath: filepath.Join(dir, "staging"), VolumeCapability: block}); err != nil {
+		t.Fatalf("NodeStageVolume: %v", err)
+	}
+	if code, body := get("http://" + addr + "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz with a staged volume: %d %q", code, body)
+	}
+	code, body := get("http://" + addr + "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`raid10_volume_size_bytes{volume="vol-metrics"} 1.6777216e+07`,
+		`raid10_volume_health{health="Healthy",volume="vol-metrics"} 1`,
+		`raid10_csi_operations_total{code="OK",method="CreateVolume"} 1`,
+		`raid10_csi_operations_total{code="OK",method="NodeStageVolume"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	stop()
+	if code, _ := get("http://" + addr + "/healthz"); code != -1 {
+		t.Errorf("/healthz answers %d after Run returned", code)
+	}
+}
