@@ -113,9 +113,14 @@ func BenchmarkFioNBD(b *testing.B) {
 	defer func() { kitCmd.Process.Kill(); kitCmd.Wait() }()
 	waitSocket(b, kit)
 
-	servers := []struct{ name, sock string }{{"raid10-csi", ours}, {"nbdkit", kit}, {"go-nbd", gonbd}}
+	self := os.Getpid()
+	servers := []struct {
+		name, sock string
+		pid        int // whose CPU time is the server's
+	}{{"raid10-csi", ours, self}, {"nbdkit", kit, kitCmd.Process.Pid}, {"go-nbd", gonbd, self}}
 	type key struct{ cas, server string }
 	iops := map[key]float64{}
+	cpu := map[key]float64{} // server CPU microseconds per request, of the best run
 	var cases []string
 	for _, rw := range []string{"randread", "randwrite"} {
 		for _, qd := range []int{1, 32} {
@@ -125,12 +130,18 @@ func BenchmarkFioNBD(b *testing.B) {
 				b.Run(cas, func(b *testing.B) {
 					for range rounds {
 						for _, s := range servers {
-							v := runFio(b, s.sock, rw, qd, conns, runtime)
-							iops[key{cas, s.name}] = max(iops[key{cas, s.name}], v)
+							t0 := cpuTicks(b, s.pid)
+							v, ios := runFio(b, s.sock, rw, qd, conns, runtime)
+							used := float64(cpuTicks(b, s.pid)-t0) / clockTicks * 1e6
+							if k := (key{cas, s.name}); v > iops[k] {
+								iops[k] = v
+								cpu[k] = ratio(used, ios)
+							}
 						}
 					}
 					for _, s := range servers {
 						b.ReportMetric(iops[key{cas, s.name}], s.name+"-iops")
+						b.ReportMetric(cpu[key{cas, s.name}], s.name+"-cpu-us/io")
 					}
 					b.ReportMetric(ratio(iops[key{cas, "raid10-csi"}], iops[key{cas, "nbdkit"}]), "x-nbdkit")
 					b.ReportMetric(ratio(iops[key{cas, "raid10-csi"}], iops[key{cas, "go-nbd"}]), "x-go-nbd")
@@ -141,10 +152,12 @@ func BenchmarkFioNBD(b *testing.B) {
 	}
 	var t strings.Builder
 	fmt.Fprintf(&t, "\nbest of %d interleaved runs of %ss each\n", rounds, runtime)
-	fmt.Fprintf(&t, "%-24s %12s %12s %12s %10s %10s\n", "4k, fio nbd engine", "raid10-csi", "nbdkit", "go-nbd", "/nbdkit", "/go-nbd")
+	fmt.Fprintf(&t, "%-24s %12s %12s %12s %10s %10s   %s\n", "4k, fio nbd engine, IOPS", "raid10-csi", "nbdkit", "go-nbd", "/nbdkit", "/go-nbd",
+		"server CPU us/io: raid10-csi nbdkit go-nbd")
 	for _, c := range cases {
 		o, k, g := iops[key{c, "raid10-csi"}], iops[key{c, "nbdkit"}], iops[key{c, "go-nbd"}]
-		fmt.Fprintf(&t, "%-24s %12.0f %12.0f %12.0f %9.2fx %9.2fx\n", c, o, k, g, ratio(o, k), ratio(o, g))
+		fmt.Fprintf(&t, "%-24s %12.0f %12.0f %12.0f %9.2fx %9.2fx   %6.1f %6.1f %6.1f\n", c, o, k, g, ratio(o, k), ratio(o, g),
+			cpu[key{c, "raid10-csi"}], cpu[key{c, "nbdkit"}], cpu[key{c, "go-nbd"}])
 	}
 	b.Log(t.String())
 }
@@ -183,10 +196,35 @@ func waitSocket(b *testing.B, path string) {
 	b.Fatalf("%s never accepted", path)
 }
 
-func runFio(b *testing.B, sock, rw string, qd, conns int, runtime string) float64 {
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on Linux).
+const clockTicks = 100
+
+// cpuTicks returns the user+system CPU time of process pid (all its threads) in clock ticks.
+func cpuTicks(b *testing.B, pid int) uint64 {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The command name (field 2) may hold spaces: count fields after its closing paren.
+	s := string(st)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	var utime, stime uint64
+	if _, err := fmt.Sscan(f[11], &utime); err != nil { // field 14
+		b.Fatal(err)
+	}
+	if _, err := fmt.Sscan(f[12], &stime); err != nil { // field 15
+		b.Fatal(err)
+	}
+	return utime + stime
+}
+
+// runFio runs one fio job against the NBD server on sock and returns its IOPS and the number of
+// I/Os it completed. There is no ramp time: the server's CPU time over the whole run divides by
+// every I/O of the run.
+func runFio(b *testing.B, sock, rw string, qd, conns int, runtime string) (iops, ios float64) {
 	out, err := exec.Command("fio", "--name=bench", "--ioengine=nbd", "--uri="+uri(sock),
 		"--rw="+rw, "--bs=4k", fmt.Sprintf("--iodepth=%d", qd), fmt.Sprintf("--numjobs=%d", conns),
-		"--size=256M", "--time_based", "--runtime="+runtime, "--ramp_time=500ms",
+		"--size=256M", "--time_based", "--runtime="+runtime,
 		"--group_reporting", "--output-format=json").Output()
 	if err != nil {
 		var ee *exec.ExitError
@@ -199,10 +237,12 @@ func runFio(b *testing.B, sock, rw string, qd, conns int, runtime string) float6
 		Jobs []struct {
 			Error int `json:"error"`
 			Read  struct {
-				IOPS float64 `json:"iops"`
+				IOPS     float64 `json:"iops"`
+				TotalIOs float64 `json:"total_ios"`
 			} `json:"read"`
 			Write struct {
-				IOPS float64 `json:"iops"`
+				IOPS     float64 `json:"iops"`
+				TotalIOs float64 `json:"total_ios"`
 			} `json:"write"`
 		} `json:"jobs"`
 	}
@@ -217,5 +257,6 @@ func runFio(b *testing.B, sock, rw string, qd, conns int, runtime string) float6
 	if r.Jobs[0].Error != 0 {
 		b.Fatalf("fio error %d", r.Jobs[0].Error)
 	}
-	return r.Jobs[0].Read.IOPS + r.Jobs[0].Write.IOPS
+	j := r.Jobs[0]
+	return j.Read.IOPS + j.Write.IOPS, j.Read.TotalIOs + j.Write.TotalIOs
 }

@@ -18,8 +18,13 @@ const (
 	zeroChunk       = 64 << 10
 )
 
-// errDrained ends the transmission phase of a connection that Shutdown drains.
-var errDrained = errors.New("nbd: connection drained")
+var (
+	// errDrained ends the transmission phase of a connection that Shutdown drains.
+	errDrained = errors.New("nbd: connection drained")
+	// errTakenOver ends a reader whose role another goroutine took while it executed a
+	// request inline.
+	errTakenOver = errors.New("nbd: reader role taken over")
+)
 
 // request is one slot of a connection's in-flight table. Slots are allocated once per
 // connection and recycled through conn.free.
@@ -31,6 +36,7 @@ type request struct {
 	flags  CommandFlags
 	buf    []byte // payload of a WRITE, data of a READ; from the server's pool
 	errno  Errno
+	start  time.Duration // when it was decoded, since epoch (stats.go)
 }
 
 // conn is one client connection (or one socket of the kernel attach).
@@ -51,8 +57,24 @@ type conn struct {
 	werr    error
 	waiting atomic.Int32
 	hdr     [replyHeaderSize]byte // under wmu; a field so that it is not allocated per reply
+	stats   Stats                 // under wmu
 
 	draining atomic.Bool
+
+	// The reader role. One goroutine at a time reads requests. When nothing more is buffered
+	// it executes the last request itself (a hand-off to a worker costs a wake-up, which
+	// doubles the latency at queue depth 1) and marks the role free to take. If the request
+	// is still running a tick or two later, the server's watchdog (watchdog.go) starts a new
+	// reader, so that a slow request (a hung disk, a read retried on the other copy) never
+	// holds up the requests behind it; the old reader replies and ends.
+	//
+	// role is even while the reader reads and odd while it executes inline. The reader
+	// that loaded v (even) stores v+1 and, when done, swaps v+1 for v+2; the watchdog takes
+	// the role by swapping v+1 for v+4, so the old reader's swap fails. Values only grow.
+	role    atomic.Uint64
+	watched uint64         // role as the watchdog saw it at its last tick; the watchdog's own
+	readers sync.WaitGroup // the readers that have not ended yet
+	rerr    error          // why the last reader ended; read after readers.Wait
 }
 
 // drain makes the reader stop at the next request; what is in flight completes.
@@ -88,7 +110,10 @@ func (c *conn) transmit() error {
 		}()
 	}
 
-	rerr := c.readRequests()
+	c.readers.Add(1)
+	c.read()
+	c.readers.Wait()
+	rerr := c.rerr
 	close(c.work)
 	workers.Wait()
 	c.wmu.Lock()
@@ -103,8 +128,33 @@ func (c *conn) transmit() error {
 	return rerr
 }
 
-// readRequests decodes requests and hands them to the workers. It returns nil on
-// NBD_CMD_DISC.
+// read runs the reader role until the connection ends or another reader takes the role over.
+func (c *conn) read() {
+	defer c.readers.Done()
+	if err := c.readRequests(); !errors.Is(err, errTakenOver) {
+		c.rerr = err
+	}
+}
+
+// takeOver passes the role to a new reader if the reader is still executing inline the
+// request it started when role was inline (odd).
+func (c *conn) takeOver(inline uint64) {
+	if !c.role.CompareAndSwap(inline, inline+3) {
+		return
+	}
+	c.readers.Add(1) // the old reader has not ended: the count is positive
+	go c.read()
+}
+
+// inlineable reports whether the reader may execute r itself: reads and plain writes, which
+// are short unless something is wrong. Flushes, FUA writes, trims and zeroes go to workers.
+func inlineable(r *request) bool {
+	return r.errno == ErrnoNone && (r.cmd == CmdRead || r.cmd == CmdWrite && r.flags&CmdFlagFUA == 0)
+}
+
+// readRequests decodes requests and hands them to the workers, executing the last one of a
+// burst itself (see conn.role). It returns nil on NBD_CMD_DISC, errTakenOver when another
+// reader took the role while this one executed a request.
 func (c *conn) readRequests() error {
 	o := &c.srv.opts
 	var h [requestHeaderSize]byte
@@ -126,6 +176,7 @@ func (c *conn) readRequests() error {
 		r.length = binary.BigEndian.Uint32(h[24:])
 		r.errno = ErrnoNone
 		r.buf = nil
+		r.start = time.Since(epoch)
 		switch r.cmd {
 		case CmdDisc:
 			c.free <- r
@@ -159,9 +210,17 @@ func (c *conn) readRequests() error {
 				}
 			}
 		}
-		// Every request goes to a worker, never runs on the reader: a slow request (a flush,
-		// a read retried from the other mirror copy) must not stop the reader from taking the
-		// requests behind it, or one slow request would hold up the whole connection.
+		if c.br.Buffered() == 0 && inlineable(r) {
+			v := c.role.Load()
+			c.role.Store(v + 1)
+			c.srv.watch()
+			c.execute(r)
+			c.reply(r)
+			if !c.role.CompareAndSwap(v+1, v+2) {
+				return errTakenOver
+			}
+			continue
+		}
 		c.work <- r
 	}
 }
@@ -275,6 +334,7 @@ func (c *conn) reply(r *request) {
 	c.waiting.Add(1)
 	c.wmu.Lock()
 	c.waiting.Add(-1)
+	c.stats.record(r)
 	if c.werr == nil {
 		h := &c.hdr
 		binary.BigEndian.PutUint32(h[0:], magicReply)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,6 +114,8 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closing   bool
 	wg        sync.WaitGroup
+
+	watching atomic.Bool // the watchdog runs (watchdog.go)
 }
 
 // export is an Export with what every connection to it shares.
@@ -122,6 +125,7 @@ type export struct {
 	fua   FUAWriter
 	disc  Discarder
 	zero  ZeroWriter
+	ended Stats // of the connections that ended; under Server.mu
 }
 
 // NewServer returns a server for the given exports.
@@ -289,6 +293,11 @@ func (s *Server) release(c *conn) {
 	_ = c.nc.Close()
 	s.mu.Lock()
 	delete(s.conns, c)
+	if c.exp != nil {
+		c.wmu.Lock()
+		c.exp.ended.add(&c.stats)
+		c.wmu.Unlock()
+	}
 	s.mu.Unlock()
 	s.wg.Done()
 }

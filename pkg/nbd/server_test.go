@@ -216,7 +216,8 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 // TestOutOfOrderReplies blocks one read in the backend and checks that later requests on the
-// same connection are answered first.
+// same connection are answered first. The blocked read arrives alone, so the reader executes
+// it itself: the watchdog must hand the reader role to a new goroutine.
 func TestOutOfOrderReplies(t *testing.T) {
 	mem := newMemBackend(1 << 20)
 	mem.gate = make(chan struct{})
@@ -242,6 +243,36 @@ func TestOutOfOrderReplies(t *testing.T) {
 	if got, _ := c.reply(); got != 1 {
 		t.Fatalf("last reply %d", got)
 	}
+}
+
+// TestWatchdogStopsWhenIdle checks that the watchdog a request started ends once requests
+// stop, so that an idle server has no ticking goroutine.
+func TestWatchdogStopsWhenIdle(t *testing.T) {
+	mem := newMemBackend(1 << 20)
+	mem.gate = make(chan struct{})
+	srv, sock := startServer(t, Options{}, Export{Backend: mem})
+	release := sync.OnceFunc(func() { close(mem.gate) })
+	t.Cleanup(release)
+	c := dialRaw(t, sock)
+	c.goExport("")
+	c.request(CmdRead, 0, 1, 0, 4096, nil) // alone: the reader executes it and blocks
+	wait := func(running bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * watchIdle * watchTick)
+		for srv.watching.Load() != running {
+			if time.Now().After(deadline) {
+				t.Fatalf("watchdog running=%v after %v, want %v", !running, 10*watchIdle*watchTick, running)
+			}
+			time.Sleep(watchTick)
+		}
+	}
+	wait(true)
+	release()
+	if h, errno := c.reply(); h != 1 || errno != 0 {
+		t.Fatalf("reply %d errno %d", h, errno)
+	}
+	c.read(make([]byte, 4096))
+	wait(false)
 }
 
 // TestShutdownDrains checks that requests in flight are answered before the connection is
