@@ -298,6 +298,11 @@ func TestClusterMode(t *testing.T) {
 	cl.waitFor(30*time.Second, "pvc-a1 Healthy", func() bool {
 		return cl.volume(vol.Name).Status.Health == v1alpha1.VolumeHealthHealthy
 	})
+	// The Raid10Node follows the allocation asynchronously: wait until it shows the pool's
+	// free capacity after it, so that the checks below compare settled figures.
+	cl.waitFor(10*time.Second, "node-a free capacity after pvc-a1", func() bool {
+		return cl.node(clusterNode).Status.Capacity.Free.Value() == int64(cl.pool.Capacity().LargestVolume)
+	})
 
 	t.Run("Status", func(t *testing.T) {
 		out := cl.kubectlOK("status")
