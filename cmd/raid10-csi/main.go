@@ -34,7 +34,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -141,11 +140,10 @@ func Run(ctx context.Context, o *Options) error {
 		driver.WithVersion(version), driver.WithReadyTimeout(o.ReadyTimeout),
 	}
 	var (
-		src       metrics.Source // the pool, in node and all modes
-		gatherers prometheus.Gatherers
-		checks    []metrics.Check
-		agentCfg  *rest.Config // node mode
-		np        *nodePlugin
+		src      metrics.Source // the pool, in node and all modes
+		checks   []metrics.Check
+		agentCfg *rest.Config // node mode
+		np       *nodePlugin
 	)
 	switch o.Mode {
 	case driver.ModeController:
@@ -163,7 +161,6 @@ func Run(ctx context.Context, o *Options) error {
 			}
 			cfg.UserAgent = "raid10-csi-node/" + version
 			agentCfg = cfg
-			gatherers = append(gatherers, ctrlmetrics.Registry) // the agent's manager
 		}
 		var err error
 		np, err = openNodePlugin(ctx, o)
@@ -181,7 +178,10 @@ func Run(ctx context.Context, o *Options) error {
 			opts = append(opts, driver.WithVolumeStore(store))
 		}
 	}
-	reg := metrics.NewRegistry(src) // src is a nil interface in controller mode: no pool metrics
+	reg, err := registry(o.Mode, src)
+	if err != nil {
+		return err
+	}
 	csiMetrics, err := metrics.NewCSIMetrics(reg)
 	if err != nil {
 		return err
@@ -192,7 +192,6 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	checks = append([]metrics.Check{d.Ready}, checks...)
-	gatherers = append(prometheus.Gatherers{reg}, gatherers...)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -200,7 +199,7 @@ func Run(ctx context.Context, o *Options) error {
 	tasks = append(tasks, d.Run)
 	if o.MetricsAddress != "" {
 		tasks = append(tasks, func(ctx context.Context) error {
-			return metrics.Serve(ctx, o.MetricsAddress, gatherers, checks...)
+			return metrics.Serve(ctx, o.MetricsAddress, reg, checks...)
 		})
 	}
 	if agentCfg != nil {
@@ -210,6 +209,21 @@ func Run(ctx context.Context, o *Options) error {
 		})
 	}
 	return runAll(ctx, cancel, tasks)
+}
+
+// registry returns the registry the metrics of mode go to and are served from. In node mode
+// it is controller-runtime's, which holds the node agent's metrics (reconciles, workqueue,
+// API client) and the Go and process collectors already: gathering it beside a second
+// registry would report those twice. Elsewhere it is a new one (metrics.NewRegistry). src,
+// the pool, is nil in controller mode.
+func registry(mode driver.Mode, src metrics.Source) (ctrlmetrics.RegistererGatherer, error) {
+	if mode != driver.ModeNode {
+		return metrics.NewRegistry(src), nil
+	}
+	if err := ctrlmetrics.Registry.Register(metrics.NewPoolCollector(src)); err != nil {
+		return nil, fmt.Errorf("register the pool metrics: %w", err)
+	}
+	return ctrlmetrics.Registry, nil
 }
 
 // runAll runs every task until ctx is done; the first that fails cancels the others. It

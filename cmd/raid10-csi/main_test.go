@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
+	"github.com/raid10-csi/raid10-csi/pkg/metrics"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
 func TestValidate(t *testing.T) {
@@ -173,5 +176,58 @@ func TestControllerModeMetrics(t *testing.T) {
 	}
 	if strings.Contains(body, "raid10_pool_") {
 		t.Errorf("/metrics of the controller has pool metrics")
+	}
+}
+
+// TestRegistryPerMode: every mode's registry gathers without error (no metric reported
+// twice: in node mode controller-runtime's registry already has the Go and process
+// collectors) and has the pool's metrics exactly where there is a pool.
+func TestRegistryPerMode(t *testing.T) {
+	dir := t.TempDir()
+	var cfg pool.Config
+	for i := range 2 {
+		p := filepath.Join(dir, "disk"+strconv.Itoa(i))
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 64<<20); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
+	}
+	p, err := pool.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, tc := range []struct {
+		mode driver.Mode
+		src  metrics.Source
+	}{{driver.ModeController, nil}, {driver.ModeAll, p}, {driver.ModeNode, p}} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			reg, err := registry(tc.mode, tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := metrics.NewCSIMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Observe("/csi.v1.Identity/Probe", nil, time.Millisecond)
+			families, err := reg.Gather()
+			if err != nil {
+				t.Fatalf("Gather: %v", err)
+			}
+			names := map[string]bool{}
+			for _, f := range families {
+				names[f.GetName()] = true
+			}
+			if !names["go_goroutines"] || !names["raid10_csi_operations_total"] {
+				t.Errorf("gathered %d families without go_goroutines or raid10_csi_operations_total", len(families))
+			}
+			if names["raid10_pool_raw_bytes"] != (tc.src != nil) {
+				t.Errorf("raid10_pool_raw_bytes gathered: %v, want %v", names["raid10_pool_raw_bytes"], tc.src != nil)
+			}
+		})
 	}
 }
