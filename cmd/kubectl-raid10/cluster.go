@@ -67,6 +67,9 @@ func runCluster(ctx context.Context, o *Options, args []string, out io.Writer) e
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.StringVar(&o.Output, "o", o.Output, "output format: table, json or yaml")
+	// Also after the command, where kubectl users put them.
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file")
+	fs.StringVar(&o.Context, "context", o.Context, "kubeconfig context")
 	var (
 		wipe    bool
 		follow  bool

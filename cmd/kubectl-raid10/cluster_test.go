@@ -588,6 +588,20 @@ func TestClusterMode(t *testing.T) {
 		}
 	})
 
+	// --kubeconfig and --context after the command, as kubectl users write them.
+	t.Run("KubeconfigAfterCommand", func(t *testing.T) {
+		o := *cl.o
+		o.Kubeconfig = filepath.Join(t.TempDir(), "missing")
+		var out bytes.Buffer
+		if err := run(ctx, &o, []string{"volumes", "--kubeconfig", cl.o.Kubeconfig}, &out); err != nil || lineIndex(out.String(), "pvc-a1 ") < 0 {
+			t.Fatalf("volumes --kubeconfig: %v\n%s", err, out.String())
+		}
+		o.Kubeconfig = cl.o.Kubeconfig
+		if err := run(ctx, &o, []string{"status", "--context", "no-such-context"}, &out); err == nil || !strings.Contains(err.Error(), "no-such-context") {
+			t.Fatalf("status --context no-such-context: %v", err)
+		}
+	})
+
 	// $KUBECONFIG is read when --kubeconfig is not given.
 	t.Run("KubeconfigEnv", func(t *testing.T) {
 		t.Setenv("KUBECONFIG", cl.o.Kubeconfig)
