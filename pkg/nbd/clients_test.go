@@ -155,6 +155,28 @@ func TestFioVerify(t *testing.T) {
 	}
 }
 
+// TestFioVerifyStalls runs fio's nbd engine with crc32c verification against a backend of
+// which one request in 40 stalls for 5 ms, so that readers executing a request inline are
+// taken over by the watchdog again and again while the connections stay busy.
+func TestFioVerifyStalls(t *testing.T) {
+	needBinary(t, "fio")
+	mem := newMemBackend(32 << 20)
+	mem.stallEvery = 40
+	srv, sock := startServer(t, Options{}, Export{Backend: mem})
+	out := run(t, "fio", "--name=stalls", "--ioengine=nbd", "--uri="+uri(sock),
+		"--rw=randwrite", "--bs=4k", "--iodepth=4", "--numjobs=2", "--offset=2M", "--size=2M", // 1 MiB: the ENOSPC hook
+		"--offset_increment=16M", "--verify=crc32c", "--verify_state_save=0", "--verify_fatal=1",
+		"--group_reporting", "--output-format=terse", "--terse-version=3")
+	fields := strings.Split(strings.TrimSpace(lastLine(out)), ";")
+	if len(fields) < 5 || fields[4] != "0" {
+		t.Fatalf("fio reported errors:\n%s", out)
+	}
+	if srv.takeovers.Load() == 0 {
+		t.Fatal("no reader was taken over: the test did not exercise the watchdog")
+	}
+	t.Logf("%d reader roles taken over", srv.takeovers.Load())
+}
+
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]

@@ -58,6 +58,7 @@ type conn struct {
 	waiting atomic.Int32
 	hdr     [replyHeaderSize]byte // under wmu; a field so that it is not allocated per reply
 	stats   Stats                 // under wmu
+	counted *export               // the export stats count for: set under Server.mu as transmit starts
 
 	draining atomic.Bool
 
@@ -88,6 +89,9 @@ func (c *conn) drain() {
 // the socket itself failed.
 func (c *conn) transmit() error {
 	o := &c.srv.opts
+	c.srv.mu.Lock()
+	c.counted = c.exp
+	c.srv.mu.Unlock()
 	if c.br == nil {
 		c.br = bufio.NewReaderSize(c.nc, readBufferSize)
 	}
@@ -142,6 +146,7 @@ func (c *conn) takeOver(inline uint64) {
 	if !c.role.CompareAndSwap(inline, inline+3) {
 		return
 	}
+	c.srv.takeovers.Add(1)
 	c.readers.Add(1) // the old reader has not ended: the count is positive
 	go c.read()
 }

@@ -59,6 +59,16 @@ type memBackend struct {
 	readErr error
 	// gate, when set, blocks reads at offset 0 until it is closed.
 	gate chan struct{}
+	// stallEvery, when set, makes every stallEvery-th read or write sleep 5 ms: long enough
+	// for the watchdog to take the reader role over.
+	stallEvery int64
+	ops        atomic.Int64
+}
+
+func (m *memBackend) maybeStall() {
+	if m.stallEvery > 0 && m.ops.Add(1)%m.stallEvery == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func newMemBackend(size int) *memBackend { return &memBackend{data: make([]byte, size)} }
@@ -67,6 +77,7 @@ func (m *memBackend) ReadAt(p []byte, off int64) (int, error) {
 	if m.gate != nil && off == 0 {
 		<-m.gate
 	}
+	m.maybeStall()
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.readErr != nil {
@@ -76,6 +87,7 @@ func (m *memBackend) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (m *memBackend) WriteAt(p []byte, off int64) (int, error) {
+	m.maybeStall()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if off == 1<<20 {

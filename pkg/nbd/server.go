@@ -115,7 +115,8 @@ type Server struct {
 	closing   bool
 	wg        sync.WaitGroup
 
-	watching atomic.Bool // the watchdog runs (watchdog.go)
+	watching  atomic.Bool   // the watchdog runs (watchdog.go)
+	takeovers atomic.Uint64 // reader roles the watchdog passed on
 }
 
 // export is an Export with what every connection to it shares.
@@ -293,9 +294,9 @@ func (s *Server) release(c *conn) {
 	_ = c.nc.Close()
 	s.mu.Lock()
 	delete(s.conns, c)
-	if c.exp != nil {
+	if c.counted != nil {
 		c.wmu.Lock()
-		c.exp.ended.add(&c.stats)
+		c.counted.ended.add(&c.stats)
 		c.wmu.Unlock()
 	}
 	s.mu.Unlock()

@@ -98,7 +98,7 @@ func (s *Server) Stats(name string) (Stats, error) {
 	defer s.mu.Unlock()
 	st := x.ended
 	for c := range s.conns {
-		if c.exp != x {
+		if c.counted != x {
 			continue
 		}
 		c.wmu.Lock()
