@@ -11,6 +11,7 @@
 #
 #   RAID10_KUBE_BIN_DIR     etcd, kube-apiserver, kube-controller-manager (test/kubeenv)
 #   RAID10_CSI_PROVISIONER  the external-provisioner sidecar, csi-provisioner (test/e2e)
+#   RAID10_CSI_RESIZER      the external-resizer sidecar, csi-resizer (test/e2e)
 #
 # To add a tool, add one build_go_tool call (and, if the tests need it, an env_export line)
 # in main below. Usage: hack/build-tools.sh  (no arguments; set RAID10_CACHE to move the cache)
@@ -19,7 +20,9 @@ set -euo pipefail
 KUBE_VERSION=v1.37.2    # k8s.io/kubernetes: kube-apiserver, kube-controller-manager
 STAGING_VERSION=v0.37.2 # the k8s.io/<staging> modules released with KUBE_VERSION
 ETCD_VERSION=v3.6.5     # go.etcd.io/etcd/server/v3
+# The CSI sidecars, at the versions of the images in charts/raid10-csi/values.yaml.
 PROVISIONER_VERSION=v5.3.0 # github.com/kubernetes-csi/external-provisioner/v5: csi-provisioner
+RESIZER_VERSION=v1.14.0    # github.com/kubernetes-csi/external-resizer: csi-resizer
 
 CACHE=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
 mkdir -p "$CACHE"
@@ -149,6 +152,13 @@ main() {
     github.com/kubernetes-csi/external-provisioner/v5 "$PROVISIONER_VERSION" \
     csi-provisioner=github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner
   env_export RAID10_CSI_PROVISIONER "$CACHE/csi-provisioner-$PROVISIONER_VERSION/csi-provisioner"
+  # It turns a claim's larger request into ControllerExpandVolume. It shares the
+  # provisioner's k8s.io dependencies, so most of its packages come from the build cache.
+  LDFLAGS="-X main.version=$RESIZER_VERSION" \
+    build_go_tool "csi-resizer-$RESIZER_VERSION" \
+    github.com/kubernetes-csi/external-resizer "$RESIZER_VERSION" \
+    csi-resizer=github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
+  env_export RAID10_CSI_RESIZER "$CACHE/csi-resizer-$RESIZER_VERSION/csi-resizer"
 
   {
     echo "# Written by hack/build-tools.sh; sourced by hack/tool-env.sh."
