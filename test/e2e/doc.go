@@ -2,15 +2,17 @@
 // kube-controller-manager (test/kubeenv), the chart's CRDs, RBAC, CSIDriver and StorageClass
 // (deploy/raid10-csi.yaml), the controller service (pkg/driver over KubeStore) and the node
 // agent (pkg/agent over a pool of file-backed disks) in the test process, each with the
-// token of its chart ServiceAccount, and the real csi-provisioner sidecar as a subprocess.
+// token of its chart ServiceAccount, and the real csi-provisioner and csi-resizer sidecars
+// as subprocesses.
 //
 //   - TestPVCFlow: a claim on a WaitForFirstConsumer StorageClass, with the scheduler's
 //     volume.kubernetes.io/selected-node annotation written by the test, is provisioned by
 //     csi-provisioner through CreateVolume, bound by the PV controller, and built by the agent
-//     (Raid10Volume Ready and Healthy). The CSIStorageCapacity that the provisioner publishes
-//     for the node's topology segment follows the pool's free space down on provisioning and
-//     back up when the claim is deleted (reclaim Delete removes the PV, the Raid10Volume and
-//     the extents).
+//     (Raid10Volume Ready and Healthy). A larger request is expanded by csi-resizer through
+//     ControllerExpandVolume (the claim then waits FileSystemResizePending for a kubelet).
+//     The CSIStorageCapacity that the provisioner publishes for the node's topology segment
+//     follows the pool's free space down on provisioning and expansion and back up when the
+//     claim is deleted (reclaim Delete removes the PV, the Raid10Volume and the extents).
 //   - TestControllerAgentEndToEnd: the CSI controller called over gRPC on its unix socket
 //     drives the real agent: CreateVolume gives a Healthy Raid10Volume; a failed disk shows
 //     Degraded, a replacement Rebuilding with its percentage, then Healthy, all read from the
@@ -23,14 +25,14 @@
 //
 // # Tools
 //
-// The control-plane binaries come from $RAID10_KUBE_BIN_DIR and csi-provisioner from
-// $RAID10_CSI_PROVISIONER, both built and cached by hack/build-tools.sh (make deps) and
-// exported by hack/tool-env.sh. A missing one skips the test, or fails it when $CI is set.
+// The control-plane binaries come from $RAID10_KUBE_BIN_DIR, csi-provisioner from
+// $RAID10_CSI_PROVISIONER and csi-resizer from $RAID10_CSI_RESIZER, all built and cached by
+// hack/build-tools.sh (make deps) and exported by hack/tool-env.sh. A missing one skips the test, or fails it when $CI is set.
 // The tests also skip in -short mode and with RAID10_SKIP_HEAVY (make unit).
 //
 // # Logs
 //
-// The in-process controller and agent log through klog into klog.log, and csi-provisioner
-// into csi-provisioner.log, under the test's temporary directory; the control plane logs
+// The in-process controller and agent log through klog into klog.log, and each sidecar into
+// <name>.log, under the test's temporary directory; the control plane logs
 // under kubeenv's. When a test fails, the tail of each is printed.
 package e2e

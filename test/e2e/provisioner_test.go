@@ -11,18 +11,21 @@ import (
 	"time"
 )
 
-// ProvisionerEnv names the environment variable with the path of the csi-provisioner binary
-// (written by hack/build-tools.sh into the tool cache's env.sh).
-const provisionerEnv = "RAID10_CSI_PROVISIONER"
+// The environment variables with the paths of the sidecar binaries (written by
+// hack/build-tools.sh into the tool cache's env.sh).
+const (
+	provisionerEnv = "RAID10_CSI_PROVISIONER"
+	resizerEnv     = "RAID10_CSI_RESIZER"
+)
 
-// provisionerBinary returns the csi-provisioner binary from $RAID10_CSI_PROVISIONER. When it
-// is unset or not executable it fails the test under CI and skips it otherwise.
-func provisionerBinary(t *testing.T) string {
+// sidecarBinary returns the binary named by the environment variable env. When it is unset
+// or not executable it fails the test under CI and skips it otherwise.
+func sidecarBinary(t *testing.T, env string) string {
 	t.Helper()
-	p := os.Getenv(provisionerEnv)
+	p := os.Getenv(env)
 	var missing error
 	if p == "" {
-		missing = fmt.Errorf("$%s is not set", provisionerEnv)
+		missing = fmt.Errorf("$%s is not set", env)
 	} else if fi, err := os.Stat(p); err != nil {
 		missing = err
 	} else if fi.Mode()&0o111 == 0 {
@@ -31,7 +34,7 @@ func provisionerBinary(t *testing.T) string {
 	if missing == nil {
 		return p
 	}
-	msg := fmt.Sprintf("e2e: csi-provisioner unavailable (%v); run `make deps` (hack/build-tools.sh) "+
+	msg := fmt.Sprintf("e2e: CSI sidecar unavailable (%v); run `make deps` (hack/build-tools.sh) "+
 		"and `source hack/tool-env.sh`, or use `make test`", missing)
 	if os.Getenv("CI") != "" {
 		t.Fatal(msg)

@@ -24,13 +24,16 @@ const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
 // TestPVCFlow is the real claim flow on the host: kube-controller-manager's PV controller,
 // the real csi-provisioner (capacity tracking on) against the in-process controller, the
 // node agent over four file-backed disks. A claim with the scheduler's selected-node
-// annotation becomes Bound to a PV whose Raid10Volume is Ready and Healthy; the
-// CSIStorageCapacity of the node's topology segment equals the pool's largest volume before,
-// drops after provisioning and comes back when the claim is deleted (reclaim Delete removes
-// the PV, the Raid10Volume and the extents).
+// annotation becomes Bound to a PV whose Raid10Volume is Ready and Healthy; a larger request
+// is expanded by the real csi-resizer (the array grows, the PV follows; the filesystem step
+// waits for a kubelet); the CSIStorageCapacity of the node's topology segment equals the
+// pool's largest volume throughout: before, lower after provisioning and again after the
+// expansion, and back when the claim is deleted (reclaim Delete removes the PV, the
+// Raid10Volume and the extents).
 func TestPVCFlow(t *testing.T) {
 	skipHeavy(t)
-	prov := provisionerBinary(t)
+	prov := sidecarBinary(t, provisionerEnv)
+	resizer := sidecarBinary(t, resizerEnv)
 	klogToFile(t)
 	const (
 		node     = "node-a"
@@ -79,6 +82,19 @@ func TestPVCFlow(t *testing.T) {
 		"--extra-create-metadata=true",
 		"--default-fstype=ext4",
 		"--node-deployment=false",
+		"--leader-election=true",
+		"--leader-election-namespace="+namespace,
+		"--retry-interval-start=500ms",
+		"--retry-interval-max=5s",
+		"--v=5",
+	)
+
+	// csi-resizer with the chart's arguments.
+	resizerProc := startSidecar(t, "csi-resizer", resizer,
+		[]string{"NAMESPACE=" + namespace},
+		"--csi-address="+sock,
+		"--kubeconfig="+kubeconfig,
+		"--timeout=30s",
 		"--leader-election=true",
 		"--leader-election-namespace="+namespace,
 		"--retry-interval-start=500ms",
@@ -183,6 +199,46 @@ func TestPVCFlow(t *testing.T) {
 		t.Fatalf("CSIStorageCapacity %d after provisioning, %d before: the volume took no space", capProvisioned, capBefore)
 	}
 	t.Logf("provisioning %d MiB took %d MiB of the node's CSIStorageCapacity", claimed>>20, (capBefore-capProvisioned)>>20)
+
+	// Expansion: csi-resizer turns the larger request into ControllerExpandVolume and the
+	// agent grows the array in place. A filesystem also needs NodeExpandVolume, which only a
+	// kubelet calls, so the claim is left FileSystemResizePending with the PV at the new size.
+	grown := pvc.DeepCopy()
+	grown.Spec.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(2*claimed, resource.BinarySI)
+	if err := cl.c.Patch(ctx, grown, client.MergeFrom(pvc)); err != nil {
+		t.Fatalf("grow the PVC to %d bytes: %v", 2*claimed, err)
+	}
+	d = waitFor(t, 2*time.Minute, "PV grown and PVC FileSystemResizePending", func() (bool, string) {
+		var p corev1.PersistentVolume
+		if err := cl.c.Get(ctx, client.ObjectKey{Name: pv.Name}, &p); err != nil {
+			return false, err.Error()
+		}
+		if err := cl.c.Get(ctx, key, pvc); err != nil {
+			return false, err.Error()
+		}
+		pending := false
+		for _, c := range pvc.Status.Conditions {
+			pending = pending || (c.Type == corev1.PersistentVolumeClaimFileSystemResizePending && c.Status == corev1.ConditionTrue)
+		}
+		return p.Spec.Capacity.Storage().Value() >= 2*claimed && pending,
+			fmt.Sprintf("PV capacity %v; PVC conditions %+v, status capacity %v; events: %s%s%s", p.Spec.Capacity.Storage(),
+				pvc.Status.Conditions, pvc.Status.Capacity.Storage(), cl.events(t, pvc.Namespace, pvc.Name), sidecar.exited(), resizerProc.exited())
+	})
+	t.Logf("PV %s grown to %d MiB in %v; claim FileSystemResizePending (no kubelet)", pv.Name, 2*claimed>>20, d.Round(time.Millisecond))
+	vol, err = cl.getVolume(ctx, vol.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vol.Spec.SizeBytes < 2*claimed || vol.Status.Phase != v1alpha1.VolumePhaseReady || vol.Status.Health != v1alpha1.VolumeHealthHealthy ||
+		vol.Status.Capacity == nil || vol.Status.Capacity.Value() < 2*claimed || vol.Status.ObservedGeneration != vol.Generation {
+		t.Fatalf("Raid10Volume %s after expansion: spec %+v, status %+v; want Ready, Healthy, at least %d bytes", vol.Name, vol.Spec, vol.Status, 2*claimed)
+	}
+	if vi, err := pl.Volume(vol.Name); err != nil || vi.Size < 2*claimed {
+		t.Fatalf("pool volume %s after expansion: %+v, %v; want at least %d bytes", vol.Name, vi, err, 2*claimed)
+	}
+	if capGrown := capacityNow("after expansion"); capGrown >= capProvisioned {
+		t.Fatalf("CSIStorageCapacity %d after expansion, %d before it: the growth took no space", capGrown, capProvisioned)
+	}
 
 	// Reclaim Delete: the PV, the Raid10Volume and the extents go; the capacity comes back.
 	if err := cl.c.Delete(ctx, pvc); err != nil {
