@@ -8,9 +8,17 @@
 // plugin on a pool of file disks, with its state directory and metrics endpoint, and runs
 // the whole suite against its unix socket: volumes created in the pool, /dev/nbdX attached
 // through netlink, mkfs.ext4, mounts, bind mounts into target paths, online expansion,
-// volume stats and conditions. After the suite it checks that no volume is left in the
-// pool's records, that /metrics counted the CSI calls and reports the pool, that /readyz is
-// ok, and that SIGTERM stops the plugin cleanly (exit status 0).
+// volume stats and conditions. The plugin binary is built with -race, so a data race in
+// the plugin fails the test (its exit status after SIGTERM is then 66, not 0).
+//
+// After the suite: /metrics counted the suite's calls by method and code and reports the
+// pool and no volume. Then a volume is created, staged as ext4 and written; the plugin is
+// stopped (SIGTERM, exit status 0, the device left attached) and started again: the volume is
+// listed, CreateVolume is idempotent and refuses xfs (the records kept ext4), NodeStageVolume
+// is idempotent, and the data reads back through the reattached device. Its /dev/nbdX is
+// then disconnected behind the plugin's back: /readyz must turn 503 naming the volume
+// (within the 5 s grace plus a poll), and ok again once the volume is unstaged. At the end
+// the records file holds no volume and SIGTERM stops the plugin cleanly.
 //
 // Run it with
 //
