@@ -69,12 +69,8 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 		info, err = a.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), pool.CreateOptions{
 			Members: int(vol.Spec.Layout.Members), ChunkSize: vol.Spec.Layout.ChunkSizeBytes})
 		if err != nil {
-			reason := ReasonCreateFailed
-			switch {
-			case errors.Is(err, pool.ErrNoSpace):
-				reason = v1alpha1.ReasonInsufficientCapacity
-			case errors.Is(err, pool.ErrInvalidArgument), errors.Is(err, pool.ErrAlreadyExists):
-			default:
+			reason, final := CreateFailedReason(err)
+			if !final {
 				// I/O errors, a closed pool: retry with backoff.
 				logger.Error(err, "Creating the volume in the pool")
 				return reconcile.Result{}, err
@@ -123,12 +119,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 		}
 	}
 	if expandMsg != "" {
-		st.Phase = v1alpha1.VolumePhaseExpanding
-		if st.Message != "" {
-			st.Message = expandMsg + "; " + st.Message
-		} else {
-			st.Message = expandMsg
-		}
+		st = ExpandPending(st, expandMsg)
 	}
 	a.volumeEvents(&vol, prev, st, expandMsg)
 	r, err := a.writeVolumeStatus(ctx, &vol, st)

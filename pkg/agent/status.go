@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -167,6 +168,31 @@ func FailedStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: msg,
 		ObservedGeneration: vol.Generation,
 	}, now)
+	return st
+}
+
+// CreateFailedReason is the Ready condition reason for an error of pool.CreateVolume, and
+// whether the pool refused the volume for this spec (final: no space, invalid, a volume of
+// that name with other parameters) rather than failed for now (I/O, a closed pool: retry).
+func CreateFailedReason(err error) (reason string, final bool) {
+	switch {
+	case errors.Is(err, pool.ErrNoSpace):
+		return v1alpha1.ReasonInsufficientCapacity, true
+	case errors.Is(err, pool.ErrInvalidArgument), errors.Is(err, pool.ErrAlreadyExists):
+		return ReasonCreateFailed, true
+	}
+	return ReasonCreateFailed, false
+}
+
+// ExpandPending returns st with phase Expanding and msg (why the pool has not grown the
+// array to the spec yet) leading its message.
+func ExpandPending(st v1alpha1.Raid10VolumeStatus, msg string) v1alpha1.Raid10VolumeStatus {
+	st.Phase = v1alpha1.VolumePhaseExpanding
+	if st.Message != "" {
+		st.Message = msg + "; " + st.Message
+	} else {
+		st.Message = msg
+	}
 	return st
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -148,5 +149,28 @@ func TestNodeStatus(t *testing.T) {
 	}
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready %+v", c)
+	}
+}
+
+// TestCreateFailedReason: the pool's refusals are final with their reasons; anything else
+// (I/O, a closed pool) is retried.
+func TestCreateFailedReason(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		reason string
+		final  bool
+	}{
+		{fmt.Errorf("x: %w", pool.ErrNoSpace), v1alpha1.ReasonInsufficientCapacity, true},
+		{fmt.Errorf("x: %w", pool.ErrInvalidArgument), ReasonCreateFailed, true},
+		{fmt.Errorf("x: %w", pool.ErrAlreadyExists), ReasonCreateFailed, true},
+		{pool.ErrClosed, ReasonCreateFailed, false},
+	} {
+		if r, f := CreateFailedReason(tc.err); r != tc.reason || f != tc.final {
+			t.Errorf("CreateFailedReason(%v) = %s, %v; want %s, %v", tc.err, r, f, tc.reason, tc.final)
+		}
+	}
+	st := ExpandPending(v1alpha1.Raid10VolumeStatus{Phase: v1alpha1.VolumePhaseReady, Message: "resync 10%"}, "expansion pending")
+	if st.Phase != v1alpha1.VolumePhaseExpanding || st.Message != "expansion pending; resync 10%" {
+		t.Errorf("ExpandPending: %s %q", st.Phase, st.Message)
 	}
 }

@@ -252,21 +252,10 @@ func (s *LocalStore) refreshLocked(lv *localVolume, ids map[string]string, now t
 	}
 	st := agent.VolumeStatus(vol.Status, vol, info, ids, now)
 	if expandMsg != "" {
-		st.Phase = v1alpha1.VolumePhaseExpanding
-		st.Message = joinNonEmpty(expandMsg, st.Message)
+		st = agent.ExpandPending(st, expandMsg)
 	}
 	vol.Status = st
 	return vol.DeepCopy()
-}
-
-func joinNonEmpty(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
 }
 
 // GetVolume implements VolumeStore.
@@ -324,12 +313,8 @@ func (s *LocalStore) CreateVolume(_ context.Context, vol *v1alpha1.Raid10Volume)
 	info, err := s.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), pool.CreateOptions{
 		Members: int(vol.Spec.Layout.Members), ChunkSize: vol.Spec.Layout.ChunkSizeBytes})
 	if err != nil {
-		reason := agent.ReasonCreateFailed
-		switch {
-		case errors.Is(err, pool.ErrNoSpace):
-			reason = v1alpha1.ReasonInsufficientCapacity
-		case errors.Is(err, pool.ErrInvalidArgument), errors.Is(err, pool.ErrAlreadyExists):
-		default:
+		reason, final := agent.CreateFailedReason(err)
+		if !final {
 			// I/O errors, a closed pool: nothing was created; forget the record.
 			delete(s.vols, vol.Name)
 			if serr := s.saveLocked(); serr != nil {

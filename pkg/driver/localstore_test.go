@@ -363,6 +363,30 @@ func TestLocalStoreContract(t *testing.T) {
 		t.Fatalf("status after the update: %+v: want generation 2 observed, Ready, 24 MiB", cur.Status)
 	}
 
+	// vol-2 right after vol-1's extents: vol-1 cannot grow in place; the status says so
+	// (phase Expanding, the pool's reason) instead of Ready, and the controller's wait for
+	// the new size ends in DeadlineExceeded, not in a false success.
+	if err := s.CreateVolume(ctx, newVol("vol-2", 16<<20)); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ = s.GetVolume(ctx, "vol-1")
+	cur.Spec.SizeBytes = 64 << 20
+	if err := s.UpdateVolume(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ = s.GetVolume(ctx, "vol-1")
+	if cur.Status.Phase != v1alpha1.VolumePhaseExpanding || !strings.Contains(cur.Status.Message, "expansion to 67108864 bytes pending") ||
+		cur.Status.Capacity.Value() != 24<<20 {
+		t.Fatalf("vol-1 that cannot grow: %+v: want phase Expanding, the reason, 24 MiB", cur.Status)
+	}
+	short := &ControllerServer{store: s, locks: &VolumeLocks{}, readyTimeout: 300 * time.Millisecond, pollInterval: 10 * time.Millisecond}
+	if _, err := short.waitReady(ctx, "vol-1", 64<<20, false); codeOf(err) != codes.DeadlineExceeded {
+		t.Fatalf("waitReady(vol-1 at 64 MiB) = %v, want DeadlineExceeded", err)
+	}
+	if err := s.DeleteVolume(ctx, "vol-2"); err != nil {
+		t.Fatal(err)
+	}
+
 	node, err := s.GetNode(ctx, localNode)
 	if err != nil || node.Status.HealthyDisks != 4 || len(node.Status.Disks) != 4 {
 		t.Fatalf("GetNode: %+v, %v: want 4 healthy disks", node, err)
