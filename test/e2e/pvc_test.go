@@ -67,10 +67,12 @@ func TestPVCFlow(t *testing.T) {
 	sock := cl.startController(t, 20*time.Second)
 
 	// csi-provisioner with the chart's arguments (controller.yaml), except: no Pod owns the
-	// CSIStorageCapacity objects (-1, no POD_NAME lookup), capacity polled every 2 s instead
-	// of every minute, short retries.
+	// CSIStorageCapacity objects (-1, no POD_NAME lookup); short retries; capacity polled
+	// every 2 s instead of every minute. The provisioner refreshes a segment itself right
+	// after CreateVolume and DeleteVolume, but nothing refreshes it after an expansion by
+	// csi-resizer: with the chart's 1 m that step waited 59 s for the next poll.
 	kubeconfig := cl.env.ServiceAccountKubeconfig(t, namespace, controllerSA)
-	sidecar := startSidecar(t, "csi-provisioner", prov,
+	provisioner := startSidecar(t, "csi-provisioner", prov,
 		[]string{"NAMESPACE=" + namespace, "POD_NAME=raid10-csi-controller-e2e"},
 		"--csi-address="+sock,
 		"--kubeconfig="+kubeconfig,
@@ -112,7 +114,7 @@ func TestPVCFlow(t *testing.T) {
 			want := int64(pl.Capacity().LargestVolume)
 			var l storagev1.CSIStorageCapacityList
 			if err := cl.c.List(ctx, &l, client.InNamespace(namespace)); err != nil {
-				return false, err.Error() + sidecar.exited()
+				return false, err.Error() + provisioner.exited()
 			}
 			var mine []storagev1.CSIStorageCapacity
 			var all []string
@@ -123,7 +125,7 @@ func TestPVCFlow(t *testing.T) {
 					mine = append(mine, c)
 				}
 			}
-			state = fmt.Sprintf("pool's largest volume %d; CSIStorageCapacity in %s: %v%s", want, namespace, all, sidecar.exited())
+			state = fmt.Sprintf("pool's largest volume %d; CSIStorageCapacity in %s: %v%s", want, namespace, all, provisioner.exited())
 			if len(mine) != 1 || mine[0].Capacity == nil || mine[0].MaximumVolumeSize == nil {
 				return false, state
 			}
@@ -159,7 +161,7 @@ func TestPVCFlow(t *testing.T) {
 			return false, err.Error()
 		}
 		return pvc.Status.Phase == corev1.ClaimBound, fmt.Sprintf("phase %s, volume %q, annotations %v; events: %s%s",
-			pvc.Status.Phase, pvc.Spec.VolumeName, pvc.Annotations, cl.events(t, pvc.Namespace, pvc.Name), sidecar.exited())
+			pvc.Status.Phase, pvc.Spec.VolumeName, pvc.Annotations, cl.events(t, pvc.Namespace, pvc.Name), provisioner.exited())
 	})
 	t.Logf("PVC %s Bound to %s in %v", key, pvc.Spec.VolumeName, d.Round(time.Millisecond))
 
@@ -222,7 +224,7 @@ func TestPVCFlow(t *testing.T) {
 		}
 		return p.Spec.Capacity.Storage().Value() >= 2*claimed && pending,
 			fmt.Sprintf("PV capacity %v; PVC conditions %+v, status capacity %v; events: %s%s%s", p.Spec.Capacity.Storage(),
-				pvc.Status.Conditions, pvc.Status.Capacity.Storage(), cl.events(t, pvc.Namespace, pvc.Name), sidecar.exited(), resizerProc.exited())
+				pvc.Status.Conditions, pvc.Status.Capacity.Storage(), cl.events(t, pvc.Namespace, pvc.Name), provisioner.exited(), resizerProc.exited())
 	})
 	t.Logf("PV %s grown to %d MiB in %v; claim FileSystemResizePending (no kubelet)", pv.Name, 2*claimed>>20, d.Round(time.Millisecond))
 	vol, err = cl.getVolume(ctx, vol.Name)
@@ -249,7 +251,7 @@ func TestPVCFlow(t *testing.T) {
 		pvErr := cl.c.Get(ctx, client.ObjectKey{Name: pv.Name}, &p)
 		_, volErr := cl.getVolume(ctx, vol.Name)
 		return apierrors.IsNotFound(pvErr) && apierrors.IsNotFound(volErr), fmt.Sprintf("PV: phase %s finalizers %v (%v); Raid10Volume: %v; events: %s%s",
-			p.Status.Phase, p.Finalizers, pvErr, volErr, cl.events(t, "", pv.Name), sidecar.exited())
+			p.Status.Phase, p.Finalizers, pvErr, volErr, cl.events(t, "", pv.Name), provisioner.exited())
 	})
 	t.Logf("PV %s and Raid10Volume gone %v after the claim's deletion", pv.Name, d.Round(time.Millisecond))
 	if _, err := pl.Volume(vol.Name); err == nil {
