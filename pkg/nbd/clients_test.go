@@ -156,15 +156,15 @@ func TestFioVerify(t *testing.T) {
 }
 
 // TestFioVerifyStalls runs fio's nbd engine with crc32c verification against a backend of
-// which one request in 40 stalls for 5 ms, so that readers executing a request inline are
-// taken over by the watchdog again and again while the connections stay busy.
+// which one request in 20 stalls for 5 ms, at queue depth 1 so that the reader executes each
+// request itself: the watchdog takes stalled readers over again and again while fio goes on.
 func TestFioVerifyStalls(t *testing.T) {
 	needBinary(t, "fio")
 	mem := newMemBackend(32 << 20)
-	mem.stallEvery = 40
+	mem.stallEvery = 20
 	srv, sock := startServer(t, Options{}, Export{Backend: mem})
 	out := run(t, "fio", "--name=stalls", "--ioengine=nbd", "--uri="+uri(sock),
-		"--rw=randwrite", "--bs=4k", "--iodepth=4", "--numjobs=2", "--offset=2M", "--size=2M", // 1 MiB: the ENOSPC hook
+		"--rw=randwrite", "--bs=4k", "--iodepth=1", "--numjobs=2", "--offset=2M", "--size=2M", // 1 MiB: the ENOSPC hook
 		"--offset_increment=16M", "--verify=crc32c", "--verify_state_save=0", "--verify_fatal=1",
 		"--group_reporting", "--output-format=terse", "--terse-version=3")
 	fields := strings.Split(strings.TrimSpace(lastLine(out)), ";")

@@ -62,12 +62,12 @@ type conn struct {
 
 	draining atomic.Bool
 
-	// The reader role. One goroutine at a time reads requests. When nothing more is buffered
-	// it executes the last request itself (a hand-off to a worker costs a wake-up, which
-	// doubles the latency at queue depth 1) and marks the role free to take. If the request
-	// is still running a tick or two later, the server's watchdog (watchdog.go) starts a new
-	// reader, so that a slow request (a hung disk, a read retried on the other copy) never
-	// holds up the requests behind it; the old reader replies and ends.
+	// The reader role. One goroutine at a time reads requests. A request that is alone on
+	// the connection it executes itself (conn.inline: a hand-off to a worker costs a wake-up,
+	// which doubles the latency at queue depth 1), after marking the role free to take. If the
+	// request is still running a tick or two later, the server's watchdog (watchdog.go) starts
+	// a new reader, so that a slow request (a hung disk, a read retried on the other copy)
+	// never holds up the requests sent behind it; the old reader replies and ends.
 	//
 	// role is even while the reader reads and odd while it executes inline. The reader
 	// that loaded v (even) stores v+1 and, when done, swaps v+1 for v+2; the watchdog takes
@@ -151,14 +151,18 @@ func (c *conn) takeOver(inline uint64) {
 	go c.read()
 }
 
-// inlineable reports whether the reader may execute r itself: reads and plain writes, which
-// are short unless something is wrong. Flushes, FUA writes, trims and zeroes go to workers.
-func inlineable(r *request) bool {
-	return r.errno == ErrnoNone && (r.cmd == CmdRead || r.cmd == CmdWrite && r.flags&CmdFlagFUA == 0)
+// inline reports whether the reader executes r itself: r is the connection's only request
+// (nothing more buffered, every other slot free: the queue-depth-1 case, where handing it
+// to a worker would double its latency) and a read or a plain write, which are short unless
+// something is wrong. With other requests in flight the workers keep them in parallel (a
+// disk serves a deep queue faster); flushes, FUA writes, trims and zeroes always go to them.
+func (c *conn) inline(r *request) bool {
+	return c.br.Buffered() == 0 && len(c.free) == cap(c.free)-1 && r.errno == ErrnoNone &&
+		(r.cmd == CmdRead || r.cmd == CmdWrite && r.flags&CmdFlagFUA == 0)
 }
 
-// readRequests decodes requests and hands them to the workers, executing the last one of a
-// burst itself (see conn.role). It returns nil on NBD_CMD_DISC, errTakenOver when another
+// readRequests decodes requests and hands them to the workers, or executes a lone request
+// itself (see conn.inline and conn.role). It returns nil on NBD_CMD_DISC, errTakenOver when another
 // reader took the role while this one executed a request.
 func (c *conn) readRequests() error {
 	o := &c.srv.opts
@@ -215,7 +219,7 @@ func (c *conn) readRequests() error {
 				}
 			}
 		}
-		if c.br.Buffered() == 0 && inlineable(r) {
+		if c.inline(r) {
 			v := c.role.Load()
 			c.role.Store(v + 1)
 			c.srv.watch()

@@ -40,14 +40,16 @@
 // into a preallocated slot (at most Options.MaxInflight slots per connection: when all are
 // busy the reader stops reading the socket, which is the back-pressure) and takes a buffer
 // from the server-wide BufferPool (bounded by Options.MemoryLimit: when it is exhausted the
-// reader waits). While more requests are buffered it hands each to a worker; the last one of
-// a burst, when it is a read or a plain write, it executes itself, which saves the wake-up
-// of a worker (the whole cost at queue depth 1). So that such a request, if slow (a hung
-// disk, a read retried on the other mirror copy), cannot hold up the requests sent behind
-// it, the reader first marks its role free to take: the server's watchdog, which ticks every
-// 2 ms while requests come in and stops when they stop, starts a new reader for a
-// connection whose reader has executed the same request for a tick or more, and the old
-// reader ends after its reply. Flushes, FUA writes, trims and zeroes always go to workers.
+// reader waits) and hands it to a worker, unless the request is alone on the connection
+// (nothing more buffered, nothing else in flight) and a read or a plain write: that one it
+// executes itself, which saves the wake-up of a worker, the largest cost at queue depth 1.
+// With requests in flight the workers keep them in parallel, as a disk serves a deep queue
+// faster. So that a request executed by the reader, if slow (a hung disk, a read retried on
+// the other mirror copy), cannot hold up the requests sent behind it, the reader first marks
+// its role free to take: the server's watchdog, which ticks every 2 ms while requests come
+// in and stops when they stop, starts a new reader for a connection whose reader has
+// executed the same request for a tick or more, and the old reader ends after its reply.
+// Flushes, FUA writes, trims and zeroes always go to workers.
 // Whoever executed a request writes its reply (out of order with respect to the requests,
 // matched by handle) under the connection's write lock; the last writer of a burst flushes,
 // so replies are batched into few writes without a reply ever waiting for a slow request.
