@@ -49,7 +49,10 @@
 //     reused while kernel, modules, busybox and init.sh are unchanged.
 //   - QEMU: `-accel tcg,thread=multi -cpu max -machine pc -nodefaults`, serial
 //     console on stdio (captured as the console log), kernel command line
-//     `console=ttyS0 panic=-1 loglevel=5`, `-no-reboot`, a virtio-rng, no NIC
+//     `console=ttyS0 panic=-1 loglevel=5 tsc=reliable` (without it the guest marks
+//     TCG's TSC unstable and reads the clock from the HPET, a trap per read: every
+//     clock_gettime, hence every Go scheduler pass, costs microseconds, 15% of an NBD
+//     server's CPU in the benchmark), `-no-reboot`, a virtio-rng, no NIC
 //     (loopback is up). The kernel booted is the vmlinux extracted once from the
 //     bzImage into the cache (vmlinux-<kver>-<hash>; Debian's kernel has CONFIG_PVH,
 //     so QEMU enters it directly) with qboot as firmware when

@@ -183,7 +183,7 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		"-nodefaults", "-no-user-config", "-no-reboot", "-display", "none",
 		"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
 		"-kernel", BootImage(ctx, k), "-initrd", initrd,
-		"-append", strings.Join(append([]string{"console=ttyS0", "panic=-1", "loglevel=5", "mitigations=off", "random.trust_cpu=on"}, o.KernelArgs...), " "),
+		"-append", strings.Join(append([]string{"console=ttyS0", "panic=-1", "loglevel=5", "mitigations=off", "random.trust_cpu=on", "tsc=reliable"}, o.KernelArgs...), " "),
 		"-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
 		"-virtfs", "local,path=" + runDir + ",mount_tag=vmrun,security_model=none,multidevs=remap",
 		"-device", "virtio-rng-pci",
