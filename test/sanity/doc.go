@@ -4,14 +4,15 @@
 // node's own pool, with no cluster.
 //
 // Everything is real: TestSanityVM (on the host) builds cmd/raid10-csi and this package's
-// test binary and boots the test VM (test/vm), where TestSanityInGuest starts the built
-// plugin on a pool of file disks, with its state directory and metrics endpoint, and runs
-// the whole suite against its unix socket: volumes created in the pool, /dev/nbdX attached
-// through netlink, mkfs.ext4, mounts, bind mounts into target paths, online expansion,
-// volume stats and conditions. The plugin binary is built with -race, so a data race in
+// test binary and boots the test VM (test/vm) twice, once per access type of the suite's
+// volumes (subtests mount and block). There TestSanityInGuest starts the built plugin on a
+// pool of file disks, with its state directory and metrics endpoint, and runs the whole
+// suite against its unix socket: volumes created in the pool, /dev/nbdX attached through
+// netlink, mkfs.ext4, mounts, bind mounts of directories or device nodes into target paths,
+// online expansion, volume stats and conditions. The plugin binary is built with -race, so a data race in
 // the plugin fails the test (its exit status after SIGTERM is then 66, not 0).
 //
-// After the suite: /metrics counted the suite's calls by method and code and reports the
+// After the suite (the rest in the mount pass only): /metrics counted the suite's calls by method and code and reports the
 // pool and no volume. Then a volume is created, staged as ext4 and written; the plugin is
 // stopped (SIGTERM, exit status 0, the device left attached) and started again: the volume is
 // listed, CreateVolume is idempotent and refuses xfs (the records kept ext4), NodeStageVolume

@@ -31,21 +31,26 @@ import (
 	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
-// pluginEnv names the environment variable that gives the guest the plugin binary's path.
-const pluginEnv = "RAID10_SANITY_PLUGIN"
+// pluginEnv names the environment variable that gives the guest the plugin binary's path;
+// accessEnv the access type of the suite's volumes (mount, the default, or block).
+const (
+	pluginEnv = "RAID10_SANITY_PLUGIN"
+	accessEnv = "RAID10_SANITY_ACCESS_TYPE"
+)
 
-// TestSanityVM builds the plugin and runs TestSanityInGuest in the VM.
+// TestSanityVM builds the plugin (with -race) and runs TestSanityInGuest in the VM twice:
+// the suite's volumes as ext4 filesystems (with the restart and readiness checks), then as
+// raw block devices.
 func TestSanityVM(t *testing.T) {
 	vm.Require(t)
 	start := time.Now()
-	binDir, err := os.MkdirTemp(filepath.Join(vm.CacheDir(), "bin"), "sanity-")
+	bins := filepath.Join(vm.CacheDir(), "bin")
+	if err := os.MkdirAll(bins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	binDir, err := os.MkdirTemp(bins, "sanity-")
 	if err != nil {
-		if err := os.MkdirAll(filepath.Join(vm.CacheDir(), "bin"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if binDir, err = os.MkdirTemp(filepath.Join(vm.CacheDir(), "bin"), "sanity-"); err != nil {
-			t.Fatal(err)
-		}
+		t.Fatal(err)
 	}
 	defer os.RemoveAll(binDir)
 	plugin := filepath.Join(binDir, "raid10-csi")
@@ -54,10 +59,16 @@ func TestSanityVM(t *testing.T) {
 		t.Fatalf("go build cmd/raid10-csi: %v\n%s", err, out)
 	}
 	t.Logf("plugin built in %s", time.Since(start).Round(time.Second))
-	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 20 * time.Minute, Memory: 2048, Env: []string{pluginEnv + "=" + plugin}},
-		".", "-test.run=^TestSanityInGuest$", "-test.v", "-test.timeout=18m", "-ginkgo.v", "-ginkgo.no-color")
-	t.Logf("VM run: boot %s, total %s (with the builds: %s)", res.Boot.Round(time.Second),
-		res.Duration.Round(time.Second), time.Since(start).Round(time.Second))
+	for _, access := range []string{"mount", "block"} {
+		t.Run(access, func(t *testing.T) {
+			began := time.Now()
+			res := vm.RunGoTestOpts(t, vm.Options{Timeout: 15 * time.Minute, Memory: 2048,
+				Env: []string{pluginEnv + "=" + plugin, accessEnv + "=" + access}},
+				".", "-test.run=^TestSanityInGuest$", "-test.v", "-test.timeout=13m", "-ginkgo.v", "-ginkgo.no-color")
+			t.Logf("VM run: boot %s, total %s (with the test build: %s)", res.Boot.Round(time.Second),
+				res.Duration.Round(time.Second), time.Since(began).Round(time.Second))
+		})
+	}
 }
 
 // TestSanityInGuest runs csi-sanity against the plugin in --mode=all on four file disks.
@@ -103,9 +114,18 @@ func TestSanityInGuest(t *testing.T) {
 	sc.TestVolumeExpandSize = 32 << 20
 	sc.IdempotentCount = 3
 	sc.TestNodeVolumeAttachLimit = true
+	access := os.Getenv(accessEnv)
+	switch access {
+	case "":
+		access = "mount"
+	case "mount", "block":
+	default:
+		t.Fatalf("%s=%q: must be mount or block", accessEnv, access)
+	}
+	sc.TestVolumeAccessType = access
 	began := time.Now()
 	csisanity.Test(t, sc)
-	t.Logf("csi-sanity: %s", time.Since(began).Round(time.Second))
+	t.Logf("csi-sanity with %s volumes: %s", access, time.Since(began).Round(time.Second))
 	if t.Failed() {
 		h.p.stop(t)
 		return
@@ -122,6 +142,11 @@ func TestSanityInGuest(t *testing.T) {
 		`raid10_pool_largest_volume_bytes{`,
 		`raid10_disk_state{disk=`,
 	}, "raid10_volume_size_bytes{")
+
+	if access == "block" {
+		h.p.stop(t) // the restart and readiness checks run once, in the mount pass
+		return
+	}
 
 	// The plugin restarts under a staged volume, and /readyz notices a lost device.
 	restartAndReadiness(t, h, dir, stateDir, sock)
