@@ -22,10 +22,27 @@ import (
 // unix socket, in the same run: 4k randread and randwrite at QD1 and QD32 with 1 and 4
 // connections. The servers take turns, NBD_BENCH_ROUNDS times per case (default 3), and the
 // best run of each counts: on a shared machine the load changes from one run to the next,
-// and the best of interleaved runs is the least disturbed. Each case reports IOPS per server;
-// the parent logs a table with the ratios. NBD_BENCH_RUNTIME sets the seconds per fio run
-// (default 3).
+// and the best of interleaved runs is the least disturbed. Each case reports IOPS and the
+// server's CPU time per I/O (its process's user+system time over the run, divided by the
+// I/Os); the parent logs a table with the ratios. NBD_BENCH_RUNTIME sets the seconds per fio
+// run (default 3).
+//
+// A file in memory makes every request cost CPU only: on a machine with few cores, where fio
+// and the server share them, the IOPS follow the CPU per I/O and a server gains nothing from
+// serving requests in parallel. BenchmarkFioNBDDevice measures that.
 func BenchmarkFioNBD(b *testing.B) {
+	benchFio(b, 0, []int{1, 32})
+}
+
+// BenchmarkFioNBDDevice is BenchmarkFioNBD over a device that takes 1 ms per read or write
+// (the file behind a delay: time.Sleep for this server and go-nbd's, nbdkit's delay filter),
+// at QD32: what a server that serves requests in parallel gains over one that serves them
+// one at a time per connection (go-nbd) on a device with latency, the case of a real disk.
+func BenchmarkFioNBDDevice(b *testing.B) {
+	benchFio(b, time.Millisecond, []int{32})
+}
+
+func benchFio(b *testing.B, delay time.Duration, depths []int) {
 	needBinary(b, "fio")
 	needBinary(b, "nbdkit")
 	runtime := "3"
@@ -62,7 +79,11 @@ func BenchmarkFioNBD(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer fb.Close()
-	srv, err := NewServer(Options{}, Export{Backend: fb})
+	var backend Backend = fb
+	if delay > 0 {
+		backend = delayBackend{fb, delay}
+	}
+	srv, err := NewServer(Options{}, Export{Backend: backend})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -80,13 +101,17 @@ func BenchmarkFioNBD(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer gf.Close()
+	var gb gonbdbackend.Backend = gonbdbackend.NewFileBackend(gf)
+	if delay > 0 {
+		gb = delayGoNBD{gb, delay}
+	}
 	gonbd := filepath.Join(sockDir, "gonbd.sock")
 	gln, err := net.Listen("unix", gonbd)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer gln.Close()
-	gexports := []*gonbdserver.Export{{Name: "", Backend: gonbdbackend.NewFileBackend(gf)}}
+	gexports := []*gonbdserver.Export{{Name: "", Backend: gb}}
 	go func() {
 		for {
 			c, err := gln.Accept()
@@ -105,7 +130,14 @@ func BenchmarkFioNBD(b *testing.B) {
 
 	// nbdkit, the C reference.
 	kit := filepath.Join(sockDir, "nbdkit.sock")
-	kitCmd := exec.Command("nbdkit", "--foreground", "--exit-with-parent", "--unix", kit, "file", img)
+	args := []string{"--foreground", "--exit-with-parent", "--unix", kit}
+	if delay > 0 {
+		ms := fmt.Sprintf("%dms", delay.Milliseconds())
+		args = append(args, "--filter=delay", "file", img, "rdelay="+ms, "wdelay="+ms)
+	} else {
+		args = append(args, "file", img)
+	}
+	kitCmd := exec.Command("nbdkit", args...)
 	kitCmd.Stderr = os.Stderr
 	if err := kitCmd.Start(); err != nil {
 		b.Fatal(err)
@@ -123,7 +155,7 @@ func BenchmarkFioNBD(b *testing.B) {
 	cpu := map[key]float64{} // server CPU microseconds per request, of the best run
 	var cases []string
 	for _, rw := range []string{"randread", "randwrite"} {
-		for _, qd := range []int{1, 32} {
+		for _, qd := range depths {
 			for _, conns := range []int{1, 4} {
 				cas := fmt.Sprintf("%s/qd%d/conns%d", rw, qd, conns)
 				cases = append(cases, cas)
@@ -151,8 +183,11 @@ func BenchmarkFioNBD(b *testing.B) {
 		}
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "\nbest of %d interleaved runs of %ss each\n", rounds, runtime)
-	fmt.Fprintf(&t, "%-24s %12s %12s %12s %10s %10s   %s\n", "4k, fio nbd engine, IOPS", "raid10-csi", "nbdkit", "go-nbd", "/nbdkit", "/go-nbd",
+	fmt.Fprintf(&t, "\nbest of %d interleaved runs of %ss each", rounds, runtime)
+	if delay > 0 {
+		fmt.Fprintf(&t, ", every read and write delayed %v", delay)
+	}
+	fmt.Fprintf(&t, "\n%-24s %12s %12s %12s %10s %10s   %s\n", "4k, fio nbd engine, IOPS", "raid10-csi", "nbdkit", "go-nbd", "/nbdkit", "/go-nbd",
 		"server CPU us/io: raid10-csi nbdkit go-nbd")
 	for _, c := range cases {
 		o, k, g := iops[key{c, "raid10-csi"}], iops[key{c, "nbdkit"}], iops[key{c, "go-nbd"}]
@@ -160,6 +195,38 @@ func BenchmarkFioNBD(b *testing.B) {
 			cpu[key{c, "raid10-csi"}], cpu[key{c, "nbdkit"}], cpu[key{c, "go-nbd"}])
 	}
 	b.Log(t.String())
+}
+
+// delayBackend is a Backend whose reads and writes take d longer: a device with latency.
+type delayBackend struct {
+	Backend
+	d time.Duration
+}
+
+func (x delayBackend) ReadAt(p []byte, off int64) (int, error) {
+	time.Sleep(x.d)
+	return x.Backend.ReadAt(p, off)
+}
+
+func (x delayBackend) WriteAt(p []byte, off int64) (int, error) {
+	time.Sleep(x.d)
+	return x.Backend.WriteAt(p, off)
+}
+
+// delayGoNBD is delayBackend for go-nbd's server.
+type delayGoNBD struct {
+	gonbdbackend.Backend
+	d time.Duration
+}
+
+func (x delayGoNBD) ReadAt(p []byte, off int64) (int, error) {
+	time.Sleep(x.d)
+	return x.Backend.ReadAt(p, off)
+}
+
+func (x delayGoNBD) WriteAt(p []byte, off int64) (int, error) {
+	time.Sleep(x.d)
+	return x.Backend.WriteAt(p, off)
 }
 
 func ratio(a, b float64) float64 {

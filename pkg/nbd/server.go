@@ -31,7 +31,7 @@ var (
 const (
 	DefaultMaxRequestSize = 32 << 20
 	DefaultMaxInflight    = 128
-	DefaultWorkers        = 16
+	DefaultWorkers        = 32
 	DefaultMemoryLimit    = 128 << 20
 	DefaultBlockSize      = 4096
 
@@ -57,7 +57,8 @@ type Options struct {
 	MaxRequestSize int
 	// MaxInflight bounds the requests read from one connection and not yet replied to.
 	MaxInflight int
-	// Workers is the number of goroutines per connection that call the Backend.
+	// Workers is the number of goroutines per connection that call the Backend: how many
+	// requests of one connection a device with latency serves in parallel (default 32).
 	Workers int
 	// MemoryLimit bounds the bytes of request buffers across all connections.
 	MemoryLimit int64
