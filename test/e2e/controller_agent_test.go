@@ -25,6 +25,12 @@ import (
 func TestControllerAgentEndToEnd(t *testing.T) {
 	skipHeavy(t)
 	klogToFile(t)
+	controllerAgentFlow(t, startCluster(t))
+}
+
+// controllerAgentFlow is TestControllerAgentEndToEnd on cl. What it starts stops when t
+// ends; the object it leaves is the Raid10Node node-e2e.
+func controllerAgentFlow(t *testing.T, cl *cluster) {
 	const (
 		node     = "node-e2e"
 		diskSize = 256 << 20
@@ -34,7 +40,6 @@ func TestControllerAgentEndToEnd(t *testing.T) {
 		rebuildRate = 8 << 20
 		volName     = "pvc-e2e-controller-agent"
 	)
-	cl := startCluster(t)
 	pl, paths := filePool(t, 4, 1, diskSize, rebuildRate)
 	cl.startAgent(t, node, pl, 4)
 	sock := cl.startController(t, 30*time.Second)

@@ -35,12 +35,18 @@ func TestPVCFlow(t *testing.T) {
 	prov := sidecarBinary(t, provisionerEnv)
 	resizer := sidecarBinary(t, resizerEnv)
 	klogToFile(t)
+	pvcFlow(t, startCluster(t, kubeenv.WithControllerManager()), prov, resizer)
+}
+
+// pvcFlow is TestPVCFlow on cl, a cluster with kube-controller-manager, with the
+// csi-provisioner and csi-resizer binaries prov and resizer. What it starts stops when t
+// ends; the objects it leaves are those of node-a (Node, CSINode, Raid10Node).
+func pvcFlow(t *testing.T, cl *cluster, prov, resizer string) {
 	const (
 		node     = "node-a"
 		diskSize = 256 << 20
 		claimed  = 64 << 20
 	)
-	cl := startCluster(t, kubeenv.WithControllerManager())
 	ctx := t.Context()
 
 	// The chart's CSIDriver and StorageClass are what this flow relies on.

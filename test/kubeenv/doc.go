@@ -7,6 +7,7 @@
 //	env := kubeenv.Start(t, kubeenv.WithControllerManager()) // + kube-controller-manager
 //	env.Client.CoreV1().Namespaces().Create(...)            // admin (system:masters)
 //	cfg := env.ServiceAccountConfig(t, "ns", "controller")  // as a ServiceAccount
+//	env := kubeenv.Start(t, kubeenv.WithAudit("ns"))       // env.AuditLog: ns's ServiceAccounts' requests
 //
 // # What runs
 //

@@ -51,6 +51,8 @@ type Env struct {
 	Host string
 	// StartupTime is how long Start took until everything was ready.
 	StartupTime time.Duration
+	// AuditLog is the path of the API server's audit log (JSON lines) with WithAudit, or "".
+	AuditLog string
 
 	pki   *pki
 	procs []*process
@@ -62,6 +64,7 @@ type Option func(*options)
 type options struct {
 	controllerManager bool
 	apiServerFlags    []string
+	auditNamespaces   []string
 }
 
 // WithControllerManager also runs kube-controller-manager, for tests that need its
@@ -159,6 +162,14 @@ func Start(t testing.TB, opts ...Option) *Env {
 		"--service-cluster-ip-range=" + ServiceClusterIPRange,
 		"--allow-privileged=true",
 		"--profiling=false",
+	}
+	if len(o.auditNamespaces) > 0 {
+		flags, logPath, err := auditFlags(env.Dir, o.auditNamespaces)
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		apiArgs = append(apiArgs, flags...)
+		env.AuditLog = logPath
 	}
 	apiserver, err := env.start("kube-apiserver", binPath["kube-apiserver"], append(apiArgs, o.apiServerFlags...)...)
 	if err != nil {

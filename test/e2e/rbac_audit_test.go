@@ -1,0 +1,450 @@
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/raid10-csi/raid10-csi/test/kubeenv"
+)
+
+// unexercised lists, per chart ServiceAccount, the grants of deploy/raid10-csi.yaml that
+// are needed but that no flow of TestRBACLeastPrivilege uses, each with the reason. A
+// grant that is neither used nor listed here fails the test: remove it from the chart
+// (charts/raid10-csi/templates/*-rbac.yaml). An entry that the flows do use, or that the
+// chart no longer grants, fails it too, so that the list stays exact.
+var unexercised = map[string][]unexercisedGrant{
+	controllerSA: {
+		// csi-provisioner --capacity-ownerref-level=2 (the chart) makes the Deployment the
+		// owner of its CSIStorageCapacity objects, found from its own Pod (POD_NAME) through
+		// the ReplicaSet. No kubelet runs that Pod here: the test runs the provisioner with
+		// --capacity-ownerref-level=-1, which looks up nothing.
+		{"Role raid10-csi-controller", "", "pods", "get", "capacity owner lookup: POD_NAME's Pod (ownerref level 2; the test runs -1)"},
+		{"Role raid10-csi-controller", "apps", "replicasets", "get", "capacity owner lookup: the Pod's ReplicaSet (ownerref level 2; the test runs -1)"},
+		// The provisioner deletes a CSIStorageCapacity whose topology segment or
+		// StorageClass is gone; the flows remove neither while it runs.
+		{"Role raid10-csi-controller", "storage.k8s.io", "csistoragecapacities", "delete", "a node's segment or the StorageClass goes away"},
+		// When CreateVolume fails on the selected node for lack of room (ResourceExhausted),
+		// the provisioner drops volume.kubernetes.io/selected-node so that the scheduler
+		// picks again; every claim of the flows fits.
+		{"ClusterRole raid10-csi-provisioner", "", "persistentvolumeclaims", "update", "rescheduling a claim that does not fit on its selected node"},
+		// client-go's event recorder patches an Event's count when the same event repeats
+		// within its aggregation window; no event of the flows repeats.
+		{"ClusterRole raid10-csi-provisioner", "", "events", "patch", "an Event that repeats (count aggregation)"},
+		{"ClusterRole raid10-csi-resizer", "", "events", "patch", "an Event that repeats (count aggregation)"},
+	},
+	nodeSA: {
+		// The agent's cache fills its informers with a streaming list (a watch with
+		// sendInitialEvents, client-go's WatchListClient), which this API server serves;
+		// the reflector falls back to LIST against one that does not (the chart supports
+		// Kubernetes 1.30) and when a streaming list fails.
+		{"ClusterRole raid10-csi-node", "raid10.csi.io", "raid10volumes", "list", "the informer's LIST fallback (streaming lists unsupported or failed)"},
+		{"ClusterRole raid10-csi-node", "raid10.csi.io", "raid10nodes", "list", "the informer's LIST fallback (streaming lists unsupported or failed)"},
+		// The events.k8s.io recorder patches an Event's series when it repeats.
+		{"ClusterRole raid10-csi-node", "events.k8s.io", "events", "patch", "an Event that repeats (series)"},
+		// Not needed by the agent, which reads through its cache: test/deploy's
+		// ServiceAccountsDoTheirJobs plays the agent with an uncached client and gets the
+		// volume. Remove both once that test lists instead.
+		{"ClusterRole raid10-csi-node", "raid10.csi.io", "raid10volumes", "get", "only test/deploy's ServiceAccountsDoTheirJobs (uncached Get)"},
+	},
+}
+
+// unexercisedGrant is one entry of unexercised: a grant of role ("ClusterRole name" or
+// "Role name").
+type unexercisedGrant struct {
+	role                  string
+	group, resource, verb string
+	reason                string
+}
+
+// roleClients names the one client (user agent program) that each sidecar's ClusterRole is
+// for: such a grant counts as used only when that client used it, so that each role stays
+// exact although the ServiceAccount holds their union. The other roles count any client of
+// the ServiceAccount (the plugin's client is the test binary here, raid10-csi in a pod).
+var roleClients = map[string]string{
+	"ClusterRole raid10-csi-provisioner": "csi-provisioner",
+	"ClusterRole raid10-csi-resizer":     "csi-resizer",
+}
+
+// TestRBACLeastPrivilege proves the chart's RBAC against the real API server's audit log:
+// it runs the PVC flow (create, bind, expand, delete through the real csi-provisioner and
+// csi-resizer) and the controller+agent flow (create, degrade, rebuild, expand, delete) on
+// one control plane that logs every request of the release namespace's ServiceAccounts, and
+// then checks, for each chart ServiceAccount, that
+//
+//   - no request was denied (403), and
+//   - every (API group, resource, verb) that its Roles and ClusterRoles grant through its
+//     bindings in deploy/raid10-csi.yaml was used at least once (in the Role's namespace
+//     for a Role), or is listed in unexercised with the reason.
+//
+// The table of what each ServiceAccount used and what it was granted is logged.
+func TestRBACLeastPrivilege(t *testing.T) {
+	skipHeavy(t)
+	prov := sidecarBinary(t, provisionerEnv)
+	resizer := sidecarBinary(t, resizerEnv)
+	klogToFile(t)
+	cl := startCluster(t, kubeenv.WithControllerManager(), kubeenv.WithAudit(namespace))
+	if cl.env.AuditLog == "" {
+		t.Fatal("kubeenv.WithAudit gave no audit log")
+	}
+	// Each flow stops what it started (and the sidecars release their leases) when its
+	// subtest ends, so the log then holds every request of the run.
+	flowsOK := t.Run("PVCFlow", func(t *testing.T) { pvcFlow(t, cl, prov, resizer) })
+	flowsOK = t.Run("ControllerAgent", func(t *testing.T) { controllerAgentFlow(t, cl) }) && flowsOK
+	flowsOK = t.Run("CapacityWithoutTopology", func(t *testing.T) { capacityWithoutTopology(t, cl) }) && flowsOK
+
+	used, err := readAudit(cl.env.AuditLog)
+	if err != nil {
+		t.Fatalf("audit log %s: %v", cl.env.AuditLog, err)
+	}
+	grants := chartGrants(t)
+	for _, sa := range []string{controllerSA, nodeSA} {
+		user := "system:serviceaccount:" + namespace + ":" + sa
+		checkServiceAccount(t, sa, used[user], grants[sa], flowsOK)
+	}
+	for user := range used {
+		if !strings.HasPrefix(user, "system:serviceaccount:"+namespace+":") {
+			t.Errorf("audit log: requests of %s, outside the policy of kubeenv.WithAudit(%q)", user, namespace)
+		}
+	}
+}
+
+// access is what the authorizer decides on: API group, resource (with "/subresource"),
+// verb. A non-resource request has the URL path as resource and group "".
+type access struct {
+	group, resource, verb string
+}
+
+func (a access) String() string {
+	g := a.group
+	if g == "" {
+		g = `""`
+	}
+	return fmt.Sprintf("%s %s (group %s)", a.verb, a.resource, g)
+}
+
+// usage is what one ServiceAccount did with one access.
+type usage struct {
+	requests   int                 // distinct requests (audit IDs)
+	namespaces map[string]bool     // where ("" cluster scope)
+	denied     []string            // the denied requests, as method and URI
+	clients    map[string]bool     // user agents, program name only
+	ids        map[string]struct{} // audit IDs seen
+}
+
+// auditEvent is the part of an audit.k8s.io/v1 Event that the test reads.
+type auditEvent struct {
+	AuditID    string `json:"auditID"`
+	Stage      string `json:"stage"`
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	UserAgent  string `json:"userAgent"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Namespace   string `json:"namespace"`
+		APIGroup    string `json:"apiGroup"`
+		Subresource string `json:"subresource"`
+	} `json:"objectRef"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// readAudit reads the JSON-lines audit log at path into, per user, what each access was
+// used for.
+func readAudit(path string) (map[string]map[access]*usage, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	out := map[string]map[access]*usage{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for line := 1; sc.Scan(); line++ {
+		var e auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		a := access{resource: strings.SplitN(e.RequestURI, "?", 2)[0], verb: e.Verb}
+		ns := ""
+		if r := e.ObjectRef; r != nil && r.Resource != "" {
+			a.group, a.resource, ns = r.APIGroup, r.Resource, r.Namespace
+			if r.Subresource != "" {
+				a.resource += "/" + r.Subresource
+			}
+		}
+		if out[e.User.Username] == nil {
+			out[e.User.Username] = map[access]*usage{}
+		}
+		u := out[e.User.Username][a]
+		if u == nil {
+			u = &usage{namespaces: map[string]bool{}, clients: map[string]bool{}, ids: map[string]struct{}{}}
+			out[e.User.Username][a] = u
+		}
+		if _, seen := u.ids[e.AuditID]; !seen {
+			u.ids[e.AuditID] = struct{}{}
+			u.requests++
+		}
+		u.namespaces[ns] = true
+		u.clients[strings.SplitN(e.UserAgent, "/", 2)[0]] = true
+		if (e.ResponseStatus != nil && e.ResponseStatus.Code == 403) || e.Annotations["authorization.k8s.io/decision"] == "forbid" {
+			u.denied = append(u.denied, e.Verb+" "+e.RequestURI)
+		}
+	}
+	return out, sc.Err()
+}
+
+// grant is one (group, resource, verb) that a chart Role or ClusterRole gives a
+// ServiceAccount through one binding.
+type grant struct {
+	access
+	// role is "ClusterRole name" or "Role name"; binding is "Kind name" of the binding.
+	role, binding string
+	// namespace is where it applies: a Role's or RoleBinding's namespace, "" everywhere.
+	namespace string
+}
+
+// chartGrants reads deploy/raid10-csi.yaml and returns, per ServiceAccount of the release
+// namespace, every grant of every role bound to it. A wildcard, resourceNames or
+// nonResourceURLs rule fails the test: the chart grants none, and this check could not
+// prove one used.
+func chartGrants(t *testing.T) map[string][]grant {
+	t.Helper()
+	data, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string][]rbacv1.PolicyRule{} // "Role ns/name" or "ClusterRole name"
+	var bindings []struct {
+		kind, namespace string
+		b               rbacv1.RoleBinding // a ClusterRoleBinding has the same subjects and roleRef
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var u unstructured.Unstructured
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", manifest, err)
+		}
+		switch u.GetKind() {
+		case "Role", "ClusterRole":
+			var r rbacv1.Role
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
+				t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+			}
+			roles[roleKey(u.GetKind(), u.GetNamespace(), u.GetName())] = r.Rules
+		case "RoleBinding", "ClusterRoleBinding":
+			var b rbacv1.RoleBinding
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b); err != nil {
+				t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+			}
+			bindings = append(bindings, struct {
+				kind, namespace string
+				b               rbacv1.RoleBinding
+			}{u.GetKind(), u.GetNamespace(), b})
+		}
+	}
+	out := map[string][]grant{}
+	for _, bd := range bindings {
+		ref := bd.b.RoleRef
+		rules, ok := roles[roleKey(ref.Kind, bd.namespace, ref.Name)]
+		if !ok {
+			t.Fatalf("%s %s binds %s %s, which %s does not define", bd.kind, bd.b.Name, ref.Kind, ref.Name, manifest)
+		}
+		role, binding := ref.Kind+" "+ref.Name, bd.kind+" "+bd.b.Name
+		by := role + " (" + binding + ")"
+		for _, s := range bd.b.Subjects {
+			if s.Kind != rbacv1.ServiceAccountKind || s.Namespace != namespace {
+				t.Fatalf("%s %s binds %s %s/%s: not a ServiceAccount of the release namespace %s", bd.kind, bd.b.Name, s.Kind, s.Namespace, s.Name, namespace)
+			}
+			for _, r := range rules {
+				if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+					t.Fatalf("ServiceAccount %s: %s has a rule with resourceNames or nonResourceURLs (%+v), which this test cannot check", s.Name, by, r)
+				}
+				for _, g := range r.APIGroups {
+					for _, res := range r.Resources {
+						for _, v := range r.Verbs {
+							if g == rbacv1.APIGroupAll || res == rbacv1.ResourceAll || v == rbacv1.VerbAll {
+								t.Fatalf("ServiceAccount %s: %s grants the wildcard %s %s (group %q): name what is used", s.Name, by, v, res, g)
+							}
+							out[s.Name] = append(out[s.Name], grant{access{g, res, v}, role, binding, bd.namespace})
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func roleKey(kind, namespace, name string) string {
+	if kind == "ClusterRole" {
+		return kind + " " + name
+	}
+	return kind + " " + namespace + "/" + name
+}
+
+// checkServiceAccount fails t for every denied request of the ServiceAccount sa and, when
+// the flows passed (coverage), for every grant that was neither used nor listed in
+// unexercised, and logs the table of used and granted accesses.
+func checkServiceAccount(t *testing.T, sa string, used map[access]*usage, grants []grant, coverage bool) {
+	t.Helper()
+	if len(used) == 0 {
+		t.Errorf("ServiceAccount %s: no request in the audit log; is auditing on?", sa)
+	}
+	for a, u := range used {
+		for _, d := range u.denied {
+			t.Errorf("ServiceAccount %s: %s denied (403): %s; the chart must grant it", sa, a, d)
+		}
+	}
+
+	// allowed: the entries of unexercised by role and access.
+	type roleAccess struct {
+		role string
+		access
+	}
+	allowed := map[roleAccess]string{}
+	for _, e := range unexercised[sa] {
+		allowed[roleAccess{e.role, access{e.group, e.resource, e.verb}}] = e.reason
+	}
+	// usedBy reports whether g was used in its namespace ("" anywhere) by its role's client.
+	usedBy := func(g grant) bool {
+		u := used[g.access]
+		if u == nil || (g.namespace != "" && !u.namespaces[g.namespace]) {
+			return false
+		}
+		c, ok := roleClients[g.role]
+		return !ok || u.clients[c]
+	}
+
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	_, _ = fmt.Fprintln(tw, "VERB\tRESOURCE\tGROUP\tREQUESTS\tCLIENTS\tGRANTED BY\tCHECK")
+	granted := map[access]bool{}
+	grantedRA := map[roleAccess]bool{}
+	for _, g := range grants {
+		granted[g.access] = true
+		ra := roleAccess{g.role, g.access}
+		grantedRA[ra] = true
+		scope := g.role + " (" + g.binding + ")"
+		if g.namespace != "" {
+			scope += " in " + g.namespace
+		}
+		if c, ok := roleClients[g.role]; ok {
+			scope += " for " + c
+		}
+		check := "used"
+		switch reason, listed := allowed[ra]; {
+		case usedBy(g) && listed:
+			check = "USED BUT ALLOW-LISTED"
+			t.Errorf("ServiceAccount %s: %s, granted by %s, is used but listed in unexercised (%s): remove the entry", sa, g.access, scope, reason)
+		case usedBy(g):
+		case listed:
+			check = "needed, not exercised: " + reason
+		default:
+			check = "UNUSED"
+			if coverage {
+				t.Errorf("ServiceAccount %s: %s, granted by %s, was never used: remove it from the chart, or list it in unexercised with the reason", sa, g.access, scope)
+			}
+		}
+		group := g.group
+		if group == "" {
+			group = "core"
+		}
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", g.verb, g.resource, group, requests(used[g.access]), clients(used[g.access]), scope, check)
+	}
+	for ra, reason := range allowed {
+		if !grantedRA[ra] {
+			t.Errorf("ServiceAccount %s: %s is listed in unexercised for %s (%s) but that role does not grant it: remove the entry", sa, ra.access, ra.role, reason)
+		}
+	}
+	// What it used that the chart does not grant: discovery and the like, allowed to every
+	// authenticated user by the API server's default roles.
+	var rest []access
+	for a := range used {
+		if !granted[a] {
+			rest = append(rest, a)
+		}
+	}
+	slices.SortFunc(rest, func(x, y access) int { return strings.Compare(x.String(), y.String()) })
+	for _, a := range rest {
+		group := a.group
+		if group == "" && strings.HasPrefix(a.resource, "/") {
+			group = "-"
+		} else if group == "" {
+			group = "core"
+		}
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.verb, a.resource, group, requests(used[a]), clients(used[a]), "(default roles)", "not from the chart")
+	}
+	_ = tw.Flush()
+	t.Logf("ServiceAccount %s/%s: what it used and what the chart grants it:\n%s", namespace, sa, b.String())
+	if !coverage {
+		t.Logf("ServiceAccount %s: a flow failed, so unused grants are not failures in this run", sa)
+	}
+}
+
+func requests(u *usage) int {
+	if u == nil {
+		return 0
+	}
+	return u.requests
+}
+
+func clients(u *usage) string {
+	if u == nil {
+		return "-"
+	}
+	var cs []string
+	for c := range u.clients {
+		cs = append(cs, c)
+	}
+	slices.Sort(cs)
+	return strings.Join(cs, ",")
+}
+
+// capacityWithoutTopology asks the controller for the capacity of the whole cluster, as a
+// GetCapacity without topology does (and a CreateVolume without one, to pick a node): the
+// controller lists the Raid10Nodes, which no flow with topology does.
+func capacityWithoutTopology(t *testing.T, cl *cluster) {
+	sock := cl.startController(t, 10*time.Second)
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	resp, err := csi.NewControllerClient(conn).GetCapacity(t.Context(), &csi.GetCapacityRequest{})
+	if err != nil {
+		t.Fatalf("GetCapacity without topology: %v", err)
+	}
+	// The flows' agents are gone, their Raid10Nodes stay: each reported free space.
+	if resp.GetAvailableCapacity() <= 0 {
+		t.Fatalf("GetCapacity without topology: %v, want the free space of the Raid10Nodes the flows left", resp)
+	}
+	t.Logf("GetCapacity without topology: %d bytes available", resp.GetAvailableCapacity())
+}
