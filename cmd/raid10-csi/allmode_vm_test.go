@@ -120,6 +120,7 @@ func TestAllModeInGuest(t *testing.T) {
 		`raid10_volume_health{health="Healthy",volume="vol-metrics"} 1`,
 		`raid10_csi_operations_total{code="OK",method="CreateVolume"} 1`,
 		`raid10_csi_operations_total{code="OK",method="NodeStageVolume"} 1`,
+		`raid10_volume_requests_total{op="read",volume="vol-metrics"}`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -16,8 +16,9 @@
 // topology raid10.csi.io/node=<--node-id>.
 //
 // Every mode serves /metrics, /healthz and /readyz on --metrics-address (empty: none): CSI
-// call counts and latencies, the pool's volumes and disks in node and all modes (with the
-// node agent's controller-runtime metrics in node mode). /readyz is 503 until the CSI
+// call counts and latencies; in node and all modes also the pool's volumes and disks and
+// each attached volume's NBD requests (with the node agent's controller-runtime metrics in
+// node mode). /readyz is 503 until the CSI
 // endpoint serves and, in node and all modes, while the pool is closed or an attached
 // volume's device has no connection being served.
 package main
@@ -178,7 +179,11 @@ func Run(ctx context.Context, o *Options) error {
 			opts = append(opts, driver.WithVolumeStore(store))
 		}
 	}
-	reg, err := registry(o.Mode, src)
+	var io metrics.IOSource // the attacher's NBD request counters, in node and all modes
+	if np != nil {
+		io = np.attacher
+	}
+	reg, err := registry(o.Mode, src, io)
 	if err != nil {
 		return err
 	}
@@ -211,19 +216,28 @@ func Run(ctx context.Context, o *Options) error {
 	return runAll(ctx, cancel, tasks)
 }
 
-// registry returns the registry the metrics of mode go to and are served from. In node mode
-// it is controller-runtime's, which holds the node agent's metrics (reconciles, workqueue,
-// API client) and the Go and process collectors already: gathering it beside a second
-// registry would report those twice. Elsewhere it is a new one (metrics.NewRegistry). src,
-// the pool, is nil in controller mode.
-func registry(mode driver.Mode, src metrics.Source) (ctrlmetrics.RegistererGatherer, error) {
-	if mode != driver.ModeNode {
-		return metrics.NewRegistry(src), nil
+// registry returns the registry the metrics of mode go to and are served from, with the
+// pool's metrics over src and the volumes' NBD request metrics over io (both nil in
+// controller mode). In node mode it is controller-runtime's, which holds the node agent's
+// metrics (reconciles, workqueue, API client) and the Go and process collectors already:
+// gathering it beside a second registry would report those twice. Elsewhere it is a new one
+// (metrics.NewRegistry).
+func registry(mode driver.Mode, src metrics.Source, io metrics.IOSource) (ctrlmetrics.RegistererGatherer, error) {
+	var reg ctrlmetrics.RegistererGatherer
+	if mode == driver.ModeNode {
+		reg = ctrlmetrics.Registry
+		if err := reg.Register(metrics.NewPoolCollector(src)); err != nil {
+			return nil, fmt.Errorf("register the pool metrics: %w", err)
+		}
+	} else {
+		reg = metrics.NewRegistry(src)
 	}
-	if err := ctrlmetrics.Registry.Register(metrics.NewPoolCollector(src)); err != nil {
-		return nil, fmt.Errorf("register the pool metrics: %w", err)
+	if io != nil {
+		if err := reg.Register(metrics.NewIOCollector(io)); err != nil {
+			return nil, fmt.Errorf("register the NBD request metrics: %w", err)
+		}
 	}
-	return ctrlmetrics.Registry, nil
+	return reg, nil
 }
 
 // runAll runs every task until ctx is done; the first that fails cancels the others. It

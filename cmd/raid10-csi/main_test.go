@@ -18,6 +18,7 @@ import (
 
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
 	"github.com/raid10-csi/raid10-csi/pkg/metrics"
+	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -200,12 +201,14 @@ func TestRegistryPerMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	io := fakeIO{"vol-1": nbd.Stats{Read: nbd.OpStats{Requests: 3, Bytes: 12288}}}
 	for _, tc := range []struct {
 		mode driver.Mode
 		src  metrics.Source
-	}{{driver.ModeController, nil}, {driver.ModeAll, p}, {driver.ModeNode, p}} {
+		io   metrics.IOSource
+	}{{driver.ModeController, nil, nil}, {driver.ModeAll, p, io}, {driver.ModeNode, p, io}} {
 		t.Run(string(tc.mode), func(t *testing.T) {
-			reg, err := registry(tc.mode, tc.src)
+			reg, err := registry(tc.mode, tc.src, tc.io)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,6 +231,14 @@ func TestRegistryPerMode(t *testing.T) {
 			if names["raid10_pool_raw_bytes"] != (tc.src != nil) {
 				t.Errorf("raid10_pool_raw_bytes gathered: %v, want %v", names["raid10_pool_raw_bytes"], tc.src != nil)
 			}
+			if names["raid10_volume_requests_total"] != (tc.io != nil) {
+				t.Errorf("raid10_volume_requests_total gathered: %v, want %v", names["raid10_volume_requests_total"], tc.io != nil)
+			}
 		})
 	}
 }
+
+// fakeIO is a metrics.IOSource with fixed counters.
+type fakeIO map[string]nbd.Stats
+
+func (f fakeIO) IOStats() map[string]nbd.Stats { return f }
