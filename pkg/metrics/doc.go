@@ -30,6 +30,18 @@
 // engine counts per array: a disk's counter summed over volumes would go down when a
 // volume is deleted, which Prometheus would read as a counter reset.
 //
+// # Request metrics
+//
+// IOCollector is a prometheus.Collector over an IOSource (the node plugin's attacher): the
+// NBD server's own request counters of every attached volume, kept per connection under the
+// lock that already serialises its replies, so that no cache line is shared between
+// connections; a scrape adds them up.
+//
+//	volume_requests_total{volume,op}                   counter (op: read, write, flush, trim, write_zeroes)
+//	volume_request_errors_total{volume,op}             counter
+//	volume_request_bytes_total{volume,op}              counter
+//	volume_request_duration_seconds{volume,op}         histogram, request read to reply written
+//
 // # CSI metrics
 //
 // CSIMetrics counts calls and records their latency by method and gRPC code
@@ -41,5 +53,5 @@
 //
 // Handler and Serve serve the metrics of a prometheus.Gatherer on /metrics, liveness on
 // /healthz (always ok while serving) and readiness on /readyz (every Check nil; the node
-// plugin's check is that its pool is open).
+// plugin's checks: the CSI endpoint serves and every attached device has a live server).
 package metrics

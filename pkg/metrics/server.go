@@ -15,10 +15,9 @@ import (
 )
 
 // NewRegistry returns a registry with the Go runtime and process collectors and, when src
-// is not nil, a PoolCollector over it. To serve controller-runtime's own metrics as well
-// (workqueue, reconcile counts of the node agent), gather both:
-//
-//	prometheus.Gatherers{reg, ctrlmetrics.Registry}
+// is not nil, a PoolCollector over it. A process that runs controller-runtime (the node
+// plugin) registers its collectors in controller-runtime's registry instead, which has the
+// Go and process collectors already: gathering both would report those twice.
 func NewRegistry(src Source) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
