@@ -84,6 +84,7 @@ const (
 	EventExpandFailed      = "ExpansionFailed"
 	EventDeleted           = "ExtentsFreed"
 	EventDeleteFailed      = "DeleteFailed"
+	EventDeleteWaiting     = "DeleteWaiting"
 	EventDiskReturned      = "DiskHealthy"
 	eventRecorderComponent = "raid10.csi.io/node-agent"
 )

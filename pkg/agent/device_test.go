@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -138,8 +139,23 @@ func TestAgentDevicesAndChunkSize(t *testing.T) {
 	}
 	t.Logf("device grown %v after the spec changed; status capacity %s, phase %s", d.Round(time.Millisecond), got.Status.Capacity, got.Status.Phase)
 
+	// Deleting the object while the volume is attached (staged) must not touch the data:
+	// the delete waits for the detach.
+	if err := c.Delete(ctx, getVolume(t, c, vol.Name)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // three polls of the agent
+	if _, err := pl.Volume(vol.Name); err != nil {
+		t.Fatalf("the attached volume was deleted from the pool: %v", err)
+	}
+	if v := getVolume(t, c, vol.Name); v.DeletionTimestamp == nil || len(v.Finalizers) == 0 {
+		t.Fatalf("object %+v: want it held by its finalizer while attached", v.ObjectMeta)
+	}
+
 	devs.set(vol.Name, "")
-	waitFor(t, 10*time.Second, "devicePath cleared", func() bool {
-		return getVolume(t, c, vol.Name).Status.DevicePath == ""
+	d = waitFor(t, 30*time.Second, "volume deleted after the detach", func() bool {
+		_, err := pl.Volume(vol.Name)
+		return errors.Is(err, pool.ErrNotFound)
 	})
+	t.Logf("deleted %v after the detach", d.Round(time.Millisecond))
 }

@@ -183,12 +183,28 @@ func (a *Agent) writeVolumeStatus(ctx context.Context, vol *v1alpha1.Raid10Volum
 	return reconcile.Result{}, nil
 }
 
-// deleteVolume frees the extents of a volume being deleted, then removes the finalizer.
+// deleteWaitRetry is how often a delete that waits for the volume's device to be detached
+// looks again.
+const deleteWaitRetry = 10 * time.Second
+
+// deleteVolume frees the extents of a volume being deleted, then removes the finalizer. A
+// volume still attached to a device (staged: a filesystem may be mounted on it) is not
+// touched: the delete waits until the node service has unstaged it, so that a mistaken
+// delete of the object (kubectl delete r10v, a DeleteVolume racing an unmount) can never
+// destroy data in use.
 func (a *Agent) deleteVolume(ctx context.Context, vol *v1alpha1.Raid10Volume) (reconcile.Result, error) {
 	if !controllerutil.ContainsFinalizer(vol, v1alpha1.VolumeFinalizer) {
 		return reconcile.Result{}, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("volumeID", vol.Name, "nodeID", a.node)
+	if a.devices != nil {
+		if dev := a.devices.Device(vol.Name); dev != "" {
+			logger.Info("Delete waits: the volume is attached", "device", dev)
+			a.event(vol, corev1.EventTypeWarning, EventDeleteWaiting, "Delete",
+				"volume is attached as %s on node %s (staged); it is deleted once unstaged", dev, a.node)
+			return reconcile.Result{RequeueAfter: deleteWaitRetry}, nil
+		}
+	}
 	_, err := a.pool.Volume(vol.Name)
 	existed := err == nil
 	if err := a.pool.DeleteVolume(vol.Name); err != nil {
