@@ -17,11 +17,15 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
@@ -39,17 +43,6 @@ var unexercised = map[string][]unexercisedGrant{
 		// --capacity-ownerref-level=-1, which looks up nothing.
 		{"Role raid10-csi-controller", "", "pods", "get", "capacity owner lookup: POD_NAME's Pod (ownerref level 2; the test runs -1)"},
 		{"Role raid10-csi-controller", "apps", "replicasets", "get", "capacity owner lookup: the Pod's ReplicaSet (ownerref level 2; the test runs -1)"},
-		// The provisioner deletes a CSIStorageCapacity whose topology segment or
-		// StorageClass is gone; the flows remove neither while it runs.
-		{"Role raid10-csi-controller", "storage.k8s.io", "csistoragecapacities", "delete", "a node's segment or the StorageClass goes away"},
-		// When CreateVolume fails on the selected node for lack of room (ResourceExhausted),
-		// the provisioner drops volume.kubernetes.io/selected-node so that the scheduler
-		// picks again; every claim of the flows fits.
-		{"ClusterRole raid10-csi-provisioner", "", "persistentvolumeclaims", "update", "rescheduling a claim that does not fit on its selected node"},
-		// client-go's event recorder patches an Event's count when the same event repeats
-		// within its aggregation window; no event of the flows repeats.
-		{"ClusterRole raid10-csi-provisioner", "", "events", "patch", "an Event that repeats (count aggregation)"},
-		{"ClusterRole raid10-csi-resizer", "", "events", "patch", "an Event that repeats (count aggregation)"},
 	},
 	nodeSA: {
 		// The agent's cache fills its informers with a streaming list (a watch with
@@ -58,7 +51,9 @@ var unexercised = map[string][]unexercisedGrant{
 		// Kubernetes 1.30) and when a streaming list fails.
 		{"ClusterRole raid10-csi-node", "raid10.csi.io", "raid10volumes", "list", "the informer's LIST fallback (streaming lists unsupported or failed)"},
 		{"ClusterRole raid10-csi-node", "raid10.csi.io", "raid10nodes", "list", "the informer's LIST fallback (streaming lists unsupported or failed)"},
-		// The events.k8s.io recorder patches an Event's series when it repeats.
+		// The events.k8s.io recorder patches an Event's series when the same event repeats
+		// on an object; the agent emits each of its events once per transition, and no
+		// transition repeats in the flows.
 		{"ClusterRole raid10-csi-node", "events.k8s.io", "events", "patch", "an Event that repeats (series)"},
 		// Not needed by the agent, which reads through its cache: test/deploy's
 		// ServiceAccountsDoTheirJobs plays the agent with an uncached client and gets the
@@ -86,8 +81,9 @@ var roleClients = map[string]string{
 
 // TestRBACLeastPrivilege proves the chart's RBAC against the real API server's audit log:
 // it runs the PVC flow (create, bind, expand, delete through the real csi-provisioner and
-// csi-resizer) and the controller+agent flow (create, degrade, rebuild, expand, delete) on
-// one control plane that logs every request of the release namespace's ServiceAccounts, and
+// csi-resizer), the controller+agent flow (create, degrade, rebuild, expand, delete), a
+// GetCapacity without topology and the sidecars' rare paths (sidecarRarePaths) on one
+// control plane that logs every request of the release namespace's ServiceAccounts, and
 // then checks, for each chart ServiceAccount, that
 //
 //   - no request was denied (403), and
@@ -110,6 +106,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	flowsOK := t.Run("PVCFlow", func(t *testing.T) { pvcFlow(t, cl, prov, resizer) })
 	flowsOK = t.Run("ControllerAgent", func(t *testing.T) { controllerAgentFlow(t, cl) }) && flowsOK
 	flowsOK = t.Run("CapacityWithoutTopology", func(t *testing.T) { capacityWithoutTopology(t, cl) }) && flowsOK
+	flowsOK = t.Run("RarePaths", func(t *testing.T) { sidecarRarePaths(t, cl, prov, resizer) }) && flowsOK
 
 	used, err := readAudit(cl.env.AuditLog)
 	if err != nil {
@@ -447,4 +444,128 @@ func capacityWithoutTopology(t *testing.T, cl *cluster) {
 		t.Fatalf("GetCapacity without topology: %v, want the free space of the Raid10Nodes the flows left", resp)
 	}
 	t.Logf("GetCapacity without topology: %d bytes available", resp.GetAvailableCapacity())
+}
+
+// sidecarRarePaths runs the sidecars' paths that a successful claim never takes, against a
+// new node whose pool is too small for the claims: a claim that does not fit on its
+// selected node is rescheduled (csi-provisioner drops the annotation: update of the claim)
+// and, annotated again, fails again (the same Event: patch of its count); an expansion
+// that does not fit fails and is retried (csi-resizer's repeated Event: patch); the
+// StorageClass's deletion makes csi-provisioner delete its CSIStorageCapacity objects. It
+// deletes the chart's StorageClass: run it last.
+func sidecarRarePaths(t *testing.T, cl *cluster, prov, resizer string) {
+	const (
+		node     = "node-rare"
+		diskSize = 64 << 20
+		fits     = 16 << 20
+		tooBig   = 1 << 30
+	)
+	ctx := t.Context()
+	cl.registerNode(t, node)
+	pl, _ := filePool(t, 4, 0, diskSize, 0)
+	cl.startAgent(t, node, pl, 4)
+	sock := cl.startController(t, 20*time.Second)
+	kubeconfig := cl.env.ServiceAccountKubeconfig(t, namespace, controllerSA)
+	// No leader election: pvcFlow's sidecars used the leases already and left them held
+	// (they do not release them when stopped), so a new leader would wait 15 s for them to
+	// expire.
+	common := []string{"--csi-address=" + sock, "--kubeconfig=" + kubeconfig, "--timeout=30s",
+		"--leader-election=false", "--retry-interval-start=500ms", "--retry-interval-max=2s", "--v=5"}
+	// As in pvcFlow: the chart's arguments, no capacity owner, a short capacity poll.
+	provisioner := startSidecar(t, "csi-provisioner", prov,
+		[]string{"NAMESPACE=" + namespace, "POD_NAME=raid10-csi-controller-e2e"},
+		append([]string{"--feature-gates=Topology=true", "--enable-capacity=true", "--capacity-ownerref-level=-1",
+			"--capacity-poll-interval=2s", "--extra-create-metadata=true", "--default-fstype=ext4", "--node-deployment=false"}, common...)...)
+	resizerProc := startSidecar(t, "csi-resizer", resizer, []string{"NAMESPACE=" + namespace}, common...)
+	exited := func() string { return provisioner.exited() + resizerProc.exited() }
+
+	claim := func(name string, size int64) *corev1.PersistentVolumeClaim {
+		sc := storageClass
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault,
+				Annotations: map[string]string{selectedNodeAnnotation: node}},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: &sc,
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI),
+				}},
+			},
+		}
+		if err := cl.c.Create(ctx, pvc); err != nil {
+			t.Fatalf("create PVC %s: %v", name, err)
+		}
+		return pvc
+	}
+	// repeated waits until an Event with reason about the claim has counted at least two.
+	repeated := func(pvc *corev1.PersistentVolumeClaim, reason string) {
+		t.Helper()
+		d := waitFor(t, time.Minute, "Event "+reason+" repeated for PVC "+pvc.Name, func() (bool, string) {
+			var l corev1.EventList
+			if err := cl.c.List(ctx, &l, client.InNamespace(pvc.Namespace)); err != nil {
+				return false, err.Error()
+			}
+			for _, e := range l.Items {
+				if e.InvolvedObject.UID == pvc.UID && e.Reason == reason && e.Count >= 2 {
+					return true, ""
+				}
+			}
+			return false, cl.events(t, pvc.Namespace, pvc.Name) + exited()
+		})
+		t.Logf("Event %s for PVC %s repeated (count patched) after %v", reason, pvc.Name, d.Round(time.Millisecond))
+	}
+
+	// A claim that does not fit: rescheduled, twice.
+	big := claim("too-big", tooBig)
+	for i := range 2 {
+		d := waitFor(t, time.Minute, "PVC too-big rescheduled", func() (bool, string) {
+			if err := cl.c.Get(ctx, client.ObjectKeyFromObject(big), big); err != nil {
+				return false, err.Error()
+			}
+			_, selected := big.Annotations[selectedNodeAnnotation]
+			return !selected, fmt.Sprintf("annotations %v; events: %s%s", big.Annotations, cl.events(t, big.Namespace, big.Name), exited())
+		})
+		t.Logf("PVC too-big (%d MiB, pool of 4 x %d MiB) rescheduled by csi-provisioner after %v", tooBig>>20, diskSize>>20, d.Round(time.Millisecond))
+		if i == 0 {
+			// What the scheduler would do next, were node-rare its only choice.
+			again := big.DeepCopy()
+			again.Annotations[selectedNodeAnnotation] = node
+			if err := cl.c.Patch(ctx, again, client.MergeFrom(big)); err != nil {
+				t.Fatalf("annotate PVC too-big again: %v", err)
+			}
+		}
+	}
+	repeated(big, "ProvisioningFailed")
+
+	// An expansion that does not fit: retried.
+	small := claim("fits", fits)
+	waitFor(t, time.Minute, "PVC fits Bound", func() (bool, string) {
+		if err := cl.c.Get(ctx, client.ObjectKeyFromObject(small), small); err != nil {
+			return false, err.Error()
+		}
+		return small.Status.Phase == corev1.ClaimBound, fmt.Sprintf("phase %s; events: %s%s", small.Status.Phase, cl.events(t, small.Namespace, small.Name), exited())
+	})
+	grown := small.DeepCopy()
+	grown.Spec.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(tooBig, resource.BinarySI)
+	if err := cl.c.Patch(ctx, grown, client.MergeFrom(small)); err != nil {
+		t.Fatalf("grow PVC fits to %d bytes: %v", int64(tooBig), err)
+	}
+	repeated(small, "VolumeResizeFailed")
+
+	// The StorageClass goes: its CSIStorageCapacity objects go with it.
+	var sc storagev1.StorageClass
+	if err := cl.c.Get(ctx, client.ObjectKey{Name: storageClass}, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.c.Delete(ctx, &sc); err != nil {
+		t.Fatalf("delete StorageClass %s: %v", storageClass, err)
+	}
+	d := waitFor(t, time.Minute, "CSIStorageCapacity objects deleted with the StorageClass", func() (bool, string) {
+		var l storagev1.CSIStorageCapacityList
+		if err := cl.c.List(ctx, &l, client.InNamespace(namespace)); err != nil {
+			return false, err.Error()
+		}
+		return len(l.Items) == 0, fmt.Sprintf("%d left%s", len(l.Items), exited())
+	})
+	t.Logf("csi-provisioner deleted the CSIStorageCapacity objects of StorageClass %s %v after its deletion", storageClass, d.Round(time.Millisecond))
 }
