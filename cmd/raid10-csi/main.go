@@ -176,6 +176,7 @@ func Run(ctx context.Context, o *Options) error {
 			if err != nil {
 				return err
 			}
+			store.UseDevices(np.attacher)
 			opts = append(opts, driver.WithVolumeStore(store))
 		}
 	}

@@ -71,9 +71,10 @@ const localExpandRetry = 2 * time.Second
 //
 // Resource versions are per process: the controller in the same process is the only writer.
 type LocalStore struct {
-	pool   *pool.Pool
-	nodeID string
-	path   string
+	pool    *pool.Pool
+	nodeID  string
+	path    string
+	devices agent.Devices // nil: no delete guard (UseDevices)
 
 	// mu serialises every call: the pool serialises its own changes anyway, and a read
 	// may retry an expansion.
@@ -387,6 +388,11 @@ func (s *LocalStore) DeleteVolume(_ context.Context, name string) error {
 	if lv == nil {
 		return nil
 	}
+	if s.devices != nil {
+		if dev := s.devices.Device(name); dev != "" {
+			return fmt.Errorf("raid10volume %q is attached as %s (staged on this node): unstage it before deleting it: %w", name, dev, ErrFailedPrecondition)
+		}
+	}
 	if !lv.deleting {
 		lv.deleting = true
 		t := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -409,6 +415,11 @@ func (s *LocalStore) DeleteVolume(_ context.Context, name string) error {
 	klog.InfoS("Volume deleted", "volumeID", name)
 	return nil
 }
+
+// UseDevices makes DeleteVolume refuse, with ErrFailedPrecondition, a volume that d reports
+// attached (staged: a filesystem may be mounted on it), as the node agent waits for the
+// detach in the cluster. Call it before the store is shared.
+func (s *LocalStore) UseDevices(d agent.Devices) { s.devices = d }
 
 // GetNode implements VolumeStore: the node ID's Raid10Node, from the pool.
 func (s *LocalStore) GetNode(_ context.Context, name string) (*v1alpha1.Raid10Node, error) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	mount "k8s.io/mount-utils"
 
 	"github.com/raid10-csi/raid10-csi/pkg/agent"
@@ -408,5 +410,56 @@ func TestLocalStoreContract(t *testing.T) {
 	}
 	if _, err := s.GetVolume(ctx, "vol-big"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("vol-big still recorded after the failed create: %v", err)
+	}
+}
+
+// attachedSet is an agent.Devices that reports the volumes it holds as attached.
+type attachedSet struct {
+	mu   sync.Mutex
+	devs map[string]string
+}
+
+func (a *attachedSet) Device(id string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.devs[id]
+}
+
+func (a *attachedSet) Expand(context.Context, string) (int64, error) { return 0, nil }
+
+func (a *attachedSet) set(id, dev string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.devs[id] = dev
+}
+
+// TestLocalStoreDeleteAttached: DeleteVolume of a volume still attached (staged) is refused
+// with FailedPrecondition and leaves the pool volume alone; after the detach it deletes.
+func TestLocalStoreDeleteAttached(t *testing.T) {
+	p, _ := openFilePool(t, 256<<20)
+	s := openLocalStore(t, p, filepath.Join(t.TempDir(), LocalRecordsFile))
+	devs := &attachedSet{devs: map[string]string{}}
+	s.UseDevices(devs)
+	cc, _, _ := startAllMode(t, s)
+	ctx := context.Background()
+	req := createReq("pvc-staged", 32<<20, "")
+	req.AccessibilityRequirements = nil
+	if _, err := cc.CreateVolume(ctx, req); err != nil {
+		t.Fatalf("CreateVolume: %v", err)
+	}
+	devs.set("pvc-staged", "/dev/nbd3")
+	_, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-staged"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "/dev/nbd3") {
+		t.Fatalf("DeleteVolume of an attached volume: %v, want FailedPrecondition naming /dev/nbd3", err)
+	}
+	if _, err := p.Volume("pvc-staged"); err != nil {
+		t.Fatalf("the attached volume left the pool: %v", err)
+	}
+	devs.set("pvc-staged", "")
+	if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-staged"}); err != nil {
+		t.Fatalf("DeleteVolume after the detach: %v", err)
+	}
+	if _, err := p.Volume("pvc-staged"); !errors.Is(err, pool.ErrNotFound) {
+		t.Fatalf("pool volume after the delete: %v, want not found", err)
 	}
 }
