@@ -244,6 +244,7 @@ func (a *Attacher) owned(rec Record) (bool, error) {
 func (d *Device) keepServed(conn net.Conn) {
 	defer d.wg.Done()
 	backoff := 50 * time.Millisecond
+	failures := 0 // consecutive failed reconnects: logged at 1, 2, 4, 8... (a device gone for good would log every 2 s)
 	for {
 		if conn == nil {
 			if d.detaching.Load() || d.a.closing.Load() {
@@ -260,10 +261,13 @@ func (d *Device) keepServed(conn net.Conn) {
 				} else {
 					conn = s
 					d.reconnects.Add(1)
+					failures = 0
 				}
 			}
 			if err != nil {
-				klog.ErrorS(err, "Reconnecting NBD device", "volumeID", d.VolumeID, "device", d.Path())
+				if failures++; failures&(failures-1) == 0 {
+					klog.ErrorS(err, "Reconnecting NBD device", "volumeID", d.VolumeID, "device", d.Path(), "failures", failures)
+				}
 				if owned, oerr := d.a.owned(Record{Index: d.Index, BackendID: d.cfg.BackendID}); !owned && (oerr == nil || errors.Is(oerr, ErrNotOwner)) {
 					// Disconnected or taken over by someone else: nothing left to serve.
 					klog.ErrorS(oerr, "NBD device is no longer ours, giving up its connection", "volumeID", d.VolumeID, "device", d.Path())
