@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
 
@@ -51,10 +53,6 @@ var unexercised = map[string][]unexercisedGrant{
 		// Kubernetes 1.30) and when a streaming list fails.
 		{"ClusterRole raid10-csi-node", "raid10.csi.io", "raid10volumes", "list", "the informer's LIST fallback (streaming lists unsupported or failed)"},
 		{"ClusterRole raid10-csi-node", "raid10.csi.io", "raid10nodes", "list", "the informer's LIST fallback (streaming lists unsupported or failed)"},
-		// The events.k8s.io recorder patches an Event's series when the same event repeats
-		// on an object; the agent emits each of its events once per transition, and no
-		// transition repeats in the flows.
-		{"ClusterRole raid10-csi-node", "events.k8s.io", "events", "patch", "an Event that repeats (series)"},
 		// Not needed by the agent, which reads through its cache: test/deploy's
 		// ServiceAccountsDoTheirJobs plays the agent with an uncached client and gets the
 		// volume. Remove both once that test lists instead.
@@ -451,6 +449,8 @@ func capacityWithoutTopology(t *testing.T, cl *cluster) {
 // selected node is rescheduled (csi-provisioner drops the annotation: update of the claim)
 // and, annotated again, fails again (the same Event: patch of its count); an expansion
 // that does not fit fails and is retried (csi-resizer's repeated Event: patch); the
+// two disks that fail at once make the agent record DiskFailed twice on one version of its
+// Raid10Node (a series: patch of the events.k8s.io Event); the
 // StorageClass's deletion makes csi-provisioner delete its CSIStorageCapacity objects. It
 // deletes the chart's StorageClass: run it last.
 func sidecarRarePaths(t *testing.T, cl *cluster, prov, resizer string) {
@@ -462,7 +462,7 @@ func sidecarRarePaths(t *testing.T, cl *cluster, prov, resizer string) {
 	)
 	ctx := t.Context()
 	cl.registerNode(t, node)
-	pl, _ := filePool(t, 4, 0, diskSize, 0)
+	pl, paths := filePool(t, 4, 0, diskSize, 0)
 	cl.startAgent(t, node, pl, 4)
 	sock := cl.startController(t, 20*time.Second)
 	kubeconfig := cl.env.ServiceAccountKubeconfig(t, namespace, controllerSA)
@@ -551,6 +551,42 @@ func sidecarRarePaths(t *testing.T, cl *cluster, prov, resizer string) {
 		t.Fatalf("grow PVC fits to %d bytes: %v", int64(tooBig), err)
 	}
 	repeated(small, "VolumeResizeFailed")
+
+	// Two disks fail at once: the agent's next poll records DiskFailed twice on the same
+	// Raid10Node (same version), and its events.k8s.io recorder patches the first Event into
+	// a series. The patch can reach the API server before the Event's create: it then fails
+	// NotFound and the recorder tries again 10 s later. What counts here is the patch
+	// request, so the wait ends when the audit log has it. Should a poll fall between the two
+	// failures (two versions, no series), the other two disks fail next.
+	nodeUser := "system:serviceaccount:" + namespace + ":" + nodeSA
+	patched := func() bool {
+		used, err := readAudit(cl.env.AuditLog)
+		return err == nil && used[nodeUser][access{"events.k8s.io", "events", "patch"}] != nil
+	}
+	for i := 0; i < 2 && !patched(); i++ {
+		for _, p := range []string{paths[i], paths[i+2]} {
+			if err := pl.FailDisk(p); err != nil {
+				t.Fatalf("FailDisk %s: %v", p, err)
+			}
+		}
+		d := waitFor(t, 15*time.Second, "DiskFailed Events on Raid10Node "+node, func() (bool, string) {
+			var l eventsv1.EventList
+			if err := cl.c.List(ctx, &l); err != nil {
+				return false, err.Error()
+			}
+			failed := 0
+			for _, e := range l.Items {
+				if e.Regarding.Kind == "Raid10Node" && e.Regarding.Name == node && e.Reason == agent.EventDiskFailed {
+					failed++
+				}
+			}
+			return patched() || failed >= 2*(i+1), fmt.Sprintf("%d DiskFailed Events, no patch in the audit log", failed)
+		})
+		t.Logf("agent: disks %s and %s failed; DiskFailed recorded after %v, series patch sent: %v", paths[i], paths[i+2], d.Round(time.Millisecond), patched())
+	}
+	if !patched() {
+		t.Fatalf("Raid10Node %s: two disks failed at once, twice, and the agent never patched a DiskFailed Event into a series", node)
+	}
 
 	// The StorageClass goes: its CSIStorageCapacity objects go with it.
 	var sc storagev1.StorageClass
