@@ -19,9 +19,10 @@
 //     server-side Table that `kubectl get r10v` prints; ControllerExpandVolume grows it in
 //     place; DeleteVolume frees the space that GetCapacity reports.
 //   - TestRBACLeastPrivilege: both flows, a GetCapacity without topology and the rare paths
-//     of the sidecars and the agent (a claim rescheduled for lack of room, an expansion that
-//     does not fit, repeated Events, two disks failing at once, the StorageClass's
-//     CSIStorageCapacity deleted) on one control plane with
+//     of the sidecars and the agent (the provisioner's capacity owner found through its Pod
+//     and ReplicaSet, a claim rescheduled for lack of room, an expansion that does not fit,
+//     repeated Events, two disks failing at once, the StorageClass's CSIStorageCapacity
+//     deleted) on one control plane with
 //     the API server's audit log on (kubeenv.WithAudit); then no request of a chart
 //     ServiceAccount was denied, and every verb that deploy/'s RBAC grants it was used, or
 //     is listed in the test's unexercised with the reason. The used-vs-granted table of each

@@ -17,6 +17,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -29,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/raid10-csi/raid10-csi/pkg/agent"
+	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
 
@@ -38,14 +40,7 @@ import (
 // (charts/raid10-csi/templates/*-rbac.yaml). An entry that the flows do use, or that the
 // chart no longer grants, fails it too, so that the list stays exact.
 var unexercised = map[string][]unexercisedGrant{
-	controllerSA: {
-		// csi-provisioner --capacity-ownerref-level=2 (the chart) makes the Deployment the
-		// owner of its CSIStorageCapacity objects, found from its own Pod (POD_NAME) through
-		// the ReplicaSet. No kubelet runs that Pod here: the test runs the provisioner with
-		// --capacity-ownerref-level=-1, which looks up nothing.
-		{"Role raid10-csi-controller", "", "pods", "get", "capacity owner lookup: POD_NAME's Pod (ownerref level 2; the test runs -1)"},
-		{"Role raid10-csi-controller", "apps", "replicasets", "get", "capacity owner lookup: the Pod's ReplicaSet (ownerref level 2; the test runs -1)"},
-	},
+	// controllerSA: none; the flows and rarePaths use every grant.
 	nodeSA: {
 		// The agent's cache fills its informers with a streaming list (a watch with
 		// sendInitialEvents, client-go's WatchListClient), which this API server serves;
@@ -80,7 +75,7 @@ var roleClients = map[string]string{
 // TestRBACLeastPrivilege proves the chart's RBAC against the real API server's audit log:
 // it runs the PVC flow (create, bind, expand, delete through the real csi-provisioner and
 // csi-resizer), the controller+agent flow (create, degrade, rebuild, expand, delete), a
-// GetCapacity without topology and the sidecars' rare paths (sidecarRarePaths) on one
+// GetCapacity without topology and the sidecars' rare paths (rarePaths) on one
 // control plane that logs every request of the release namespace's ServiceAccounts, and
 // then checks, for each chart ServiceAccount, that
 //
@@ -104,7 +99,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	flowsOK := t.Run("PVCFlow", func(t *testing.T) { pvcFlow(t, cl, prov, resizer) })
 	flowsOK = t.Run("ControllerAgent", func(t *testing.T) { controllerAgentFlow(t, cl) }) && flowsOK
 	flowsOK = t.Run("CapacityWithoutTopology", func(t *testing.T) { capacityWithoutTopology(t, cl) }) && flowsOK
-	flowsOK = t.Run("RarePaths", func(t *testing.T) { sidecarRarePaths(t, cl, prov, resizer) }) && flowsOK
+	flowsOK = t.Run("RarePaths", func(t *testing.T) { rarePaths(t, cl, prov, resizer) }) && flowsOK
 
 	used, err := readAudit(cl.env.AuditLog)
 	if err != nil {
@@ -444,16 +439,23 @@ func capacityWithoutTopology(t *testing.T, cl *cluster) {
 	t.Logf("GetCapacity without topology: %d bytes available", resp.GetAvailableCapacity())
 }
 
-// sidecarRarePaths runs the sidecars' paths that a successful claim never takes, against a
-// new node whose pool is too small for the claims: a claim that does not fit on its
-// selected node is rescheduled (csi-provisioner drops the annotation: update of the claim)
-// and, annotated again, fails again (the same Event: patch of its count); an expansion
-// that does not fit fails and is retried (csi-resizer's repeated Event: patch); the
-// two disks that fail at once make the agent record DiskFailed twice on one version of its
-// Raid10Node (a series: patch of the events.k8s.io Event); the
-// StorageClass's deletion makes csi-provisioner delete its CSIStorageCapacity objects. It
-// deletes the chart's StorageClass: run it last.
-func sidecarRarePaths(t *testing.T, cl *cluster, prov, resizer string) {
+// rarePaths runs, against a new node whose pool is too small for the claims, the paths
+// that a successful claim never takes:
+//
+//   - csi-provisioner finds the owner of its CSIStorageCapacity objects as the chart runs
+//     it (--capacity-ownerref-level=2): its Pod, then the Pod's ReplicaSet (get of both);
+//   - a claim that does not fit on its selected node is rescheduled (the provisioner drops
+//     the annotation: update of the claim) and, annotated again, fails again (the same
+//     Event: patch of its count);
+//   - an expansion that does not fit fails and is retried (csi-resizer's repeated Event:
+//     patch);
+//   - two disks that fail at once make the agent record DiskFailed twice on one version of
+//     its Raid10Node (a series: patch of the events.k8s.io Event);
+//   - the StorageClass's deletion makes the provisioner delete its CSIStorageCapacity
+//     objects.
+//
+// It deletes the chart's StorageClass: run it last.
+func rarePaths(t *testing.T, cl *cluster, prov, resizer string) {
 	const (
 		node     = "node-rare"
 		diskSize = 64 << 20
@@ -471,10 +473,14 @@ func sidecarRarePaths(t *testing.T, cl *cluster, prov, resizer string) {
 	// expire.
 	common := []string{"--csi-address=" + sock, "--kubeconfig=" + kubeconfig, "--timeout=30s",
 		"--leader-election=false", "--retry-interval-start=500ms", "--retry-interval-max=2s", "--v=5"}
-	// As in pvcFlow: the chart's arguments, no capacity owner, a short capacity poll.
+	// As in pvcFlow, but with the chart's --capacity-ownerref-level=2: the provisioner finds
+	// the Deployment that owns its CSIStorageCapacity objects from its own Pod (POD_NAME)
+	// through the Pod's ReplicaSet. kube-controller-manager makes that Pod and ReplicaSet
+	// from a Deployment; no kubelet runs the Pod, the sidecar runs here under its name.
+	pod := ownedPod(t, cl, "raid10-csi-controller")
 	provisioner := startSidecar(t, "csi-provisioner", prov,
-		[]string{"NAMESPACE=" + namespace, "POD_NAME=raid10-csi-controller-e2e"},
-		append([]string{"--feature-gates=Topology=true", "--enable-capacity=true", "--capacity-ownerref-level=-1",
+		[]string{"NAMESPACE=" + namespace, "POD_NAME=" + pod},
+		append([]string{"--feature-gates=Topology=true", "--enable-capacity=true", "--capacity-ownerref-level=2",
 			"--capacity-poll-interval=2s", "--extra-create-metadata=true", "--default-fstype=ext4", "--node-deployment=false"}, common...)...)
 	resizerProc := startSidecar(t, "csi-resizer", resizer, []string{"NAMESPACE=" + namespace}, common...)
 	exited := func() string { return provisioner.exited() + resizerProc.exited() }
@@ -588,6 +594,24 @@ func sidecarRarePaths(t *testing.T, cl *cluster, prov, resizer string) {
 		t.Fatalf("Raid10Node %s: two disks failed at once, twice, and the agent never patched a DiskFailed Event into a series", node)
 	}
 
+	// The CSIStorageCapacity of node-rare is owned by the Deployment.
+	waitFor(t, time.Minute, "CSIStorageCapacity of "+node+" owned by Deployment raid10-csi-controller", func() (bool, string) {
+		var l storagev1.CSIStorageCapacityList
+		if err := cl.c.List(ctx, &l, client.InNamespace(namespace)); err != nil {
+			return false, err.Error()
+		}
+		var all []string
+		for _, c := range l.Items {
+			owners := c.OwnerReferences
+			all = append(all, fmt.Sprintf("%s: topology %v, owners %v", c.Name, c.NodeTopology, owners))
+			if c.NodeTopology != nil && c.NodeTopology.MatchLabels[v1alpha1.TopologyNodeKey] == node &&
+				len(owners) == 1 && owners[0].Kind == "Deployment" && owners[0].Name == "raid10-csi-controller" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(all) + exited()
+	})
+
 	// The StorageClass goes: its CSIStorageCapacity objects go with it.
 	var sc storagev1.StorageClass
 	if err := cl.c.Get(ctx, client.ObjectKey{Name: storageClass}, &sc); err != nil {
@@ -604,4 +628,47 @@ func sidecarRarePaths(t *testing.T, cl *cluster, prov, resizer string) {
 		return len(l.Items) == 0, fmt.Sprintf("%d left%s", len(l.Items), exited())
 	})
 	t.Logf("csi-provisioner deleted the CSIStorageCapacity objects of StorageClass %s %v after its deletion", storageClass, d.Round(time.Millisecond))
+}
+
+// ownedPod creates, as the admin, the Deployment name in the release namespace (one
+// replica, the chart's controller ServiceAccount) and returns the name of the Pod that
+// kube-controller-manager makes for it through a ReplicaSet. The Pod stays Pending: nothing
+// schedules or runs it.
+func ownedPod(t *testing.T, cl *cluster, name string) string {
+	t.Helper()
+	ctx := t.Context()
+	labels := map[string]string{"app.kubernetes.io/name": name}
+	one := int32(1)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: controllerSA,
+					Containers:         []corev1.Container{{Name: "csi-provisioner", Image: "registry.k8s.io/sig-storage/csi-provisioner:v5.3.0"}},
+				},
+			},
+		},
+	}
+	if err := cl.c.Create(ctx, dep); err != nil {
+		t.Fatalf("create Deployment %s: %v", name, err)
+	}
+	var pod string
+	waitFor(t, time.Minute, "a Pod of Deployment "+name+" through its ReplicaSet", func() (bool, string) {
+		var l corev1.PodList
+		if err := cl.c.List(ctx, &l, client.InNamespace(namespace), client.MatchingLabels(labels)); err != nil {
+			return false, err.Error()
+		}
+		for _, p := range l.Items {
+			if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "ReplicaSet" {
+				pod = p.Name
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d Pods", len(l.Items))
+	})
+	return pod
 }
