@@ -22,11 +22,11 @@
 //     of the sidecars and the agent (the provisioner's capacity owner found through its Pod
 //     and ReplicaSet, a claim rescheduled for lack of room, an expansion that does not fit,
 //     repeated Events, two disks failing at once, the StorageClass's CSIStorageCapacity
-//     deleted) on one control plane with
-//     the API server's audit log on (kubeenv.WithAudit); then no request of a chart
+//     deleted) on one control plane with the API server's audit log on (kubeenv.WithAudit)
+//     and no streaming lists (as older API servers); then no request of a chart
 //     ServiceAccount was denied, and every verb that deploy/'s RBAC grants it was used, or
-//     is listed in the test's unexercised with the reason. The used-vs-granted table of each
-//     ServiceAccount is logged.
+//     is listed in the test's unexercised with the reason. The used-vs-granted table of
+//     each ServiceAccount is logged.
 //
 // There is no kubelet: the test creates the Node and the CSINode (driver raid10.csi.io with
 // topology key raid10.csi.io/node) that the node plugin's registration would create, and no
