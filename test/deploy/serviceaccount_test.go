@@ -107,10 +107,22 @@ func serviceAccountsDoTheirJobs(t *testing.T, env *kubeenv.Env) {
 		t.Fatalf("CreateVolume before the agent: %v", err)
 	}
 	// The agent reports it Ready.
-	var vol v1alpha1.Raid10Volume
-	if err := agent.Get(ctx, client.ObjectKey{Name: "pvc-rbac"}, &vol); err != nil {
-		t.Fatalf("agent reads the volume: %v", err)
+	// The agent reads through its informer cache (list and watch, never get).
+	agentVolume := func() v1alpha1.Raid10Volume {
+		t.Helper()
+		var l v1alpha1.Raid10VolumeList
+		if err := agent.List(ctx, &l); err != nil {
+			t.Fatalf("agent lists the volumes: %v", err)
+		}
+		for _, v := range l.Items {
+			if v.Name == "pvc-rbac" {
+				return v
+			}
+		}
+		t.Fatalf("agent lists %d volumes, none is pvc-rbac", len(l.Items))
+		return v1alpha1.Raid10Volume{}
 	}
+	vol := agentVolume()
 	vol.Status.ObservedGeneration = vol.Generation
 	vol.Status.Phase, vol.Status.Health, vol.Status.InSync = v1alpha1.VolumePhaseReady, v1alpha1.VolumeHealthHealthy, "4/4"
 	vol.Status.Capacity = resource.NewQuantity(gib, resource.BinarySI)
@@ -128,9 +140,7 @@ func serviceAccountsDoTheirJobs(t *testing.T, env *kubeenv.Env) {
 	if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-rbac"}); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("DeleteVolume before the agent: %v", err)
 	}
-	if err := agent.Get(ctx, client.ObjectKey{Name: "pvc-rbac"}, &vol); err != nil {
-		t.Fatal(err)
-	}
+	vol = agentVolume()
 	vol.Finalizers = slices.DeleteFunc(vol.Finalizers, func(f string) bool { return f == v1alpha1.VolumeFinalizer })
 	if err := agent.Update(ctx, &vol); err != nil {
 		t.Fatalf("agent removes the finalizer: %v", err)

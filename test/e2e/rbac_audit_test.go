@@ -41,12 +41,7 @@ import (
 // chart no longer grants, fails it too, so that the list stays exact.
 var unexercised = map[string][]unexercisedGrant{
 	// controllerSA: none; the flows and rarePaths use every grant.
-	nodeSA: {
-		// Not needed by the agent, which reads through its cache: test/deploy's
-		// ServiceAccountsDoTheirJobs plays the agent with an uncached client and gets the
-		// volume. Remove both once that test lists instead.
-		{"ClusterRole raid10-csi-node", "raid10.csi.io", "raid10volumes", "get", "only test/deploy's ServiceAccountsDoTheirJobs (uncached Get)"},
-	},
+	// nodeSA: none either.
 }
 
 // unexercisedGrant is one entry of unexercised: a grant of role ("ClusterRole name" or
