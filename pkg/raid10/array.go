@@ -518,6 +518,19 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 	case r1 != nil:
 		e1 = a.memberWrite(s1, r1, op, p, o1, length, fua)
 	}
+	// A copy that was recovering at submission counts as well if it is in
+	// sync now, before the bucket is left (md's rule: In_sync at completion).
+	// The recovery cannot copy this chunk while the write holds the bucket, so
+	// if it has finished, it copied this chunk before the write, and the copy
+	// holds the write. (Found by TestModel: a recovery ended during a write
+	// whose only in-sync copy failed; the write was refused though the
+	// recovered copy had taken it.)
+	if r0 != nil && e0 == nil && !sync0 {
+		sync0 = s0.inSync() == r0
+	}
+	if r1 != nil && e1 == nil && !sync1 {
+		sync1 = s1.inSync() == r1
+	}
 	// Acknowledge only if some in-sync copy took the write and every copy
 	// that did not is durably failed: a copy that errored but could not be
 	// failed (the last one of some chunk: broken) still counts as in sync
