@@ -145,8 +145,6 @@ func (a *testAgent) provision(ctx context.Context, v *v1alpha1.Raid10Volume) {
 	if st.Capacity != nil {
 		have = st.Capacity.Value()
 	}
-	a.take(ctx, v.Spec.Node, v.Spec.Layout.Members, v.Spec.SizeBytes-have)
-	a.seen[v.Name] = true
 	st.Phase, st.Health = v1alpha1.VolumePhaseReady, v1alpha1.VolumeHealthHealthy
 	st.Capacity = resource.NewQuantity(v.Spec.SizeBytes, resource.BinarySI)
 	st.Members = nil
@@ -156,9 +154,14 @@ func (a *testAgent) provision(ctx context.Context, v *v1alpha1.Raid10Volume) {
 	st.InSync = fmt.Sprintf("%d/%d", v.Spec.Layout.Members, v.Spec.Layout.Members)
 	st.DevicePath = "/dev/nbd0"
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Provisioned", ObservedGeneration: v.Generation})
+	// The capacity moves only once the status is written: a provision from a stale list (the
+	// test wrote the status meanwhile, as PrinterColumns does) conflicts and takes nothing.
 	if err := a.c.Status().Update(ctx, v); err != nil {
 		a.t.Logf("test agent: %v", err)
+		return
 	}
+	a.take(ctx, v.Spec.Node, v.Spec.Layout.Members, v.Spec.SizeBytes-have)
+	a.seen[v.Name] = true
 }
 
 // take moves usable bytes of the node from free to used (negative: back), spread over the
