@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,8 +71,10 @@ type conn struct {
 	// never holds up the requests sent behind it; the old reader replies and ends.
 	//
 	// role is even while the reader reads and odd while it executes inline. The reader
-	// that loaded v (even) stores v+1 and, when done, swaps v+1 for v+2; the watchdog takes
-	// the role by swapping v+1 for v+4, so the old reader's swap fails. Values only grow.
+	// that loaded v (even) stores v+1 and, when done, swaps v+1 for v+2. The watchdog takes
+	// the role by swapping v+1 for v+3 (taking), counting the new reader in readers, then
+	// storing v+4; the old reader's swap fails, and it ends only once it sees v+4, so the
+	// count never drops to zero while a new reader is being added. Values only grow.
 	role    atomic.Uint64
 	watched uint64         // role as the watchdog saw it at its last tick; the watchdog's own
 	readers sync.WaitGroup // the readers that have not ended yet
@@ -143,11 +146,12 @@ func (c *conn) read() {
 // takeOver passes the role to a new reader if the reader is still executing inline the
 // request it started when role was inline (odd).
 func (c *conn) takeOver(inline uint64) {
-	if !c.role.CompareAndSwap(inline, inline+3) {
+	if !c.role.CompareAndSwap(inline, inline+2) { // taking: the old reader waits for the store below
 		return
 	}
 	c.srv.takeovers.Add(1)
-	c.readers.Add(1) // the old reader has not ended: the count is positive
+	c.readers.Add(1) // the old reader has not ended (it waits): the count is positive
+	c.role.Store(inline + 3)
 	go c.read()
 }
 
@@ -226,6 +230,9 @@ func (c *conn) readRequests() error {
 			c.execute(r)
 			c.reply(r)
 			if !c.role.CompareAndSwap(v+1, v+2) {
+				for c.role.Load() == v+3 { // the watchdog is adding the new reader
+					runtime.Gosched()
+				}
 				return errTakenOver
 			}
 			continue
