@@ -189,6 +189,30 @@ func (c *ControllerServer) pickNode(ctx context.Context, tr *csi.TopologyRequire
 // never provisioned it (no status.capacity, so it holds no data), it is also deleted so that a
 // retry, possibly on another node, starts afresh.
 func (c *ControllerServer) waitReady(ctx context.Context, id string, size int64, clearFailed bool) (*v1alpha1.Raid10Volume, error) {
+	return c.waitVolume(ctx, id, size, "", func(vol *v1alpha1.Raid10Volume) error {
+		st := vol.Status
+		if st.Phase != v1alpha1.VolumePhaseFailed {
+			return nil
+		}
+		cause := ErrVolumeFailed
+		if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); cond != nil && cond.Reason == v1alpha1.ReasonInsufficientCapacity {
+			cause = ErrInsufficientCapacity
+		}
+		if clearFailed && vol.Status.Capacity == nil {
+			if err := c.store.DeleteVolume(ctx, id); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("volume %q on node %q: node agent reports Failed: %s: %w", id, vol.Spec.Node, st.Message, cause)
+	})
+}
+
+// waitVolume polls volume id until the node agent reports it Ready for its current generation
+// with at least size bytes. For any other phase of the current generation, other decides: an
+// error ends the wait, nil waits on. Running out of time is an error wrapping ErrNotReady that
+// names the last phase seen and what (the operation waited for, "" for the volume itself).
+func (c *ControllerServer) waitVolume(ctx context.Context, id string, size int64, what string,
+	other func(*v1alpha1.Raid10Volume) error) (*v1alpha1.Raid10Volume, error) {
 	var last *v1alpha1.Raid10Volume
 	err := c.poll(ctx, func() (bool, error) {
 		vol, err := c.store.GetVolume(ctx, id)
@@ -200,25 +224,13 @@ func (c *ControllerServer) waitReady(ctx context.Context, id string, size int64,
 		if st.ObservedGeneration < vol.Generation {
 			return false, nil
 		}
-		switch st.Phase {
-		case v1alpha1.VolumePhaseReady:
+		if st.Phase == v1alpha1.VolumePhaseReady {
 			return st.Capacity == nil || st.Capacity.Value() >= size, nil
-		case v1alpha1.VolumePhaseFailed:
-			cause := ErrVolumeFailed
-			if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); cond != nil && cond.Reason == v1alpha1.ReasonInsufficientCapacity {
-				cause = ErrInsufficientCapacity
-			}
-			if clearFailed && vol.Status.Capacity == nil {
-				if err := c.store.DeleteVolume(ctx, id); err != nil {
-					return false, err
-				}
-			}
-			return false, fmt.Errorf("volume %q on node %q: node agent reports Failed: %s: %w", id, vol.Spec.Node, st.Message, cause)
 		}
-		return false, nil
+		return false, other(vol)
 	})
 	if errors.Is(err, ErrNotReady) && last != nil {
-		return nil, fmt.Errorf("volume %q on node %q (phase %q): %w", id, last.Spec.Node, last.Status.Phase, err)
+		return nil, fmt.Errorf("volume %q on node %q (phase %q): %s%w", id, last.Spec.Node, last.Status.Phase, what, err)
 	}
 	return last, err
 }
@@ -357,32 +369,17 @@ func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 // the pool refused the growth for now, and the caller is told why (ErrOperationInFlight,
 // Aborted: retry later) instead of timing out.
 func (c *ControllerServer) waitExpanded(ctx context.Context, id string, size int64) (*v1alpha1.Raid10Volume, error) {
-	var last *v1alpha1.Raid10Volume
-	err := c.poll(ctx, func() (bool, error) {
-		vol, err := c.store.GetVolume(ctx, id)
-		if err != nil {
-			return false, err
-		}
-		last = vol
+	return c.waitVolume(ctx, id, size, fmt.Sprintf("expansion to %d bytes: ", size), func(vol *v1alpha1.Raid10Volume) error {
 		st := vol.Status
-		if st.ObservedGeneration < vol.Generation {
-			return false, nil
-		}
 		switch st.Phase {
-		case v1alpha1.VolumePhaseReady:
-			return st.Capacity == nil || st.Capacity.Value() >= size, nil
 		case v1alpha1.VolumePhaseExpanding:
-			return false, fmt.Errorf("volume %q on node %q: expansion to %d bytes is pending on the node agent, which retries it (status Expanding: %s): %w",
+			return fmt.Errorf("volume %q on node %q: expansion to %d bytes is pending on the node agent, which retries it (status Expanding: %s): %w",
 				id, vol.Spec.Node, size, st.Message, ErrOperationInFlight)
 		case v1alpha1.VolumePhaseFailed:
-			return false, fmt.Errorf("volume %q on node %q: node agent reports Failed: %s: %w", id, vol.Spec.Node, st.Message, ErrVolumeFailed)
+			return fmt.Errorf("volume %q on node %q: node agent reports Failed: %s: %w", id, vol.Spec.Node, st.Message, ErrVolumeFailed)
 		}
-		return false, nil
+		return nil
 	})
-	if errors.Is(err, ErrNotReady) && last != nil {
-		return nil, fmt.Errorf("volume %q on node %q (phase %q): expansion to %d bytes: %w", id, last.Spec.Node, last.Status.Phase, size, err)
-	}
-	return last, err
 }
 
 // GetCapacity reports the usable free bytes (after mirroring) for a volume of the
