@@ -28,7 +28,17 @@ type Options struct {
 	// BitmapClearDelay is how long a region must stay idle before its bit
 	// is cleared on disk. 0 means 5s.
 	BitmapClearDelay time.Duration
+	// MemberTimeout is the deadline of one member request: a member with
+	// a request outstanding longer is failed (as md fails a member whose
+	// device timed out) and the request completes from the other copy.
+	// 0 means DefaultMemberTimeout; a negative value disables it. Keep it
+	// well below the kernel's NBD request timeout.
+	MemberTimeout time.Duration
 }
+
+// DefaultMemberTimeout is the member request deadline when
+// Options.MemberTimeout is 0.
+const DefaultMemberTimeout = 5 * time.Second
 
 // CreateOptions configure a new array. The zero value is valid.
 type CreateOptions struct {
@@ -159,6 +169,12 @@ type MemberStatus struct {
 	ReadBytes   uint64
 	WriteBytes  uint64
 	InFlight    int64
+	// BadBlocks is the number of BlockSize blocks recorded bad on this
+	// member: its copy of them holds no valid data (see the bad-block
+	// list in the package documentation).
+	BadBlocks int64
+	// TimedOut counts member requests that passed Options.MemberTimeout.
+	TimedOut uint64
 }
 
 // Status is a snapshot of the array for the node agent, metrics and kubectl.
@@ -172,6 +188,13 @@ type Status struct {
 	Events     uint64
 	// DirtyRegions is the number of write-intent bitmap bits set.
 	DirtyRegions int64
+	// BadBlocks is the number of blocks recorded bad, summed over the
+	// members. A block bad on one copy is still served by the other;
+	// LostBlocks counts those bad on every copy (reads there fail with
+	// EIO). Either being non-zero makes an otherwise optimal array
+	// Degraded.
+	BadBlocks  int64
+	LostBlocks int64
 	Members      []MemberStatus
 	Sync         SyncProgress
 	ReadOps      uint64
