@@ -195,12 +195,12 @@ type Status struct {
 	// Degraded.
 	BadBlocks  int64
 	LostBlocks int64
-	Members      []MemberStatus
-	Sync         SyncProgress
-	ReadOps      uint64
-	WriteOps     uint64
-	ReadBytes    uint64
-	WriteBytes   uint64
+	Members    []MemberStatus
+	Sync       SyncProgress
+	ReadOps    uint64
+	WriteOps   uint64
+	ReadBytes  uint64
+	WriteBytes uint64
 }
 
 // ScrubResult is what Check and Repair found.
