@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"time"
+
+	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // AllocPolicy chooses where on a disk a new extent goes.
@@ -54,6 +58,62 @@ type Config struct {
 	ChunkSize int64 `json:"chunkSize,omitempty"`
 	// RebuildRateMax limits rebuild speed in bytes per second; 0 is the engine's default.
 	RebuildRateMax int64 `json:"rebuildRateMax,omitempty"`
+	// MemberTimeout is the deadline of one member request of every volume: a member with a
+	// request outstanding longer is failed and the request completes from the other copy
+	// (raid10.Options.MemberTimeout). 0 is the engine's default
+	// (raid10.DefaultMemberTimeout), negative turns it off; a positive value must stay below
+	// MaxMemberTimeout. In JSON a duration string ("5s", "1500ms") or a number of seconds.
+	MemberTimeout Duration `json:"memberTimeout,omitempty"`
+}
+
+// Duration is a time.Duration that JSON writes as a duration string ("5s") and reads from a
+// duration string or a number of seconds.
+type Duration time.Duration
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string ("5s", "-1s") or a number of seconds (5, 0.5).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return fmt.Errorf("duration %s: a duration string such as \"5s\" or a number of seconds", b)
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}
+
+// String is the time.Duration form.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MemberTimeoutMargin is how far a positive member timeout must stay below the kernel's NBD
+// request timeout: after the deadline fails the slow member, the request still has to be
+// served from the other copy before the kernel gives up on it (and on the device).
+const MemberTimeoutMargin = 2 * time.Second
+
+// MaxMemberTimeout bounds a positive Config.MemberTimeout (exclusive): the kernel NBD request
+// timeout that devices are attached with (kernel.DefaultTimeout) less MemberTimeoutMargin.
+const MaxMemberTimeout = kernel.DefaultTimeout - MemberTimeoutMargin
+
+// ValidateMemberTimeout checks a member request deadline: 0 (the engine's default) or
+// negative (off), or positive and below MaxMemberTimeout.
+func ValidateMemberTimeout(d time.Duration) error {
+	if d >= MaxMemberTimeout {
+		return fmt.Errorf("%w: member timeout %s: must be below %s (the kernel's NBD request timeout %s less %s), or 0 for the default %s, or negative to turn it off",
+			ErrInvalidArgument, d, MaxMemberTimeout, kernel.DefaultTimeout, MemberTimeoutMargin, raid10.DefaultMemberTimeout)
+	}
+	return nil
 }
 
 // LoadConfig reads a JSON configuration file.
@@ -102,6 +162,9 @@ func (c Config) Validate() error {
 	}
 	if c.ChunkSize < 0 || c.RebuildRateMax < 0 {
 		return fmt.Errorf("%w: chunkSize and rebuildRateMax must not be negative", ErrInvalidArgument)
+	}
+	if err := ValidateMemberTimeout(time.Duration(c.MemberTimeout)); err != nil {
+		return fmt.Errorf("memberTimeout: %w", err)
 	}
 	for i, d := range c.Disks {
 		if d.Path == "" {

@@ -17,20 +17,33 @@ func (p *Pool) health(v *volume) (Health, *Progress) {
 
 // volumeInfo snapshots a volume. Caller holds p.mu.
 func (p *Pool) volumeInfo(v *volume) VolumeInfo {
-	vi := VolumeInfo{Name: v.name, UUID: v.uuid.String(), Size: v.size}
-	vi.Health, vi.Sync = p.health(v)
+	if v.arr == nil {
+		return p.volumeInfoOf(v, nil)
+	}
+	st := v.arr.Status() // one snapshot: the health agrees with the counts
+	return p.volumeInfoOf(v, &st)
+}
+
+// volumeInfoOf describes v with its array's status st (nil when v has no array). Caller
+// holds p.mu.
+func (p *Pool) volumeInfoOf(v *volume, sp *raid10.Status) VolumeInfo {
+	vi := VolumeInfo{Name: v.name, UUID: v.uuid.String(), Size: v.size, Health: Failed}
 	var st raid10.Status
-	if v.arr != nil {
-		st = v.arr.Status()
+	if sp != nil {
+		st = *sp
+		vi.Health, vi.Sync = healthOf(st)
 		vi.ChunkSize = uint64(st.ChunkSize)
+		vi.BadBlocks, vi.LostBlocks = st.BadBlocks, st.LostBlocks
 	} else if v.err != nil {
 		vi.Reason = v.err.Error()
 	}
 	for i, r := range v.roles {
 		mi := MemberInfo{Role: i, State: raid10.MemberMissing.String()}
 		if i < len(st.Members) {
-			mi.State = st.Members[i].State.String()
-			if st.Members[i].State == raid10.MemberInSync {
+			ms := st.Members[i]
+			mi.State, mi.BadBlocks, mi.TimedOut = ms.State.String(), ms.BadBlocks, ms.TimedOut
+			vi.TimedOut += ms.TimedOut
+			if ms.State == raid10.MemberInSync {
 				vi.InSync++
 			}
 		}

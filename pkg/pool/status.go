@@ -13,8 +13,9 @@ type Health string
 const (
 	// Healthy: every member is in sync.
 	Healthy Health = "Healthy"
-	// Degraded: a member is missing or failed and nothing rebuilds it yet; every chunk
-	// still has a copy.
+	// Degraded: a member is missing or failed and nothing rebuilds it yet, or blocks are
+	// recorded bad (VolumeInfo.BadBlocks, LostBlocks); every chunk but the lost blocks still
+	// has a copy.
 	Degraded Health = "Degraded"
 	// Rebuilding: a member is being rebuilt (replacement, spare or a returning disk).
 	Rebuilding Health = "Rebuilding"
@@ -61,6 +62,12 @@ type MemberInfo struct {
 	State  string `json:"state"`
 	Offset uint64 `json:"offset"`
 	Length uint64 `json:"length"`
+	// BadBlocks is the number of blocks (raid10.BlockSize) recorded bad on this member: its
+	// copy of them holds no valid data.
+	BadBlocks int64 `json:"badBlocks,omitempty"`
+	// TimedOut counts this member's requests that passed the member deadline
+	// (Config.MemberTimeout) since the array was assembled.
+	TimedOut uint64 `json:"timedOut,omitempty"`
 }
 
 // Progress is the progress of a rebuild or resync.
@@ -87,6 +94,15 @@ type VolumeInfo struct {
 	InSync int       `json:"inSync"`
 	Sync   *Progress `json:"sync,omitempty"`
 	Reason string    `json:"reason,omitempty"`
+	// BadBlocks is the number of blocks recorded bad, summed over the members; a block bad
+	// on one copy is still served by the other. LostBlocks counts the blocks bad on every
+	// copy: reads there fail with EIO until the block is written again. Either being
+	// non-zero makes the volume at least Degraded.
+	BadBlocks  int64 `json:"badBlocks,omitempty"`
+	LostBlocks int64 `json:"lostBlocks,omitempty"`
+	// TimedOut counts member requests that passed the member deadline, summed over the
+	// members.
+	TimedOut uint64 `json:"timedOut,omitempty"`
 }
 
 // Capacity is the pool's capacity. Usable figures are after mirroring: a RAID10 (md near-2)
@@ -141,7 +157,9 @@ func healthOf(st raid10.Status) (Health, *Progress) {
 	switch {
 	case recovering:
 		return Rebuilding, prog
-	case down:
+	case down, st.BadBlocks > 0, st.LostBlocks > 0:
+		// A bad block has one copy fewer than the layout promises (a lost one none): never
+		// Healthy, even with every member in sync.
 		return Degraded, prog
 	}
 	return Healthy, prog

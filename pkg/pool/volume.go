@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -114,8 +115,7 @@ func (p *Pool) volumeFor(ext uint64, n int) uint64 {
 }
 
 func (p *Pool) engineOptions() raid10.Options {
-	o := raid10.Options{SyncRateMax: p.cfg.RebuildRateMax}
-	return o
+	return raid10.Options{SyncRateMax: p.cfg.RebuildRateMax, MemberTimeout: time.Duration(p.cfg.MemberTimeout)}
 }
 
 // checkSize validates and rounds a requested size.
