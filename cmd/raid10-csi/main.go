@@ -66,6 +66,9 @@ type Options struct {
 	PoolConfig string
 	StateDir   string
 	MaxVolumes int64
+	// MemberTimeout, when not 0, overrides the pool configuration's memberTimeout: the
+	// deadline of one member request (negative: off).
+	MemberTimeout time.Duration
 	// MetricsAddress is where /metrics, /healthz and /readyz are served; empty: nowhere.
 	MetricsAddress string
 }
@@ -93,6 +96,9 @@ func (o *Options) Validate() error {
 		if o.StateDir == "" {
 			return fmt.Errorf("--state-dir: must not be empty in --mode=%s", o.Mode)
 		}
+		if err := pool.ValidateMemberTimeout(o.MemberTimeout); err != nil {
+			return fmt.Errorf("--member-timeout=%s: %w", o.MemberTimeout, err)
+		}
 	}
 	if o.ReadyTimeout <= 0 {
 		return fmt.Errorf("--ready-timeout=%s: must be positive", o.ReadyTimeout)
@@ -116,6 +122,7 @@ func main() {
 	flag.StringVar(&o.PoolConfig, "pool-config", "", "JSON pool configuration of this node's disks (node and all modes)")
 	flag.StringVar(&o.StateDir, "state-dir", "/var/lib/raid10-csi", "directory kept across restarts (node and all modes): the NBD device state file, and in all mode the volume records")
 	flag.Int64Var(&o.MaxVolumes, "max-volumes", driver.DefaultMaxVolumesPerNode, "volumes per node that NodeGetInfo reports (at most the nbd module's nbds_max)")
+	flag.DurationVar(&o.MemberTimeout, "member-timeout", 0, "deadline of one member request (node and all modes): a disk that has not answered within it is failed and the request completes from the other copy; negative: off; 0: the pool configuration's memberTimeout, else 5s. Must stay below the kernel's NBD request timeout less 2s")
 	flag.StringVar(&o.MetricsAddress, "metrics-address", DefaultMetricsAddress, "host:port serving /metrics, /healthz and /readyz over HTTP; empty: none")
 	flag.Parse()
 
@@ -274,7 +281,7 @@ type nodePlugin struct {
 // openNodePlugin opens the pool of --pool-config and the attacher with its state file in
 // --state-dir (reattaching the devices recorded there), and builds the node service.
 func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
-	pc, err := pool.LoadConfig(o.PoolConfig)
+	pc, err := poolConfig(o)
 	if err != nil {
 		return nil, err
 	}
@@ -298,6 +305,18 @@ func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
 		return nil, err
 	}
 	return np, nil
+}
+
+// poolConfig reads --pool-config, with --member-timeout over its memberTimeout.
+func poolConfig(o *Options) (pool.Config, error) {
+	pc, err := pool.LoadConfig(o.PoolConfig)
+	if err != nil {
+		return pc, err
+	}
+	if o.MemberTimeout != 0 {
+		pc.MemberTimeout = pool.Duration(o.MemberTimeout)
+	}
+	return pc, nil
 }
 
 // close stops serving the NBD devices, which stay attached (a restarted plugin reattaches

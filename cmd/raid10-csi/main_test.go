@@ -46,6 +46,10 @@ func TestValidate(t *testing.T) {
 		{"AllWithoutStateDir", func(o *Options) { node(driver.ModeAll)(o); o.StateDir = "" }, "--state-dir"},
 		{"ZeroTimeout", func(o *Options) { o.ReadyTimeout = 0 }, "--ready-timeout"},
 		{"BadMetricsAddress", func(o *Options) { o.MetricsAddress = "9810" }, "--metrics-address"},
+		{"MemberTimeout", func(o *Options) { node(driver.ModeNode)(o); o.MemberTimeout = 2 * time.Second }, ""},
+		{"MemberTimeoutOff", func(o *Options) { node(driver.ModeAll)(o); o.MemberTimeout = -1 }, ""},
+		{"MemberTimeoutOverKernel", func(o *Options) { node(driver.ModeNode)(o); o.MemberTimeout = pool.MaxMemberTimeout }, "--member-timeout"},
+		{"MemberTimeoutOverKernelAll", func(o *Options) { node(driver.ModeAll)(o); o.MemberTimeout = time.Hour }, "--member-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok
@@ -53,6 +57,34 @@ func TestValidate(t *testing.T) {
 			err := o.Validate()
 			if tc.bad == "" && err != nil || tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)) {
 				t.Fatalf("Validate() = %v, want error naming %q", err, tc.bad)
+			}
+		})
+	}
+}
+
+// TestMemberTimeoutFlag: --member-timeout overrides the pool configuration's memberTimeout;
+// 0 keeps it.
+func TestMemberTimeoutFlag(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pool.json")
+	if err := os.WriteFile(path, []byte(`{"disks": [], "memberTimeout": "3s"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		flag time.Duration
+		want time.Duration
+	}{
+		{"unset: the file's", 0, 3 * time.Second},
+		{"set", 1500 * time.Millisecond, 1500 * time.Millisecond},
+		{"off", -1, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pc, err := poolConfig(&Options{PoolConfig: path, MemberTimeout: tc.flag})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := time.Duration(pc.MemberTimeout); got != tc.want {
+				t.Fatalf("memberTimeout %s, want %s", got, tc.want)
 			}
 		})
 	}

@@ -217,7 +217,7 @@ func TestHelmTemplate(t *testing.T) {
 			t.Fatalf("default pool: %+v, want no disk at all", cfg)
 		}
 		args := stringsOf(nodeContainer(t, objs)["args"])
-		for _, want := range []string{"--mode=node", "--pool-config=/etc/raid10-csi/pool.json", "--state-dir=/var/lib/raid10-csi"} {
+		for _, want := range []string{"--mode=node", "--pool-config=/etc/raid10-csi/pool.json", "--state-dir=/var/lib/raid10-csi", "--member-timeout=5s"} {
 			if !slices.Contains(args, want) {
 				t.Errorf("node args %v lack %s", args, want)
 			}
@@ -315,6 +315,18 @@ node:
 		}
 	})
 
+	t.Run("MemberTimeout", func(t *testing.T) {
+		args := stringsOf(nodeContainer(t, renderChart(t, bin, "--set", "node.memberTimeout=1500ms"))["args"])
+		if !slices.Contains(args, "--member-timeout=1500ms") {
+			t.Errorf("node args %v lack --member-timeout=1500ms", args)
+		}
+		for _, a := range stringsOf(nodeContainer(t, renderChart(t, bin, "--set", "node.memberTimeout="))["args"]) {
+			if strings.HasPrefix(a, "--member-timeout") {
+				t.Errorf("an empty node.memberTimeout renders %s; want the plugin's default", a)
+			}
+		}
+	})
+
 	t.Run("PartsOff", func(t *testing.T) {
 		objs := renderChart(t, bin, "--set", "node.enabled=false", "--set", "storageClass.create=false")
 		for _, o := range objs {
@@ -349,6 +361,7 @@ func TestHelmSchemaRefusesBadValues(t *testing.T) {
 		{"Replicas", []string{"--set", "controller.replicas=0"}, "/controller/replicas"},
 		{"Allocation", []string{"--set", "node.pool.allocation=random"}, "/node/pool/allocation"},
 		{"Timeout", []string{"--set", "sidecars.provisioner.timeout=2 minutes"}, "/sidecars/provisioner/timeout"},
+		{"MemberTimeout", []string{"--set", "node.memberTimeout=soon"}, "/node/memberTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"template", "raid10-csi", chartDir, "--kube-version", kubeVersion}, tc.set...)
