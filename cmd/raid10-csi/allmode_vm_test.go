@@ -22,9 +22,7 @@ import (
 
 // TestAllModeVM runs TestAllModeInGuest in the VM (the all mode needs the kernel's nbd).
 func TestAllModeVM(t *testing.T) {
-	if vm.InGuest() {
-		t.Skip("already in the guest")
-	}
+	vm.HostHalf(t)
 	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 5 * time.Minute, Memory: 1024, CPUs: 1},
 		".", "-test.run=^TestAllModeInGuest$", "-test.v", "-test.timeout=4m")
 	t.Logf("VM run: boot %s, total %s", res.Boot.Round(time.Second), res.Duration.Round(time.Second))
@@ -36,9 +34,7 @@ func TestAllModeVM(t *testing.T) {
 // volume's pool metrics and the CSI calls by method and code, and Run returning nil (devices
 // left attached for a restart) after ctx ends.
 func TestAllModeInGuest(t *testing.T) {
-	if !vm.InGuest() {
-		t.Skip("runs in the VM (TestAllModeVM)")
-	}
+	vm.GuestHalf(t, "TestAllModeVM")
 	dir := t.TempDir()
 	var cfg pool.Config
 	for i := range 4 {

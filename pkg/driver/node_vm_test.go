@@ -32,11 +32,10 @@ import (
 
 // TestNodeVM boots the VM (a real kernel with nbd, ext4, xfs) and runs TestNodeInGuest there.
 func TestNodeVM(t *testing.T) {
-	if vm.InGuest() {
-		t.Skip("already in the guest")
-	}
+	vm.HostHalf(t)
 	start := time.Now()
-	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 6 * time.Minute, Memory: 2048},
+	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 6 * time.Minute, Memory: 2048,
+		Tests: []string{"TestNodeInGuest", "TestNodeInGuestExpand", "TestNodeInGuestRestart"}},
 		".", "-test.run=^TestNodeInGuest", "-test.v", "-test.timeout=5m")
 	t.Logf("VM run: boot %s, total %s (with the build: %s)", res.Boot.Round(time.Second),
 		res.Duration.Round(time.Second), time.Since(start).Round(time.Second))
@@ -45,9 +44,7 @@ func TestNodeVM(t *testing.T) {
 // TestNodeInGuest drives the real node service, over gRPC on a unix socket, on a pool of four
 // file disks: real /dev/nbdX through netlink, real mkfs.ext4 and mkfs.xfs, real mounts.
 func TestNodeInGuest(t *testing.T) {
-	if !vm.InGuest() {
-		t.Skip("runs in the VM (TestNodeVM)")
-	}
+	vm.GuestHalf(t, "TestNodeVM")
 	dir := t.TempDir()
 	p, cfg := openFilePool(t, 512<<20)
 	for name, size := range map[string]uint64{"vol-ext4": 128 << 20, "vol-xfs": 320 << 20, "vol-block": 64 << 20} {
@@ -266,9 +263,7 @@ func TestNodeInGuest(t *testing.T) {
 // the data written before must read back, and the new space must take data; a block volume
 // reports its new device size.
 func TestNodeInGuestExpand(t *testing.T) {
-	if !vm.InGuest() {
-		t.Skip("runs in the VM (TestNodeVM)")
-	}
+	vm.GuestHalf(t, "TestNodeVM")
 	dir := t.TempDir()
 	p, _ := openFilePool(t, 512<<20)
 	// First-fit packs extents: spacers, deleted afterwards, leave room after each volume to
@@ -479,9 +474,7 @@ func writeSync(path string, data []byte) error {
 // new one over the same pool and state file reattaches with NBD_CMD_RECONFIGURE, and no
 // write or fsync fails; the data reads back.
 func TestNodeInGuestRestart(t *testing.T) {
-	if !vm.InGuest() {
-		t.Skip("runs in the VM (TestNodeVM)")
-	}
+	vm.GuestHalf(t, "TestNodeVM")
 	dir := t.TempDir()
 	p, _ := openFilePool(t, 256<<20)
 	if _, err := p.CreateVolume("vol-restart", 128<<20, pool.CreateOptions{}); err != nil {

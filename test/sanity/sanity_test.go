@@ -73,9 +73,7 @@ func TestSanityVM(t *testing.T) {
 
 // TestSanityInGuest runs csi-sanity against the plugin in --mode=all on four file disks.
 func TestSanityInGuest(t *testing.T) {
-	if !vm.InGuest() {
-		t.Skip("runs in the VM (TestSanityVM)")
-	}
+	vm.GuestHalf(t, "TestSanityVM")
 	bin := os.Getenv(pluginEnv)
 	if bin == "" {
 		t.Fatalf("%s is not set: run TestSanityVM", pluginEnv)

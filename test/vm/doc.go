@@ -7,24 +7,28 @@
 // # Use
 //
 //	func TestKernelNBD(t *testing.T) {
-//		vm.RunGoTestOpts(t, vm.Options{Env: []string{"NBD_TEST=1"}},
-//			"./pkg/nbd", "-test.run=^TestInKernel", "-test.v")
+//		vm.HostHalf(t)
+//		vm.RunGoTestOpts(t, vm.Options{Env: []string{"NBD_TEST=1"},
+//			Tests: []string{"TestInKernelAttach", "TestInKernelKill9"}},
+//			"./pkg/nbd", "-test.run=^TestInKernel")
 //	}
 //
 // builds ./pkg/nbd's test binary (`go test -c`), runs it in the guest in the
-// package directory, streams its output to t.Log, and fails t on a non-zero exit.
-// In the guest RAID10_IN_VM=1 (vm.InGuest()), so the in-guest test can skip on the
-// host; the pattern is a pair of tests in the same package:
+// package directory with -test.v, streams its output to t.Log, and fails t on a
+// non-zero exit, and also unless each of Tests reported "--- PASS" there (none
+// skipped, no "no tests to run"): an in-guest test that was renamed or skipped in
+// the guest fails its host half. A -test.run that is a plain list (^TestA$,
+// ^(TestA|TestB)$) names the tests by itself. In the guest RAID10_IN_VM=1
+// (vm.InGuest()), so the in-guest test skips on the host; the pattern is a pair of
+// tests in the same package:
 //
 //	func TestInKernelAttach(t *testing.T) {
-//		if !vm.InGuest() {
-//			t.Skip("runs in the VM (TestKernelNBD)")
-//		}
+//		vm.GuestHalf(t, "TestKernelNBD") // a [guest] skip on the host
 //		// root, /dev/nbd0.., netlink, mkfs, fio, kill -9: all real here
 //	}
 //
-// Require skips inside the guest, so a host-side test never recurses. For a
-// shell command:
+// Require and HostHalf skip inside the guest, so a host-side test never recurses.
+// For a shell command:
 //
 //	res, err := vm.Run(ctx, vm.Options{Timeout: 2 * time.Minute}, "mdadm --version")
 //	// err: the VM failed (ErrTimeout, ErrNoExitStatus; text has the console tail)
@@ -33,8 +37,9 @@
 // and from a shell (`make e2e` and humans): `go run ./test/vm/cmd/vmrun -- CMD`, or
 // `go run ./test/vm/cmd/vmrun -gotest ./pkg/nbd -- -test.v`. BuildGoTest builds a
 // test binary once for several Run calls.
-// vm.Require(t) skips a test when QEMU or the kernel is missing (or -short), and
-// fails it instead when the environment variable CI is set.
+// vm.Require(t) skips a test in -short mode and with RAID10_SKIP_HEAVY, and when QEMU
+// or the kernel is missing ends it through testenv.Missing: a skip on a developer's
+// machine, a failure under CI (internal/testenv says what counts as CI).
 //
 // # How it works
 //

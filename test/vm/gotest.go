@@ -8,10 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
 // InGuest reports whether this process runs inside the test VM.
@@ -38,21 +42,33 @@ func Available() error {
 	return errors.Join(errs...)
 }
 
-// Require skips the test when the VM cannot be used here, or in -short mode. In CI
-// (environment variable CI non-empty) a missing QEMU or kernel fails the test instead.
+// Require skips the test inside the VM (a host-side test never recurses), and in -short
+// mode and with RAID10_SKIP_HEAVY; when the VM cannot be booted here it ends the test
+// through testenv.Missing: a failure under CI, a skip elsewhere.
 func Require(t testing.TB) {
 	t.Helper()
-	if InGuest() {
-		t.Skip("vm: already inside the test VM")
-	}
-	if testing.Short() || os.Getenv("RAID10_SKIP_HEAVY") != "" {
-		t.Skip("vm: QEMU tests are slow; skipped in -short mode and with RAID10_SKIP_HEAVY")
-	}
+	HostHalf(t)
+	testenv.Heavy(t, "vm: QEMU tests are slow")
 	if err := Available(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("vm: the VM harness is required in CI: %v", err)
-		}
-		t.Skipf("vm: %v; run `make deps` to install QEMU and a kernel", err)
+		testenv.Missing(t, "vm: %v; run `make deps` to install QEMU and a kernel", err)
+	}
+}
+
+// HostHalf skips the host half of a host/VM pair (the test that boots the VM) when it
+// runs inside the VM.
+func HostHalf(t testing.TB) {
+	t.Helper()
+	if InGuest() {
+		testenv.Skip(t, testenv.KindGuest, "vm: already inside the test VM")
+	}
+}
+
+// GuestHalf skips the in-guest half of a host/VM pair on the host; driver names the host
+// test that runs it in the VM (and requires its PASS there, see Options.Tests).
+func GuestHalf(t testing.TB, driver string) {
+	t.Helper()
+	if !InGuest() {
+		testenv.Skip(t, testenv.KindGuest, "runs in the VM (%s)", driver)
 	}
 }
 
@@ -65,16 +81,30 @@ func RunGoTest(t testing.TB, pkg string, args ...string) *Result {
 
 // RunGoTestOpts builds the test binary of pkg with `go test -c` (pkg is a package
 // pattern such as "./pkg/nbd" or an import path; an existing executable file is run
-// as is), boots the VM with opts, runs the binary there with args (e.g. "-test.v",
-// "-test.run=TestKernelNBD") in the package's directory, streams its output to
+// as is), boots the VM with opts, runs the binary there with args (e.g.
+// "-test.run=^TestInKernel") in the package's directory, streams its output to
 // t.Log line by line, and fails t when the VM failed or the binary exited non-zero.
 //
+// A zero exit status is not enough: it also fails t unless every test of opts.Tests
+// (or of a plain -test.run list) reported "--- PASS" in the guest, none of them or of
+// their subtests was skipped there, and the binary did not warn "no tests to run". So a
+// renamed in-guest test, or one that skips in the guest, cannot pass as its host half.
+// -test.v is added when args lack it.
+//
 // Calls Require first. The binary runs as root in the guest with opts.Env, plus
-// RAID10_IN_VM=1 (see InGuest): a test can use that to run its in-guest half only
-// there. Build flags (e.g. "-race") come from opts.BuildFlags.
+// RAID10_IN_VM=1 (see InGuest; GuestHalf skips the in-guest half on the host) and the
+// host's CI variable (a missing tool in the guest fails under CI too). Build flags
+// (e.g. "-race") come from opts.BuildFlags.
 func RunGoTestOpts(t testing.TB, opts Options, pkg string, args ...string) *Result {
 	t.Helper()
 	Require(t)
+	args, tests, err := guestTestArgs(opts.Tests, args)
+	if err != nil {
+		t.Fatalf("vm: %s: %v", pkg, err)
+	}
+	if ci, ok := os.LookupEnv("CI"); ok {
+		opts.Env = append([]string{"CI=" + ci}, opts.Env...)
+	}
 	ctx := context.Background()
 	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
 		if dl, ok := d.Deadline(); ok {
@@ -112,7 +142,108 @@ func RunGoTestOpts(t testing.TB, opts Options, pkg string, args ...string) *Resu
 	if res.ExitCode != 0 {
 		t.Fatalf("vm: %s exited with status %d in the guest; console tail:\n%s", filepath.Base(bin), res.ExitCode, res.ConsoleTail(20))
 	}
+	if err := checkGuestTests(res.Output, tests); err != nil {
+		t.Fatalf("vm: %s in the guest: %v", filepath.Base(bin), err)
+	}
 	return res
+}
+
+// guestTestArgs returns the test binary's arguments (with -test.v, and with -test.run
+// built from tests when args have none) and the tests that must pass: tests, or else the
+// names of a plain -test.run list.
+func guestTestArgs(tests, args []string) ([]string, []string, error) {
+	run, verbose := "", false
+	for i, a := range args {
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch name {
+		case "test.run", "run":
+			if !hasVal && i+1 < len(args) {
+				val = args[i+1]
+			}
+			run = val
+		case "test.v", "v":
+			verbose = !hasVal || val != "false"
+		}
+	}
+	if len(tests) == 0 {
+		names, ok := plainTests(run)
+		if !ok {
+			return nil, nil, fmt.Errorf("name the in-guest tests that must pass in Options.Tests "+
+				"(-test.run %q is not a plain list such as ^TestA$ or ^(TestA|TestB)$)", run)
+		}
+		tests = names
+	}
+	out := append([]string(nil), args...)
+	if run == "" {
+		out = append(out, "-test.run=^("+strings.Join(tests, "|")+")$")
+	}
+	if !verbose {
+		out = append(out, "-test.v")
+	}
+	return out, tests, nil
+}
+
+var (
+	// plainRun matches a -test.run pattern that names whole top-level tests only.
+	plainRun = regexp.MustCompile(`^\^\(?([A-Za-z0-9_]+(?:\|[A-Za-z0-9_]+)*)\)?\$$`)
+	// testResult matches the result line of a test or subtest in -test.v output.
+	testResult = regexp.MustCompile(`--- (PASS|FAIL|SKIP): (\S+) \([0-9.]+s\)`)
+)
+
+// plainTests returns the test names of a -test.run pattern that is a plain list:
+// ^Name$, ^(A|B)$, or ^A$|^B$.
+func plainTests(run string) ([]string, bool) {
+	if !strings.HasPrefix(run, "^") || !strings.HasSuffix(run, "$") {
+		return nil, false
+	}
+	var names []string
+	for _, alt := range strings.Split(run[1:len(run)-1], "$|^") {
+		alt = "^" + alt + "$"
+		m := plainRun.FindStringSubmatch(alt)
+		if m == nil || strings.HasPrefix(alt, "^(") != strings.HasSuffix(alt, ")$") {
+			return nil, false
+		}
+		names = append(names, strings.Split(m[1], "|")...)
+	}
+	return names, len(names) > 0
+}
+
+// checkGuestTests checks a test binary's -test.v output: every test in tests reported
+// "--- PASS", none of them or of their subtests reported "--- SKIP", and the binary did
+// not warn that it had no tests to run.
+func checkGuestTests(output string, tests []string) error {
+	var errs []error
+	if strings.Contains(output, "testing: warning: no tests to run") {
+		errs = append(errs, errors.New(`"testing: warning: no tests to run": -test.run matches no test`))
+	}
+	if len(tests) == 0 {
+		errs = append(errs, errors.New("no in-guest tests named"))
+	}
+	result := map[string]string{}
+	var skipped []string
+	for _, m := range testResult.FindAllStringSubmatch(output, -1) {
+		status, name := m[1], m[2]
+		top, _, _ := strings.Cut(name, "/")
+		if top == name {
+			result[name] = status
+		}
+		if status == "SKIP" && slices.Contains(tests, top) {
+			skipped = append(skipped, name)
+		}
+	}
+	for _, name := range tests {
+		switch result[name] {
+		case "PASS":
+		case "":
+			errs = append(errs, fmt.Errorf("%s did not run (no --- PASS line: renamed, or not matched by -test.run?)", name))
+		default:
+			errs = append(errs, fmt.Errorf("%s: --- %s, want --- PASS", name, result[name]))
+		}
+	}
+	if len(skipped) > 0 {
+		errs = append(errs, fmt.Errorf("skipped in the guest, where they must run: %s", strings.Join(skipped, ", ")))
+	}
+	return errors.Join(errs...)
 }
 
 // BuildGoTest builds the test binary of pkg with `go test -c [flags] pkg` under

@@ -5,9 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
 func TestVersionLess(t *testing.T) {
@@ -32,9 +35,7 @@ func TestVersionLess(t *testing.T) {
 
 // TestCpioWriter checks the newc archive with the real cpio tool when present.
 func TestCpioWriter(t *testing.T) {
-	if _, err := exec.LookPath("cpio"); err != nil {
-		t.Skip("cpio not installed")
-	}
+	testenv.Tool(t, "cpio", "Debian package cpio")
 	var buf bytes.Buffer
 	w := &cpioWriter{w: &buf}
 	w.dir("bin")
@@ -146,9 +147,7 @@ func TestReadModuleDecompresses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			data := want
 			if tc.tool != nil {
-				if _, err := exec.LookPath(tc.tool[0]); err != nil {
-					t.Skipf("%s not installed", tc.tool[0])
-				}
+				testenv.RequireTools(t, tc.tool[0])
 				cmd := exec.Command(tc.tool[0], tc.tool[1:]...)
 				cmd.Stdin = bytes.NewReader(want)
 				var err error
@@ -179,11 +178,11 @@ func TestHasPVHNote(t *testing.T) {
 	}
 	k, err := FindKernel()
 	if err != nil {
-		t.Skip(err)
+		testenv.Missing(t, "%v", err)
 	}
 	p, err := extractVmlinux(t.Context(), k)
 	if err != nil {
-		t.Skipf("kernel %s: %v (booted as bzImage)", k.Version, err)
+		testenv.Missing(t, "kernel %s: no vmlinux extracted (the VM boots it as a bzImage): %v", k.Version, err)
 	}
 	raw, err := os.ReadFile(p)
 	if err != nil {
@@ -209,5 +208,90 @@ func TestConsoleTailKeepsPanicLine(t *testing.T) {
 	}
 	if got := (&Result{ConsoleLog: "a\nb\n"}).ConsoleTail(5); got != "a\nb" {
 		t.Errorf("short log: %q", got)
+	}
+}
+
+// TestCheckGuestTests: the wrapper's verdict on canned guest outputs. Each case that
+// must fail is one way an in-guest test can pass vacuously: a zero exit status alone
+// would have let it through.
+func TestCheckGuestTests(t *testing.T) {
+	const passA = "=== RUN   TestA\n    a_test.go:9: did it\n--- PASS: TestA (1.20s)\n"
+	for _, tc := range []struct {
+		name   string
+		tests  []string
+		output string
+		want   []string // substrings of the error; none: no error
+	}{
+		{"pass", []string{"TestA"}, passA + "PASS\n", nil},
+		{"pass with subtests and an unexpected driven skip", []string{"TestA", "TestB"},
+			passA + "=== RUN   TestB\n=== RUN   TestB/x\n    --- PASS: TestB/x (0.00s)\n--- PASS: TestB (0.01s)\n" +
+				"=== RUN   TestBench\n    b_test.go:3: [driven] run by BenchmarkX\n--- SKIP: TestBench (0.00s)\nPASS\n", nil},
+		{"interleaved with a child's output", []string{"TestA"}, "child log line without newline--- PASS: TestA (0.50s)\nPASS\n", nil},
+		{"renamed: no tests to run", []string{"TestA"}, "testing: warning: no tests to run\nPASS\n",
+			[]string{"no tests to run", "TestA did not run"}},
+		{"skipped in the guest", []string{"TestA"},
+			"=== RUN   TestA\n    a_test.go:9: [missing] mkfs.xfs not found\n--- SKIP: TestA (0.00s)\nPASS\n",
+			[]string{"TestA: --- SKIP, want --- PASS", "skipped in the guest, where they must run: TestA"}},
+		{"subtest skipped in the guest", []string{"TestA"},
+			"=== RUN   TestA\n=== RUN   TestA/xfs\n    --- SKIP: TestA/xfs (0.00s)\n--- PASS: TestA (0.02s)\nPASS\n",
+			[]string{"skipped in the guest, where they must run: TestA/xfs"}},
+		{"one of two missing", []string{"TestA", "TestB"}, passA + "PASS\n", []string{"TestB did not run"}},
+		{"a longer name is not the test", []string{"TestA"}, "--- PASS: TestAB (0.01s)\nPASS\n", []string{"TestA did not run"}},
+		{"a subtest's pass is not the test's", []string{"TestA"}, "    --- PASS: TestA/x (0.01s)\n--- FAIL: TestA (0.01s)\n",
+			[]string{"TestA: --- FAIL, want --- PASS"}},
+		{"nothing named", nil, passA, []string{"no in-guest tests named"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkGuestTests(tc.output, tc.tests)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("checkGuestTests = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("checkGuestTests = nil, want an error with %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestGuestTestArgs: the expected tests come from Options.Tests or a plain -test.run
+// list; anything else must be named; -test.v is always there.
+func TestGuestTestArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		tests, args      []string
+		wantArgs, wantTs []string
+		wantErr          bool
+	}{
+		{"one", nil, []string{"-test.run=^TestA$", "-test.v"}, []string{"-test.run=^TestA$", "-test.v"}, []string{"TestA"}, false},
+		{"group", nil, []string{"-test.run=^(TestA|TestB)$"}, []string{"-test.run=^(TestA|TestB)$", "-test.v"}, []string{"TestA", "TestB"}, false},
+		{"alternatives", nil, []string{"-test.run", "^TestA$|^TestB$", "-test.v=true"}, []string{"-test.run", "^TestA$|^TestB$", "-test.v=true"}, []string{"TestA", "TestB"}, false},
+		{"prefix needs names", nil, []string{"-test.run=^TestIn"}, nil, nil, true},
+		{"unanchored needs names", nil, []string{"-test.run=TestA"}, nil, nil, true},
+		{"half a group", nil, []string{"-test.run=^(TestA|TestB$"}, nil, nil, true},
+		{"no run and no names", nil, []string{"-test.v"}, nil, nil, true},
+		{"prefix with names", []string{"TestInA", "TestInB"}, []string{"-test.run=^TestIn", "-test.timeout=5m"},
+			[]string{"-test.run=^TestIn", "-test.timeout=5m", "-test.v"}, []string{"TestInA", "TestInB"}, false},
+		{"names build the run", []string{"TestA", "TestB"}, nil, []string{"-test.run=^(TestA|TestB)$", "-test.v"}, []string{"TestA", "TestB"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args, tests, err := guestTestArgs(tc.tests, tc.args)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("guestTestArgs(%q, %q) error = %v, want error %v", tc.tests, tc.args, err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if !slices.Equal(args, tc.wantArgs) || !slices.Equal(tests, tc.wantTs) {
+				t.Fatalf("guestTestArgs(%q, %q) = %q, %q; want %q, %q", tc.tests, tc.args, args, tests, tc.wantArgs, tc.wantTs)
+			}
+		})
 	}
 }

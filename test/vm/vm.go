@@ -84,6 +84,11 @@ type Options struct {
 	RunDir string
 	// BuildFlags are passed to `go test -c` by RunGoTest (e.g. "-race").
 	BuildFlags []string
+	// Tests names the in-guest tests (top-level test functions) that RunGoTestOpts
+	// requires to report "--- PASS" in the guest's output. Empty: taken from a
+	// -test.run argument that is a plain list (^Name$, ^(A|B)$ or ^A$|^B$). Set and no
+	// -test.run given: the binary runs exactly these.
+	Tests []string
 }
 
 // Result of one guest boot.

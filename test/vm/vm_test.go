@@ -3,12 +3,14 @@ package vm_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
@@ -86,7 +88,7 @@ func TestRunGoTest(t *testing.T) {
 		Writable: []string{out},
 	}, ".", "-test.run=^TestInGuest$", "-test.v", "-test.count=1")
 	if !strings.Contains(res.Output, "--- PASS: TestInGuest") {
-		t.Fatalf("in-guest test did not pass (skipped?):\n%s", res.Output)
+		t.Fatalf("RunGoTestOpts returned, but the in-guest test did not pass:\n%s", res.Output)
 	}
 	b, err := os.ReadFile(filepath.Join(out, "from-guest"))
 	if err != nil || string(b) != kernel.Version {
@@ -96,9 +98,7 @@ func TestRunGoTest(t *testing.T) {
 
 // TestInGuest is the in-guest half of TestRunGoTest; on the host it skips.
 func TestInGuest(t *testing.T) {
-	if !vm.InGuest() {
-		t.Skip("runs inside the VM only (see TestRunGoTest)")
-	}
+	vm.GuestHalf(t, "TestRunGoTest")
 	rel, err := os.ReadFile("/proc/sys/kernel/osrelease")
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +118,57 @@ func TestInGuest(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(os.Getenv("VM_TEST_OUT"), "from-guest"), []byte(strings.TrimSpace(string(rel))), 0o644); err != nil {
 		t.Errorf("write to the writable share: %v", err)
 	}
+}
+
+// fatalRecorder is a testing.TB whose Fatal records the message and ends the call
+// (panicking with errFatal) instead of failing the test.
+type fatalRecorder struct {
+	testing.TB
+	fatal string
+}
+
+var errFatal = errors.New("fatal recorded")
+
+func (r *fatalRecorder) Helper() {}
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.fatal = fmt.Sprintf(format, args...)
+	panic(errFatal)
+}
+func (r *fatalRecorder) Fatal(args ...any) { r.Fatalf("%s", fmt.Sprint(args...)) }
+
+// TestRunGoTestRequiresPass: the guest binary exits 0, yet RunGoTestOpts fails because
+// one expected in-guest test skipped there and the other does not exist (renamed): the
+// two ways a host test passed while nothing ran in the guest.
+func TestRunGoTestRequiresPass(t *testing.T) {
+	vm.Require(t)
+	t.Parallel()
+	r := &fatalRecorder{TB: t}
+	func() {
+		defer func() {
+			if v := recover(); v != nil && v != errFatal { //nolint:errorlint // the sentinel itself, not a wrapped error
+				panic(v)
+			}
+		}()
+		res := vm.RunGoTestOpts(r, vm.Options{Timeout: 3 * time.Minute, CPUs: 1, Modules: []string{}},
+			".", "-test.run=^(TestInGuestSkips|TestInGuestRenamed)$")
+		t.Errorf("RunGoTestOpts passed; guest output:\n%s", res.Output)
+	}()
+	if r.fatal == "" || strings.Contains(r.fatal, "exited with status") {
+		t.Fatalf("RunGoTestOpts failure %q: want the guest binary to exit 0 and the output check to fail it", r.fatal)
+	}
+	t.Logf("RunGoTestOpts failed, as it must: %s", r.fatal)
+	for _, want := range []string{"TestInGuestRenamed did not run", "skipped in the guest, where they must run: TestInGuestSkips"} {
+		if !strings.Contains(r.fatal, want) {
+			t.Errorf("RunGoTestOpts failure %q lacks %q", r.fatal, want)
+		}
+	}
+}
+
+// TestInGuestSkips is the in-guest half of TestRunGoTestRequiresPass: it skips in the
+// guest too, which the wrapper must report.
+func TestInGuestSkips(t *testing.T) {
+	vm.GuestHalf(t, "TestRunGoTestRequiresPass")
+	testenv.Skip(t, testenv.KindDriven, "stands for an in-guest test that skips in the guest (TestRunGoTestRequiresPass)")
 }
 
 // TestRunWatchdogDumpsGoStacks: a hung Go test binary is stopped by the guest-side
@@ -152,8 +203,9 @@ func TestRunWatchdogDumpsGoStacks(t *testing.T) {
 
 // TestInGuestHang is the in-guest half of TestRunWatchdogDumpsGoStacks.
 func TestInGuestHang(t *testing.T) {
-	if !vm.InGuest() || os.Getenv("VM_TEST_HANG") != "1" {
-		t.Skip("runs inside the VM only (see TestRunWatchdogDumpsGoStacks)")
+	vm.GuestHalf(t, "TestRunWatchdogDumpsGoStacks")
+	if os.Getenv("VM_TEST_HANG") != "1" {
+		testenv.Skip(t, testenv.KindDriven, "run by TestRunWatchdogDumpsGoStacks")
 	}
 	time.Sleep(time.Hour) // not select{}: the runtime would report a deadlock
 }

@@ -34,18 +34,15 @@ func TestMain(m *testing.M) {
 
 // TestKernelVM boots the VM and runs the TestInKernel* tests of this package there.
 func TestKernelVM(t *testing.T) {
-	if vm.InGuest() {
-		t.Skip("already in the guest")
-	}
-	vm.RunGoTestOpts(t, vm.Options{Timeout: 8 * time.Minute, Memory: 2048},
+	vm.HostHalf(t)
+	vm.RunGoTestOpts(t, vm.Options{Timeout: 8 * time.Minute, Memory: 2048,
+		Tests: []string{"TestInKernelResize", "TestInKernelAttach", "TestInKernelKill9"}},
 		".", "-test.run=^TestInKernel", "-test.v", "-test.timeout=7m")
 }
 
 func inGuest(t *testing.T) {
 	t.Helper()
-	if !vm.InGuest() {
-		t.Skip("runs in the VM (TestKernelVM)")
-	}
+	vm.GuestHalf(t, "TestKernelVM")
 }
 
 // countingBackend counts what reaches a file backend.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 	"github.com/raid10-csi/raid10-csi/test/vm"
@@ -24,9 +25,7 @@ const benchEnv = "NBD_VM_BENCH_OUT"
 // limit of the userspace NBD path). It logs IOPS and ratios, and the top of a CPU profile of
 // the server taken in the guest.
 func BenchmarkKernelVM(b *testing.B) {
-	if vm.InGuest() {
-		b.Skip("host side")
-	}
+	vm.HostHalf(b)
 	out := b.TempDir()
 	vm.RunGoTestOpts(b, vm.Options{
 		Timeout:      6 * time.Minute,
@@ -78,7 +77,7 @@ func TestInKernelBench(t *testing.T) {
 	inGuest(t)
 	outDir := os.Getenv(benchEnv)
 	if outDir == "" {
-		t.Skip("run by BenchmarkKernelVM")
+		testenv.Skip(t, testenv.KindDriven, "run by BenchmarkKernelVM")
 	}
 	rams := []string{"/dev/ram0", "/dev/ram1", "/dev/ram2", "/dev/ram3"}
 	iops := map[string]float64{}
