@@ -17,6 +17,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -163,11 +164,7 @@ func nbdURI(o *Options, vol string) string {
 // TestAgentWithNBDClients: the agent serves a volume; nbdcopy writes and reads it; a disk
 // fails and is replaced through the admin socket while the data stays readable.
 func TestAgentWithNBDClients(t *testing.T) {
-	for _, tool := range []string{"nbdcopy", "nbdinfo"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (libnbd-bin)", tool)
-		}
-	}
+	testenv.RequireTools(t, "nbdcopy", "nbdinfo") // libnbd-bin
 	dir, o := setup(t, 4)
 	startAgent(t, o)
 	agentOnly := *o
@@ -218,14 +215,8 @@ func TestAgentWithNBDClients(t *testing.T) {
 
 // TestDemo runs `make demo`'s script end to end (about a minute).
 func TestDemo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the demo takes about a minute")
-	}
-	for _, tool := range []string{"nbdcopy", "nbdinfo", "qemu-io", "bash"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testenv.Heavy(t, "the demo takes about a minute")
+	testenv.RequireTools(t, "nbdcopy", "nbdinfo", "qemu-io", "bash")
 	cmd := exec.Command("bash", "../../hack/demo.sh")
 	cmd.Env = append(os.Environ(), "DEMO_DIR="+t.TempDir())
 	out, err := cmd.CombinedOutput()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/pkg/metrics"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 )
@@ -23,12 +24,7 @@ func (s serverStats) IOStats() map[string]nbd.Stats {
 // TestIOCollector copies an image into a real NBD server with nbdcopy (libnbd) and checks
 // that the collector reports the writes, their bytes and a latency histogram holding them.
 func TestIOCollector(t *testing.T) {
-	if _, err := exec.LookPath("nbdcopy"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("nbdcopy (libnbd-bin) is missing")
-		}
-		t.Skip("nbdcopy (libnbd-bin) is missing")
-	}
+	testenv.Tool(t, "nbdcopy", "Debian package libnbd-bin")
 	dir := t.TempDir()
 	img := filepath.Join(dir, "disk.img")
 	if err := os.WriteFile(img, make([]byte, 4<<20), 0o600); err != nil {

@@ -9,27 +9,21 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
-// needBinary returns the path of a client binary; missing, it fails the test under CI and
-// skips it elsewhere.
+// needBinary returns the path of a client binary; missing, it ends the test through
+// testenv.Missing (fails under CI, skips elsewhere).
 func needBinary(t testing.TB, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is required under CI (hack/install-deps.sh installs it): %v", name, err)
-		}
-		t.Skipf("%s not installed: %v", name, err)
-	}
-	return p
+	return testenv.Tool(t, name, "hack/install-deps.sh installs it")
 }
 
 // countingBackend counts the flushes, discards and FUA writes that reach a FileBackend.

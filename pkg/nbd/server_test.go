@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
 func TestNegotiation(t *testing.T) {
@@ -341,9 +343,7 @@ func TestListenPrivate(t *testing.T) {
 // TestSteadyStateAllocations drives one connection with reads and writes and checks that the
 // server allocates nothing per request once warm.
 func TestSteadyStateAllocations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
+	testenv.Heavy(t, "drives many requests to measure allocations")
 	mem := newMemBackend(4 << 20)
 	_, sock := startServer(t, Options{}, Export{Backend: mem})
 	c := dialRaw(t, sock)

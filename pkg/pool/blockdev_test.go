@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
 // TestDiskInUse: a second pool on the same disks (another agent, or the CLI while an agent
@@ -32,7 +34,7 @@ func losetup(t *testing.T, file string) string {
 	t.Helper()
 	out, err := exec.Command("losetup", "--find", "--show", file).Output()
 	if err != nil {
-		t.Skipf("no loop device (needs root and losetup): %v", err)
+		testenv.Missing(t, "no loop device (needs root and losetup): %v", err)
 	}
 	dev := strings.TrimSpace(string(out))
 	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
@@ -43,9 +45,7 @@ func losetup(t *testing.T, file string) string {
 // size from the device, a volume created (with a background resync, since a device is not
 // known to read back zeroes), data through it, and delete with BLKDISCARD.
 func TestBlockDevices(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("loop devices need root")
-	}
+	testenv.RequireRoot(t, "loop devices")
 	dir := t.TempDir()
 	files := makeDisks(t, dir, 3, 96<<20)
 	var devs []string

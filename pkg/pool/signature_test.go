@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
 // sparse makes a zeroed sparse file of size bytes.
@@ -90,9 +92,7 @@ func TestDetectSignaturesRealTools(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := exec.LookPath(c.cmd[0]); err != nil {
-				t.Skipf("%s not installed", c.cmd[0])
-			}
+			testenv.RequireTools(t, c.cmd[0])
 			img := t.TempDir() + "/img"
 			sparse(t, img, c.size)
 			if out, err := exec.Command(c.cmd[0], append(c.cmd[1:], img)...).CombinedOutput(); err != nil {
@@ -158,9 +158,7 @@ func TestDetectSignaturesSynthetic(t *testing.T) {
 // Open and at run time: it is refused with its path and the signature named, and not one
 // byte changes. With wipe set for it, it is claimed.
 func TestForeignDiskRefusedUntouched(t *testing.T) {
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("mkfs.ext4 not installed")
-	}
+	testenv.RequireTools(t, "mkfs.ext4")
 	dir := t.TempDir()
 	paths := makeDisks(t, dir, 2, testDiskSize)
 	ext4 := dir + "/ext4.img"

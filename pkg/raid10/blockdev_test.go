@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
 // loopDevice attaches a new loop device over a sparse file of size bytes
@@ -16,9 +18,7 @@ import (
 // explicit choice, never a silent one.
 func loopDevice(t *testing.T, size int64) string {
 	t.Helper()
-	if os.Getenv("RAID10_SKIP_HEAVY") != "" {
-		t.Skip("RAID10_SKIP_HEAVY set: no loop devices")
-	}
+	testenv.Heavy(t, "needs loop devices")
 	img := filepath.Join(t.TempDir(), "img")
 	if err := os.WriteFile(img, nil, 0o600); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
 func TestFileMemberDirectFallback(t *testing.T) {
@@ -17,7 +19,7 @@ func TestFileMemberDirectFallback(t *testing.T) {
 		{"tmpfs", func(t *testing.T) string {
 			d, err := os.MkdirTemp("/dev/shm", "raid10-test-")
 			if err != nil {
-				t.Skip("no /dev/shm:", err)
+				testenv.Missing(t, "no /dev/shm: %v", err)
 			}
 			t.Cleanup(func() { os.RemoveAll(d) })
 			return d

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
@@ -54,9 +55,7 @@ const (
 // skipHeavy skips the end-to-end tests in -short mode and under RAID10_SKIP_HEAVY (make unit).
 func skipHeavy(t *testing.T) {
 	t.Helper()
-	if testing.Short() || os.Getenv("RAID10_SKIP_HEAVY") != "" {
-		t.Skip("e2e: needs the control plane; skipped in -short mode and with RAID10_SKIP_HEAVY")
-	}
+	testenv.Heavy(t, "e2e: needs the control plane")
 }
 
 // cluster is a running control plane with the chart installed (all but its workloads).
