@@ -223,9 +223,12 @@ func TestCheckGuestTests(t *testing.T) {
 		want   []string // substrings of the error; none: no error
 	}{
 		{"pass", []string{"TestA"}, passA + "PASS\n", nil},
-		{"pass with subtests and an unexpected driven skip", []string{"TestA", "TestB"},
+		{"pass with subtests and another test", []string{"TestA", "TestB"},
 			passA + "=== RUN   TestB\n=== RUN   TestB/x\n    --- PASS: TestB/x (0.00s)\n--- PASS: TestB (0.01s)\n" +
-				"=== RUN   TestBench\n    b_test.go:3: [driven] run by BenchmarkX\n--- SKIP: TestBench (0.00s)\nPASS\n", nil},
+				"=== RUN   TestC\n--- PASS: TestC (0.00s)\nPASS\n", nil},
+		{"another test matched by -test.run skipped", []string{"TestA"},
+			passA + "=== RUN   TestBench\n    b_test.go:3: [driven] run by BenchmarkX\n--- SKIP: TestBench (0.00s)\nPASS\n",
+			[]string{"skipped in the guest, where they must run: TestBench"}},
 		{"interleaved with a child's output", []string{"TestA"}, "child log line without newline--- PASS: TestA (0.50s)\nPASS\n", nil},
 		{"renamed: no tests to run", []string{"TestA"}, "testing: warning: no tests to run\nPASS\n",
 			[]string{"no tests to run", "TestA did not run"}},
