@@ -3,12 +3,17 @@
 # in _output/test.log, and on the terminal one line per test with its time (PASS, FAIL, SKIP
 # with its reason) and the package summaries. On failure the log lines before each failed
 # test are printed too. Arguments replace the package list (default ./...).
+#
+# Then every skip is checked against hack/skips.txt (hack/skipcheck): under CI (CI set to
+# anything but "", 0 or false; see internal/testenv) a skip that the list does not allow,
+# with its package, test name and kind, fails the run, and is printed as UNEXPECTED SKIPS.
+# RAID10_TEST_LOG moves the log (skipcheck's own test runs this script on a fixture).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p _output
 # shellcheck source=hack/tool-env.sh
 source hack/tool-env.sh
-log=_output/test.log
+log=${RAID10_TEST_LOG:-_output/test.log}
 : >"$log"
 go test -race -count=1 -timeout 20m -v "${@:-./...}" >"$log" 2>&1 &
 pid=$!
@@ -23,5 +28,12 @@ if ((rc != 0)); then
   echo "== details of the failures (full log: $log)"
   grep -n -B40 -E '^\s*--- FAIL' "$log" | tail -n 400
   grep -n -A60 -E '^panic:' "$log" | head -n 200
+fi
+echo
+echo "== skips (allow-list: hack/skips.txt)"
+go run ./hack/skipcheck -allow hack/skips.txt "$log"
+skiprc=$?
+if ((rc == 0 && skiprc != 0)); then
+  rc=$skiprc
 fi
 exit "$rc"

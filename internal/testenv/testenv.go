@@ -13,15 +13,15 @@ import (
 type Kind string
 
 const (
-	// KindMissing: something the test needs is absent on this machine. Under CI it is a
+	// KindMissing means something the test needs is absent on this machine. Under CI it is a
 	// failure, never a skip (see Missing).
 	KindMissing Kind = "missing"
-	// KindGuest: the test is one half of a host/VM pair and runs on the other side: an
+	// KindGuest means the test is one half of a host/VM pair and runs on the other side: an
 	// in-guest half on the host, or a host half inside the test VM.
 	KindGuest Kind = "guest"
-	// KindHeavy: a slow test left out by -short or RAID10_SKIP_HEAVY (`make unit`).
+	// KindHeavy marks a slow test left out by -short or RAID10_SKIP_HEAVY (`make unit`).
 	KindHeavy Kind = "heavy"
-	// KindDriven: the test runs only when another test drives it with its environment
+	// KindDriven means the test runs only when another test drives it with its environment
 	// (e.g. the guest half of a benchmark); alone it has nothing to do.
 	KindDriven Kind = "driven"
 )
