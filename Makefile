@@ -51,12 +51,13 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 
 .PHONY: lint
 lint: ## Run golangci-lint (v2, explicit linter list), installed from its Go module.
-	GOBIN=$(CACHE)/golangci-lint-$(GOLANGCI_VERSION) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	test -x $(CACHE)/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint || \
+	  GOBIN=$(CACHE)/golangci-lint-$(GOLANGCI_VERSION) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 	$(CACHE)/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint run ./...
 
 .PHONY: verify
 verify: ## Check formatting, vet, go.mod tidiness and that generated files are current.
-	@test -z "$$(gofmt -l cmd pkg test hack 2>/dev/null)" || { gofmt -l cmd pkg test hack; echo "gofmt needed"; exit 1; }
+	@test -z "$$(gofmt -l cmd pkg test hack internal 2>/dev/null)" || { gofmt -l cmd pkg test hack internal; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	bash hack/verify-generated.sh
