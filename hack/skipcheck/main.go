@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -91,8 +92,7 @@ func ParseLog(r io.Reader, module string) ([]Skip, error) {
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		switch m := skipRe.FindStringSubmatch(line); {
-		case m != nil:
+		if m := skipRe.FindStringSubmatch(line); m != nil {
 			s := Skip{Test: m[1], Message: last[m[1]]}
 			pending = append(pending, s)
 			await = -1
@@ -153,6 +153,18 @@ func Allowed(rules []*Rule, s Skip) *Rule {
 	return nil
 }
 
+// printer writes formatted lines to w and keeps the first write error.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) printf(format string, args ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, args...)
+	}
+}
+
 // Check writes the report to w and returns the skips no rule allows.
 func Check(w io.Writer, rules []*Rule, skips []Skip) []Skip {
 	var bad []Skip
@@ -163,20 +175,21 @@ func Check(w io.Writer, rules []*Rule, skips []Skip) []Skip {
 		}
 		bad = append(bad, s)
 	}
-	fmt.Fprintf(w, "skipcheck: %d skipped, %d allowed by the allow-list, %d not allowed\n", len(skips), len(skips)-len(bad), len(bad))
+	p := &printer{w: w}
+	p.printf("skipcheck: %d skipped, %d allowed by the allow-list, %d not allowed\n", len(skips), len(skips)-len(bad), len(bad))
 	for _, r := range rules {
 		if r.used > 0 {
-			fmt.Fprintf(w, "  allowed %3d  %s %s [%s]: %s\n", r.used, r.Package, r.Pattern, r.Kind, r.Reason)
+			p.printf("  allowed %3d  %s %s [%s]: %s\n", r.used, r.Package, r.Pattern, r.Kind, r.Reason)
 		}
 	}
 	if len(bad) > 0 {
-		fmt.Fprintln(w, "skipcheck: UNEXPECTED SKIPS (not in the allow-list; a test that must run here did not):")
+		p.printf("skipcheck: UNEXPECTED SKIPS (not in the allow-list; a test that must run here did not):\n")
 		for _, s := range bad {
 			note := ""
 			if s.Kind == "" {
 				note = " (no [kind]: skipped without internal/testenv)"
 			}
-			fmt.Fprintf(w, "  --- SKIP: %s in %s: %s%s\n", s.Test, s.Package, s.Message, note)
+			p.printf("  --- SKIP: %s in %s: %s%s\n", s.Test, s.Package, s.Message, note)
 		}
 	}
 	return bad
@@ -208,32 +221,32 @@ func main() {
 	os.Exit(run(*allow, flag.Arg(0), *module, *fail, os.Stdout))
 }
 
-// run checks the log against the allow-list and returns the exit status.
+// run checks the log against the allow-list, writes the report to w and returns the exit
+// status: 0, 1 for a skip not allowed when fail is set, 2 when a file cannot be read.
 func run(allowPath, logPath, module string, fail bool, w io.Writer) int {
-	af, err := os.Open(allowPath)
+	p := &printer{w: w}
+	allow, err := os.ReadFile(allowPath)
 	if err != nil {
-		fmt.Fprintln(w, "skipcheck:", err)
+		p.printf("skipcheck: %v\n", err)
 		return 2
 	}
-	defer af.Close()
-	rules, err := ParseAllow(af)
+	rules, err := ParseAllow(bytes.NewReader(allow))
 	if err != nil {
-		fmt.Fprintf(w, "skipcheck: %s: %v\n", allowPath, err)
+		p.printf("skipcheck: %s: %v\n", allowPath, err)
 		return 2
 	}
-	lf, err := os.Open(logPath)
+	log, err := os.ReadFile(logPath)
 	if err != nil {
-		fmt.Fprintln(w, "skipcheck:", err)
+		p.printf("skipcheck: %v\n", err)
 		return 2
 	}
-	defer lf.Close()
-	skips, err := ParseLog(lf, module)
+	skips, err := ParseLog(bytes.NewReader(log), module)
 	if err != nil {
-		fmt.Fprintf(w, "skipcheck: %s: %v\n", logPath, err)
+		p.printf("skipcheck: %s: %v\n", logPath, err)
 		return 2
 	}
 	if bad := Check(w, rules, skips); len(bad) > 0 && fail {
-		fmt.Fprintf(w, "skipcheck: FAIL: %d unexpected skips under CI; fix the test or its environment, or add a line with the reason to %s\n", len(bad), allowPath)
+		p.printf("skipcheck: FAIL: %d unexpected skips under CI; fix the test or its environment, or add a line with the reason to %s\n", len(bad), allowPath)
 		return 1
 	}
 	return 0
