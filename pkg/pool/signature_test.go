@@ -92,7 +92,7 @@ func TestDetectSignaturesRealTools(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			testenv.RequireTools(t, c.cmd[0])
+			testenv.RequireTools(t, c.cmd[0], "blkid")
 			img := t.TempDir() + "/img"
 			sparse(t, img, c.size)
 			if out, err := exec.Command(c.cmd[0], append(c.cmd[1:], img)...).CombinedOutput(); err != nil {
@@ -102,7 +102,7 @@ func TestDetectSignaturesRealTools(t *testing.T) {
 			if len(sigs) == 0 || !strings.HasPrefix(sigs[0].Name, c.want) {
 				t.Fatalf("found %v, want %s", sigs, c.want)
 			}
-			if got := blkidType(img); got != "" && got != c.blkid {
+			if got := blkidType(img); got != c.blkid {
 				t.Errorf("blkid says %q, expected %q", got, c.blkid)
 			}
 		})
@@ -158,7 +158,7 @@ func TestDetectSignaturesSynthetic(t *testing.T) {
 // Open and at run time: it is refused with its path and the signature named, and not one
 // byte changes. With wipe set for it, it is claimed.
 func TestForeignDiskRefusedUntouched(t *testing.T) {
-	testenv.RequireTools(t, "mkfs.ext4")
+	testenv.RequireTools(t, "mkfs.ext4", "blkid")
 	dir := t.TempDir()
 	paths := makeDisks(t, dir, 2, testDiskSize)
 	ext4 := dir + "/ext4.img"
@@ -181,7 +181,7 @@ func TestForeignDiskRefusedUntouched(t *testing.T) {
 	if hashFile(t, ext4) != before {
 		t.Fatal("the refused ext4 disk was modified")
 	}
-	if _, err := exec.LookPath("blkid"); err == nil && blkidType(ext4) != "ext4" {
+	if blkidType(ext4) != "ext4" {
 		t.Fatal("blkid no longer sees ext4")
 	}
 
