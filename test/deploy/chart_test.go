@@ -28,7 +28,7 @@ const (
 
 // helmBinary returns the pinned helm of hack/csi-tools.sh, building it when missing (about
 // 2 minutes, cached in ~/.cache/raid10-csi). A helm that cannot be had fails the test under
-// $CI and skips it otherwise.
+// CI (internal/testenv) and skips it otherwise.
 func helmBinary(t *testing.T) string {
 	t.Helper()
 	cmd := exec.Command("bash", "-c", `source hack/csi-tools.sh && csi_tool helm`)

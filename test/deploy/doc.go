@@ -11,5 +11,5 @@
 //     the same schemas refusing broken manifests.
 //
 // helm and kubeconform are the pinned builds of hack/csi-tools.sh (built on first use);
-// etcd and kube-apiserver come from test/kubeenv. Missing tools skip, or fail under $CI.
+// etcd and kube-apiserver come from test/kubeenv. Missing tools skip, or fail under CI (internal/testenv).
 package deploy

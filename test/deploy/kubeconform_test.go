@@ -23,7 +23,7 @@ import (
 // layout, as openapi2jsonschema --stand-alone --strict would write them.
 
 // kubeconformBinary returns the pinned kubeconform of hack/csi-tools.sh, building it when
-// missing (about 30 s). Missing fails the test under $CI and skips it otherwise.
+// missing (about 30 s). Missing fails the test under CI (internal/testenv) and skips it otherwise.
 func kubeconformBinary(t *testing.T) string {
 	t.Helper()
 	cmd := exec.Command("bash", "-c", `source hack/csi-tools.sh && csi_tool kubeconform`)

@@ -36,7 +36,7 @@
 //
 // The control-plane binaries come from $RAID10_KUBE_BIN_DIR, csi-provisioner from
 // $RAID10_CSI_PROVISIONER and csi-resizer from $RAID10_CSI_RESIZER, all built and cached by
-// hack/build-tools.sh (make deps) and exported by hack/tool-env.sh. A missing one skips the test, or fails it when $CI is set.
+// hack/build-tools.sh (make deps) and exported by hack/tool-env.sh. A missing one skips the test, or fails it under CI (internal/testenv).
 // The tests also skip in -short mode and with RAID10_SKIP_HEAVY (make unit).
 //
 // # Logs

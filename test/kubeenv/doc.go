@@ -28,7 +28,8 @@
 //
 // The binaries come from $RAID10_KUBE_BIN_DIR, which hack/build-tools.sh (make deps) fills
 // and hack/tool-env.sh exports. When it is unset or a binary is missing, Start fails the
-// test if $CI is set, and skips it otherwise with a message that says to run `make deps`.
+// test under CI (internal/testenv: CI set to anything but "", 0 or false), and skips it
+// otherwise with a message that says to run `make deps`.
 //
 // # Lifetime and logs
 //

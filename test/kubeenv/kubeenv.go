@@ -82,8 +82,8 @@ func WithAPIServerFlags(flags ...string) Option {
 
 // Start runs etcd and kube-apiserver (and kube-controller-manager with
 // WithControllerManager), waits until they are ready and registers their shutdown with
-// t.Cleanup. It skips the test, or fails it when $CI is set, if the binaries are missing
-// (see the package documentation).
+// t.Cleanup. Missing binaries end the test through testenv.Missing: a skip, or a failure
+// under CI (see the package documentation).
 func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	var o options
