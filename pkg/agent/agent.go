@@ -86,6 +86,7 @@ const (
 	EventDeleteFailed      = "DeleteFailed"
 	EventDeleteWaiting     = "DeleteWaiting"
 	EventDiskReturned      = "DiskHealthy"
+	EventBadBlocks         = "BadBlocks"
 	eventRecorderComponent = "raid10.csi.io/node-agent"
 )
 
@@ -147,6 +148,8 @@ type volumeSeen struct {
 	health     v1alpha1.VolumeHealth
 	rebuilding bool
 	expandMsg  string
+	badBlocks  int64
+	lostBlocks int64
 }
 
 // nodeKey is the poller's fingerprint key of the Raid10Node (not a valid volume name).
@@ -261,7 +264,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 
 // poll compares the pool's state with the last one it saw, every interval, and enqueues
 // the volumes (and the node) whose reportable state changed: health, member states,
-// rebuild percent, capacity. It runs until ctx is done.
+// rebuild percent, capacity, bad blocks and member timeouts. It runs until ctx is done.
 func (a *Agent) poll(ctx context.Context) error {
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
@@ -334,9 +337,9 @@ func (a *Agent) enqueueNode() {
 }
 
 func volumeFingerprint(v pool.VolumeInfo) string {
-	s := fmt.Sprintf("%d|%s|%d|%s|", v.Size, v.Health, v.InSync, v.Reason)
+	s := fmt.Sprintf("%d|%s|%d|%s|%d|%d|", v.Size, v.Health, v.InSync, v.Reason, v.BadBlocks, v.LostBlocks)
 	for _, m := range v.Members {
-		s += m.DiskUUID + ":" + m.State + ","
+		s += fmt.Sprintf("%s:%s:%d:%d,", m.DiskUUID, m.State, m.BadBlocks, m.TimedOut)
 	}
 	if p := v.Sync; p != nil {
 		s += fmt.Sprintf("|%s %d", p.Kind, int(p.Percent))

@@ -33,7 +33,9 @@
 //     that the controller set. An object without that finalizer gets it before its extents.
 //   - Status: observedGeneration, phase, health (Healthy, Degraded, Rebuilding, Failed, as
 //     pool.Health), capacity, members (index, disk ID as in the Raid10Node, state InSync,
-//     Rebuilding, Failed or Missing), inSync ("3/4"), rebuild (member, percent, done and
+//     Rebuilding, Failed or Missing, bad blocks and request timeouts), inSync ("3/4"),
+//     badBlocks and lostBlocks (the engine's counts; either makes the volume Degraded, and
+//     the message and the Ready condition say so), rebuild (member, percent, done and
 //     total bytes, rate, ETA, start time; only while a recovery runs; a resync's progress
 //     goes to the message), message, condition Ready, and devicePath: the /dev/nbdX the node
 //     plugin's attacher serves the volume on (Options.Devices), empty while it is not
@@ -73,7 +75,8 @@
 // # Following the pool within 2 seconds
 //
 // A poller calls pool.Status every Options.PollInterval (1 s) and compares a fingerprint of
-// each volume (size, health, member states, sync kind and whole percent) and of the node
+// each volume (size, health, member states, bad and lost blocks, member timeouts, sync kind
+// and whole percent) and of the node
 // (capacity, disk states and free bytes) with the last one; a change enqueues that object
 // through a source.Channel. A disk failure therefore shows in the status within one poll
 // interval plus one API round trip; a rebuild writes the status about once per percent.
@@ -84,7 +87,9 @@
 //
 // Through an events.k8s.io recorder (component raid10.csi.io/node-agent), on the Raid10Volume:
 // Provisioned, ProvisioningFailed, Degraded, VolumeFailed, RebuildStarted, RebuildFinished,
-// Expanded, ExpansionFailed, ExtentsFreed, DeleteFailed; on the Raid10Node: DiskFailed,
+// Expanded, ExpansionFailed, ExtentsFreed, DeleteFailed, and BadBlocks (Warning, when the
+// bad or lost block count grows, with both counts before and after and each member's);
+// on the Raid10Node: DiskFailed,
 // DiskHealthy, DiskReplaced and DiskReplaceFailed. They fire on transitions of what the
 // agent last reported (seeded from the object's status when the agent starts, so a restart
 // does not repeat them); the replacement Events fire once per request.

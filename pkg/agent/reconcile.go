@@ -135,13 +135,26 @@ func (a *Agent) volumeEvents(vol *v1alpha1.Raid10Volume, prev, st v1alpha1.Raid1
 	seen, ok := a.volumeSeen[vol.Name]
 	if !ok {
 		// First sight since the agent started: what the object says was reported.
-		seen = volumeSeen{health: prev.Health, rebuilding: prev.Rebuild != nil}
+		seen = volumeSeen{health: prev.Health, rebuilding: prev.Rebuild != nil, badBlocks: prev.BadBlocks, lostBlocks: prev.LostBlocks}
 		if prev.Phase == v1alpha1.VolumePhaseExpanding && expandMsg != "" && strings.HasPrefix(prev.Message, expandMsg) {
 			seen.expandMsg = expandMsg
 		}
 	}
-	a.volumeSeen[vol.Name] = volumeSeen{health: st.Health, rebuilding: st.Rebuild != nil, expandMsg: expandMsg}
+	a.volumeSeen[vol.Name] = volumeSeen{health: st.Health, rebuilding: st.Rebuild != nil, expandMsg: expandMsg,
+		badBlocks: st.BadBlocks, lostBlocks: st.LostBlocks}
 	a.mu.Unlock()
+
+	// Only growth is news: a count that falls (the blocks were rewritten) needs no warning.
+	if st.BadBlocks > seen.badBlocks || st.LostBlocks > seen.lostBlocks {
+		var per []string
+		for _, m := range st.Members {
+			if m.BadBlocks > 0 {
+				per = append(per, fmt.Sprintf("member %d (disk %s): %d", m.Index, orDash(m.Disk), m.BadBlocks))
+			}
+		}
+		a.event(vol, corev1.EventTypeWarning, EventBadBlocks, "Monitor", "%d bad blocks (was %d), %d lost (was %d)%s",
+			st.BadBlocks, seen.badBlocks, st.LostBlocks, seen.lostBlocks, prefixed(": ", strings.Join(per, ", ")))
+	}
 
 	if st.Health != seen.health {
 		switch st.Health {
@@ -293,6 +306,14 @@ func (a *Agent) nodeEvents(n *v1alpha1.Raid10Node, st v1alpha1.Raid10NodeStatus)
 			a.event(n, corev1.EventTypeNormal, EventDiskReturned, "Monitor", "disk %s (%s) is healthy", d.ID, d.Path)
 		}
 	}
+}
+
+// prefixed is p+s, or empty when s is.
+func prefixed(p, s string) string {
+	if s == "" {
+		return ""
+	}
+	return p + s
 }
 
 func (a *Agent) event(obj client.Object, eventtype, reason, action, note string, args ...any) {

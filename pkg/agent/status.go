@@ -91,11 +91,14 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		InSync:             fmt.Sprintf("%d/%d", info.InSync, len(info.Members)),
 		DevicePath:         prev.DevicePath, // the agent sets it from Options.Devices
 		Conditions:         slices.Clone(prev.Conditions),
+		BadBlocks:          info.BadBlocks,
+		LostBlocks:         info.LostBlocks,
 	}
 	rebuilding := int32(-1)
 	var notes []string
 	for _, m := range info.Members {
-		ms := v1alpha1.MemberStatus{Index: int32(m.Role), Disk: ids[m.DiskUUID], State: memberState(m.State)}
+		ms := v1alpha1.MemberStatus{Index: int32(m.Role), Disk: ids[m.DiskUUID], State: memberState(m.State),
+			BadBlocks: m.BadBlocks, Timeouts: int64(m.TimedOut)}
 		switch ms.State {
 		case v1alpha1.MemberStateRebuilding:
 			if rebuilding < 0 {
@@ -108,6 +111,10 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		case v1alpha1.MemberStateMissing:
 			ms.Message = "no disk in this slot (missing, failed or removed)"
 			notes = append(notes, fmt.Sprintf("member %d missing", m.Role))
+		case v1alpha1.MemberStateInSync:
+			if m.BadBlocks > 0 {
+				ms.Message = fmt.Sprintf("%d blocks recorded bad: read from the mirror", m.BadBlocks)
+			}
 		}
 		st.Members = append(st.Members, ms)
 	}
@@ -133,6 +140,9 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 	} else if p != nil {
 		notes = append(notes, fmt.Sprintf("%s %.0f%%", p.Kind, p.Percent))
 	}
+	if b := blocksNote(info.BadBlocks, info.LostBlocks); b != "" {
+		notes = append(notes, b)
+	}
 	if info.Reason != "" {
 		notes = append(notes, info.Reason)
 	}
@@ -141,6 +151,9 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 	cond := metav1.Condition{
 		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonProvisioned,
 		Message: fmt.Sprintf("%s, %s members in sync", info.Health, st.InSync), ObservedGeneration: vol.Generation,
+	}
+	if b := blocksNote(info.BadBlocks, info.LostBlocks); b != "" && info.Health != pool.Failed {
+		cond.Message += ", " + b
 	}
 	if info.Health == pool.Failed {
 		st.Phase = v1alpha1.VolumePhaseFailed
@@ -151,6 +164,17 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 	}
 	setCondition(&st.Conditions, cond, now)
 	return st
+}
+
+// blocksNote says how many blocks are recorded bad and lost; empty when none are.
+func blocksNote(bad, lost int64) string {
+	switch {
+	case lost > 0:
+		return fmt.Sprintf("%d bad blocks, %d of them lost (bad on every copy: reads there fail until rewritten)", bad, lost)
+	case bad > 0:
+		return fmt.Sprintf("%d bad blocks (each still read from its other copy)", bad)
+	}
+	return ""
 }
 
 // FailedStatus is the status of a volume the agent cannot provide: phase Failed, Ready

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,5 +173,48 @@ func TestCreateFailedReason(t *testing.T) {
 	st := ExpandPending(v1alpha1.Raid10VolumeStatus{Phase: v1alpha1.VolumePhaseReady, Message: "resync 10%"}, "expansion pending")
 	if st.Phase != v1alpha1.VolumePhaseExpanding || st.Message != "expansion pending; resync 10%" {
 		t.Errorf("ExpandPending: %s %q", st.Phase, st.Message)
+	}
+}
+
+// TestVolumeStatusBlocks: bad and lost blocks in the volume's status, per member, in the
+// message and in the Ready condition.
+func TestVolumeStatusBlocks(t *testing.T) {
+	now := time.Now()
+	vol := &v1alpha1.Raid10Volume{}
+	mem := func(bad ...int64) []pool.MemberInfo {
+		m := members("in-sync", "in-sync")
+		for i := range m {
+			m[i].BadBlocks, m[i].TimedOut = bad[i], uint64(i)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name      string
+		info      pool.VolumeInfo
+		msg, cond string // wanted in status.message and the Ready condition's message
+	}{
+		{"none", pool.VolumeInfo{Health: pool.Healthy, InSync: 2, Members: mem(0, 0)}, "", "Healthy, 2/2 members in sync"},
+		{"bad", pool.VolumeInfo{Health: pool.Degraded, InSync: 2, BadBlocks: 4, Members: mem(3, 1)},
+			"4 bad blocks (each still read from its other copy)", "Degraded, 2/2 members in sync, 4 bad blocks"},
+		{"lost", pool.VolumeInfo{Health: pool.Degraded, InSync: 2, BadBlocks: 4, LostBlocks: 1, Members: mem(2, 2)},
+			"4 bad blocks, 1 of them lost (bad on every copy: reads there fail until rewritten)", "Degraded, 2/2 members in sync, 4 bad blocks, 1 of them lost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := VolumeStatus(v1alpha1.Raid10VolumeStatus{}, vol, tc.info, nil, now)
+			if st.BadBlocks != tc.info.BadBlocks || st.LostBlocks != tc.info.LostBlocks || st.Message != tc.msg {
+				t.Fatalf("badBlocks %d lostBlocks %d message %q", st.BadBlocks, st.LostBlocks, st.Message)
+			}
+			for i, m := range st.Members {
+				if m.BadBlocks != tc.info.Members[i].BadBlocks || m.Timeouts != int64(i) {
+					t.Errorf("member %d: %+v", i, m)
+				}
+				if (m.BadBlocks > 0) != strings.Contains(m.Message, "recorded bad") {
+					t.Errorf("member %d message %q", i, m.Message)
+				}
+			}
+			if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c == nil || !strings.HasPrefix(c.Message, tc.cond) || c.Status != metav1.ConditionTrue {
+				t.Fatalf("Ready %+v, want %q", c, tc.cond)
+			}
+		})
 	}
 }

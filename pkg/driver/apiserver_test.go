@@ -139,6 +139,7 @@ func printerColumns(t *testing.T, c client.Client, cfg *rest.Config) {
 	v.Status = v1alpha1.Raid10VolumeStatus{
 		ObservedGeneration: v.Generation,
 		Phase:              v1alpha1.VolumePhaseReady, Health: v1alpha1.VolumeHealthRebuilding, InSync: "3/4",
+		BadBlocks: 7, LostBlocks: 1,
 		Capacity: resource.NewQuantity(10*gib, resource.BinarySI),
 		Rebuild:  &v1alpha1.RebuildProgress{Member: 2, Percent: 42, DoneBytes: 2 * gib, TotalBytes: 5 * gib, StartTime: &metav1.Time{Time: time.Now()}},
 	}
@@ -152,8 +153,8 @@ func printerColumns(t *testing.T, c client.Client, cfg *rest.Config) {
 		columns  []string
 		row      []any
 	}{
-		{"raid10volumes", []string{"Name", "Node", "Size", "State", "Health", "Members", "Rebuild", "Age"},
-			[]any{"pvc-printed", "node-p", "10Gi", "Ready", "Rebuilding", "3/4", float64(42)}},
+		{"raid10volumes", []string{"Name", "Node", "Size", "State", "Health", "Members", "BadBlocks", "Rebuild", "Age"},
+			[]any{"pvc-printed", "node-p", "10Gi", "Ready", "Rebuilding", "3/4", float64(7), float64(42)}},
 		{"raid10nodes", []string{"Name", "Disks", "Healthy", "Usable", "Free", "Age"},
 			[]any{"node-p", float64(4), float64(4), "20Gi", "20Gi"}},
 	} {

@@ -83,7 +83,8 @@ type VolumeHealth string
 const (
 	// VolumeHealthHealthy: every member in sync.
 	VolumeHealthHealthy VolumeHealth = "Healthy"
-	// VolumeHealthDegraded: at least one member failed or missing, every chunk still has a copy.
+	// VolumeHealthDegraded: at least one member failed or missing, or blocks recorded bad
+	// (status.badBlocks); every chunk but the lost blocks (status.lostBlocks) still has a copy.
 	VolumeHealthDegraded VolumeHealth = "Degraded"
 	// VolumeHealthRebuilding: a replacement member is being filled from its mirror.
 	VolumeHealthRebuilding VolumeHealth = "Rebuilding"
@@ -116,6 +117,14 @@ type MemberStatus struct {
 	// Message says why a member is not InSync.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// BadBlocks is the number of 4 KiB blocks recorded bad on this member: its copy of them
+	// holds no valid data, and reads are served from the mirror.
+	// +optional
+	BadBlocks int64 `json:"badBlocks,omitempty"`
+	// Timeouts counts this member's requests that passed the node's member deadline
+	// (--member-timeout) since the array was assembled.
+	// +optional
+	Timeouts int64 `json:"timeouts,omitempty"`
 }
 
 // RebuildProgress is the progress of a running rebuild (recovery onto a replacement member).
@@ -163,6 +172,15 @@ type Raid10VolumeStatus struct {
 	// InSync counts the members in sync against all members, as "4/4".
 	// +optional
 	InSync string `json:"inSync,omitempty"`
+	// BadBlocks is the number of 4 KiB blocks recorded bad, summed over the members (a
+	// block bad on one copy is still served by the other). Non-zero makes the volume
+	// Degraded. Always written, so that `kubectl get r10v` shows 0 rather than nothing.
+	// +optional
+	BadBlocks int64 `json:"badBlocks"`
+	// LostBlocks is the number of blocks bad on every copy: reads there fail with an I/O
+	// error until the block is written again.
+	// +optional
+	LostBlocks int64 `json:"lostBlocks"`
 	// Rebuild is the progress of a running rebuild; absent when none runs.
 	// +optional
 	Rebuild *RebuildProgress `json:"rebuild,omitempty"`
@@ -190,10 +208,12 @@ type Raid10VolumeStatus struct {
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Health",type=string,JSONPath=`.status.health`
 // +kubebuilder:printcolumn:name="Members",type=string,JSONPath=`.status.inSync`
+// +kubebuilder:printcolumn:name="BadBlocks",type=integer,JSONPath=`.status.badBlocks`,description="Blocks recorded bad, summed over the members"
 // +kubebuilder:printcolumn:name="Rebuild",type=integer,JSONPath=`.status.rebuild.percent`,description="Rebuild progress in percent"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.devicePath`,priority=1
 // +kubebuilder:printcolumn:name="Requested",type=integer,JSONPath=`.spec.sizeBytes`,priority=1
+// +kubebuilder:printcolumn:name="LostBlocks",type=integer,JSONPath=`.status.lostBlocks`,priority=1,description="Blocks bad on every copy: reads there fail"
 type Raid10Volume struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
