@@ -52,6 +52,10 @@ var (
 	volSyncLeft   = desc("volume_sync_remaining_bytes", "Bytes a running rebuild, resync or scrub has still to visit.", "volume", "kind")
 	volSyncETA    = desc("volume_sync_eta_seconds", "Estimated seconds left for a running rebuild, resync or scrub at the recent rate (0: unknown).", "volume", "kind")
 	memErrors     = desc("volume_member_io_errors_total", "I/O errors of one member of a volume; sum by (disk) for a disk's errors.", "volume", "member", "disk", "op")
+	volBadBlocks  = desc("volume_bad_blocks", "Blocks (4 KiB) recorded bad, summed over the members; each is still read from its other copy unless lost.", "volume")
+	volLostBlocks = desc("volume_lost_blocks", "Blocks bad on every copy: reads there fail with an I/O error until the block is written again.", "volume")
+	memBadBlocks  = desc("volume_member_bad_blocks", "Blocks recorded bad on one member of a volume; sum by (disk) for a disk.", "volume", "member", "disk")
+	memTimeouts   = desc("volume_member_timeouts_total", "Requests of one member of a volume that passed the member deadline (--member-timeout); each fails the member.", "volume", "member", "disk")
 	memState      = desc("volume_member_state", "State of one member of a volume (engine's view): 1 for the current state.", "volume", "member", "state")
 	diskInfo      = desc("disk_info", "A disk of the pool (always 1), joining its UUID to path and identity.", "disk", "path", "identity")
 	diskState     = desc("disk_state", "State of a disk: 1 for the current state, 0 for the others.", "disk", "state")
@@ -76,6 +80,7 @@ func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		volReadOps, volWriteOps, volReadBytes, volWriteBytes, volSize, volHealth, volMembers, volInSync,
 		volSyncRatio, volSyncRate, volSyncLeft, volSyncETA, memErrors, memState,
+		volBadBlocks, volLostBlocks, memBadBlocks, memTimeouts,
 		diskInfo, diskState, diskSize, diskFree,
 		poolRaw, poolUsable, poolFreeRaw, poolFreeUse, poolLargest, poolSpare,
 	} {
@@ -139,11 +144,15 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(volSyncLeft, float64(max(p.Total-p.Done, 0)), v.Name, p.Kind)
 			gauge(volSyncETA, p.ETA.Seconds(), v.Name, p.Kind)
 		}
+		gauge(volBadBlocks, float64(v.BadBlocks), v.Name)
+		gauge(volLostBlocks, float64(v.LostBlocks), v.Name)
 		for _, m := range v.Members {
 			slot := strconv.Itoa(m.Role)
 			for _, s := range memberStates {
 				gauge(memState, b(m.State == s.String()), v.Name, slot, s.String())
 			}
+			gauge(memBadBlocks, float64(m.BadBlocks), v.Name, slot, m.DiskUUID)
+			counter(memTimeouts, m.TimedOut, v.Name, slot, m.DiskUUID)
 		}
 		arr, err := c.src.Array(v.Name)
 		if err != nil {

@@ -19,6 +19,9 @@
 //	volume_sync_eta_seconds{volume,kind}               gauge (0: unknown)
 //	volume_member_state{volume,member,state}           state set (in-sync, recovering, faulty, missing)
 //	volume_member_io_errors_total{volume,member,disk,op} counter; sum by (disk) for a disk
+//	volume_bad_blocks{volume}, volume_lost_blocks       gauge: blocks bad on one copy (summed), on every copy
+//	volume_member_bad_blocks{volume,member,disk}       gauge
+//	volume_member_timeouts_total{volume,member,disk}   counter: requests past the member deadline
 //	disk_info{disk,path,identity}                      always 1
 //	disk_state{disk,state}                             state set (Active, Spare, Failed, Removed, Missing, Refused)
 //	disk_size_bytes{disk}, disk_free_bytes{disk}       gauge
