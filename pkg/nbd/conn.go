@@ -10,13 +10,23 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 )
 
 const (
 	readBufferSize  = 128 << 10
 	writeBufferSize = 256 << 10
 	zeroChunk       = 64 << 10
+
+	// hangupCheck is how often a reader that waits for a free slot (every request of its
+	// connection in flight: a stuck backend) checks that the peer is still there, so that a
+	// connection the kernel gave up on ends, and fences its orphans, while its requests are
+	// still stuck.
+	hangupCheck = 5 * time.Millisecond
 )
 
 var (
@@ -25,6 +35,9 @@ var (
 	// errTakenOver ends a reader whose role another goroutine took while it executed a
 	// request inline.
 	errTakenOver = errors.New("nbd: reader role taken over")
+	// errHungUp ends a reader that found its peer gone while it waited for a slot or a
+	// buffer: what it has read since is stale and never runs.
+	errHungUp = errors.New("nbd: peer hung up")
 )
 
 // request is one slot of a connection's in-flight table. Slots are allocated once per
@@ -38,14 +51,20 @@ type request struct {
 	buf    []byte // payload of a WRITE, data of a READ; from the server's pool
 	errno  Errno
 	start  time.Duration // when it was decoded, since epoch (stats.go)
+
+	state  atomic.Uint32 // slotIdle, slotQueued, ... (fence.go)
+	fenced bool          // registered as an orphan in the export's fence; under fence.mu
 }
 
 // conn is one client connection (or one socket of the kernel attach).
 type conn struct {
 	srv *Server
 	nc  net.Conn
+	raw syscall.RawConn // nc's socket, to look for a hang-up; nil if nc has none
 	exp *export
 	br  *bufio.Reader
+
+	slots []request // the in-flight table, allocated once
 
 	free chan *request // idle slots: the reader blocks here at MaxInflight
 	work chan *request // read requests, to the workers
@@ -78,7 +97,8 @@ type conn struct {
 	role    atomic.Uint64
 	watched uint64         // role as the watchdog saw it at its last tick; the watchdog's own
 	readers sync.WaitGroup // the readers that have not ended yet
-	rerr    error          // why the last reader ended; read after readers.Wait
+	rerr    error          // why the last reader ended; read after ended is closed
+	ended   chan struct{}  // closed by the last reader (the one not taken over) as it ends
 }
 
 // drain makes the reader stop at the next request; what is in flight completes.
@@ -88,8 +108,11 @@ func (c *conn) drain() {
 }
 
 // transmit runs the transmission phase until the client disconnects, the connection breaks
-// or the server drains it. Every request read is replied to before transmit returns, unless
-// the socket itself failed.
+// or the server drains it, then releases the connection. Every request read is replied to
+// before transmit returns, unless the socket failed or the peer is gone: then the requests
+// not started are dropped, and transmit returns without waiting for those still in the
+// backend (orphans, fence.go), which finish in the background before the connection is
+// released (Shutdown waits for them).
 func (c *conn) transmit() error {
 	o := &c.srv.opts
 	c.srv.mu.Lock()
@@ -98,12 +121,16 @@ func (c *conn) transmit() error {
 	if c.br == nil {
 		c.br = bufio.NewReaderSize(c.nc, readBufferSize)
 	}
+	if sc, ok := c.nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
 	c.bw = bufio.NewWriterSize(c.nc, writeBufferSize)
-	slots := make([]request, o.MaxInflight)
+	c.slots = make([]request, o.MaxInflight)
 	c.free = make(chan *request, o.MaxInflight)
 	c.work = make(chan *request, o.MaxInflight)
-	for i := range slots {
-		c.free <- &slots[i]
+	c.ended = make(chan struct{})
+	for i := range c.slots {
+		c.free <- &c.slots[i]
 	}
 	var workers sync.WaitGroup
 	for range o.Workers {
@@ -111,24 +138,43 @@ func (c *conn) transmit() error {
 		go func() {
 			defer workers.Done()
 			for r := range c.work {
-				c.execute(r)
-				c.reply(r)
+				c.run(r)
 			}
 		}()
 	}
 
+	// The reader runs in its own goroutine, so that this one can end the connection even
+	// while a reader the watchdog replaced still executes a stuck request.
 	c.readers.Add(1)
-	c.read()
-	c.readers.Wait()
+	go c.read()
+	<-c.ended
 	rerr := c.rerr
-	close(c.work)
-	workers.Wait()
-	c.wmu.Lock()
-	if c.werr == nil {
-		c.werr = c.bw.Flush()
+	gone := c.peerGone(rerr)
+	if gone {
+		_ = c.nc.Close()
+		if dropped, orphaned := c.end(); dropped+orphaned > 0 {
+			klog.InfoS("NBD client gone, its requests left unanswered", "export", c.exp.Name,
+				"dropped", dropped, "stillRunning", orphaned, "err", rerr)
+		}
 	}
-	werr := c.werr
-	c.wmu.Unlock()
+	close(c.work)
+	finish := func() error {
+		workers.Wait()
+		c.readers.Wait()
+		c.wmu.Lock()
+		if c.werr == nil {
+			c.werr = c.bw.Flush()
+		}
+		werr := c.werr
+		c.wmu.Unlock()
+		c.srv.release(c)
+		return werr
+	}
+	if gone {
+		go finish() //nolint:errcheck // nobody is left to hear about a write error
+		return rerr
+	}
+	werr := finish()
 	if rerr == nil || isClosed(rerr) && werr != nil {
 		return werr
 	}
@@ -138,8 +184,72 @@ func (c *conn) transmit() error {
 // read runs the reader role until the connection ends or another reader takes the role over.
 func (c *conn) read() {
 	defer c.readers.Done()
-	if err := c.readRequests(); !errors.Is(err, errTakenOver) {
-		c.rerr = err
+	err := c.readRequests()
+	if errors.Is(err, errTakenOver) {
+		return
+	}
+	c.rerr = err
+	close(c.ended)
+}
+
+// peerGone reports whether the peer of a connection whose last reader ended with err can no
+// longer take replies: it closed the socket or shut down both directions (what the kernel's
+// nbd driver does to a socket after a request timeout), or the socket failed. After
+// NBD_CMD_DISC, a drain, a protocol error or a half-close the peer still reads, and gets
+// the replies of everything it sent.
+func (c *conn) peerGone(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, errDrained):
+		return false
+	case errors.Is(err, errHungUp):
+		return true
+	case c.raw == nil:
+		return isClosed(err)
+	}
+	return c.hungUp()
+}
+
+// hungUp asks the socket (poll, without waiting) whether the peer is gone. A closed socket
+// counts as gone.
+func (c *conn) hungUp() bool {
+	if c.raw == nil {
+		return false
+	}
+	hup := false
+	err := c.raw.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd)}} // POLLHUP and POLLERR are always reported
+		for {
+			n, err := unix.Poll(p, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			hup = err == nil && n > 0 && p[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+			return
+		}
+	})
+	return err != nil || hup
+}
+
+// slot takes a free request slot. When every slot is in flight it waits, and looks for a
+// hang-up every hangupCheck: a reader blocked here sees no end of file. waited reports
+// that it had to wait.
+func (c *conn) slot() (r *request, waited bool, err error) {
+	select {
+	case r = <-c.free:
+		return r, false, nil
+	default:
+	}
+	t := time.NewTicker(hangupCheck)
+	defer t.Stop()
+	for {
+		select {
+		case r = <-c.free:
+			return r, true, nil
+		case <-t.C:
+			if c.hungUp() {
+				return nil, true, errHungUp
+			}
+		}
 	}
 }
 
@@ -181,7 +291,10 @@ func (c *conn) readRequests() error {
 		if m := binary.BigEndian.Uint32(h[0:]); m != magicRequest {
 			return fmt.Errorf("%w: bad request magic %#x", ErrProtocol, m)
 		}
-		r := <-c.free
+		r, waited, err := c.slot()
+		if err != nil {
+			return err
+		}
 		r.flags = CommandFlags(binary.BigEndian.Uint16(h[4:]))
 		r.cmd = Command(binary.BigEndian.Uint16(h[6:]))
 		r.handle = binary.BigEndian.Uint64(h[8:])
@@ -206,11 +319,13 @@ func (c *conn) readRequests() error {
 				c.reply(r)
 				continue
 			}
-			r.buf = c.srv.pool.Get(int(r.length))
+			var bufWaited bool
+			r.buf, bufWaited = c.srv.pool.get(int(r.length))
 			if r.buf == nil {
 				c.free <- r
 				return ErrServerClosed
 			}
+			waited = waited || bufWaited
 			if r.cmd == CmdWrite {
 				if _, err := io.ReadFull(c.br, r.buf); err != nil {
 					c.srv.pool.Put(r.buf)
@@ -223,12 +338,18 @@ func (c *conn) readRequests() error {
 				}
 			}
 		}
+		// After a wait for a slot or a buffer, what was read may have sat in the socket
+		// while the kernel gave up on it and re-sent it elsewhere: it must not run then.
+		if waited && c.hungUp() {
+			c.recycle(r)
+			return errHungUp
+		}
+		r.state.Store(slotQueued)
 		if c.inline(r) {
 			v := c.role.Load()
 			c.role.Store(v + 1)
 			c.srv.watch()
-			c.execute(r)
-			c.reply(r)
+			c.run(r)
 			if !c.role.CompareAndSwap(v+1, v+2) {
 				for c.role.Load() == v+3 { // the watchdog is adding the new reader
 					runtime.Gosched()
@@ -251,6 +372,38 @@ func (c *conn) skip(n int64) error {
 		}
 	}
 	return nil
+}
+
+// run executes r and replies, unless the connection ended first: a request dropped before
+// it started is recycled unanswered; one orphaned while it ran finishes, unanswered, and
+// leaves the fence. A modifying request waits in the fence while an orphan overlapping it
+// runs (fence.go); the healthy path costs two compare-and-swaps and one load.
+func (c *conn) run(r *request) {
+	if !r.state.CompareAndSwap(slotQueued, slotRunning) {
+		c.recycle(r) // dropped
+		return
+	}
+	f := &c.exp.fence
+	if f.n.Load() != 0 && r.modifies() {
+		f.wait(r)
+	}
+	if r.state.Load() == slotRunning { // not orphaned while it waited in the fence
+		c.execute(r)
+	}
+	if !r.state.CompareAndSwap(slotRunning, slotIdle) {
+		f.release(r) // orphaned
+		c.recycle(r)
+		return
+	}
+	c.reply(r)
+}
+
+// recycle returns r's slot and buffer without a reply.
+func (c *conn) recycle(r *request) {
+	c.srv.pool.Put(r.buf)
+	r.buf = nil
+	r.state.Store(slotIdle)
+	c.free <- r
 }
 
 // execute runs one request against the backend and sets r.errno.

@@ -67,5 +67,20 @@
 // Shutdown stops accepting, stops reading new requests, lets every request in flight finish
 // and its reply reach the socket, then closes the connections.
 //
+// # A peer that is gone
+//
+// When the peer can no longer take replies (it closed the socket or shut down both
+// directions, which is what the kernel's nbd driver does to a socket after a request
+// timeout, before it re-sends the request on another connection), nothing more of that
+// connection starts: the requests read and not started are dropped unanswered, and a reader
+// that waited for a slot or a buffer checks for the hang-up (poll) before it hands on what
+// it read. Requests already in the backend finish unanswered (orphans); while a write, trim
+// or zeroing orphan runs, every modifying request of the export that overlaps it waits
+// before it starts (fence.go), so a stale write never lands after a newer one that was
+// acknowledged. The connection ends at once (ServeAttached returns, the attach can replace
+// the socket); the orphans finish in the background, and Shutdown waits for them. After
+// NBD_CMD_DISC, a drain or a half-close the peer still reads, and every request it sent is
+// answered. docs/design.md ("Ordering of re-sent requests") says which invariant holds.
+//
 // The kernel attach (generic netlink) lives in the subpackage kernel.
 package nbd

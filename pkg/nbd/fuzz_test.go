@@ -90,9 +90,8 @@ func FuzzRequests(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		within(t, func() {
 			c := srv.newConn(&fuzzConn{r: bytes.NewReader(in)})
-			defer srv.release(c)
 			c.exp = srv.exports[""]
-			_ = c.transmit()
+			_ = c.transmit() // releases c
 		})
 	})
 }
@@ -112,11 +111,11 @@ func FuzzNegotiation(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		within(t, func() {
 			c := srv.newConn(&fuzzConn{r: bytes.NewReader(in)})
-			defer srv.release(c)
 			if err := c.negotiate(); err != nil {
+				srv.release(c)
 				return
 			}
-			_ = c.transmit()
+			_ = c.transmit() // releases c
 		})
 	})
 }

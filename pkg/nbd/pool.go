@@ -44,30 +44,37 @@ func classOf(n int) int {
 // Get returns a buffer of length n (n <= 32 MiB and <= the limit). It blocks while the pool
 // is at its limit; it returns nil if the pool was closed.
 func (p *BufferPool) Get(n int) []byte {
+	b, _ := p.get(n)
+	return b
+}
+
+// get is Get, and reports whether it had to wait.
+func (p *BufferPool) get(n int) (buf []byte, waited bool) {
 	c := classOf(n)
 	size := int64(1) << (c + minBufferShift)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
 		if p.closed {
-			return nil
+			return nil, waited
 		}
 		if l := len(p.idle[c]); l > 0 {
 			b := p.idle[c][l-1]
 			p.idle[c][l-1] = nil
 			p.idle[c] = p.idle[c][:l-1]
 			p.idleBytes -= size
-			return b[:n]
+			return b[:n], waited
 		}
 		if p.allocated+size <= p.limit {
 			p.allocated += size
-			return make([]byte, size)[:n]
+			return make([]byte, size)[:n], waited
 		}
 		if p.idleBytes > 0 {
 			p.dropIdleLocked(size)
 			continue
 		}
 		p.cond.Wait()
+		waited = true
 	}
 }
 

@@ -128,6 +128,7 @@ type export struct {
 	disc  Discarder
 	zero  ZeroWriter
 	ended Stats // of the connections that ended; under Server.mu
+	fence fence // orders writes after the writes of connections whose peer is gone
 }
 
 // NewServer returns a server for the given exports.
@@ -148,6 +149,7 @@ func NewServer(opts Options, exports ...Export) (*Server, error) {
 			return nil, fmt.Errorf("nbd: export %q given twice", e.Name)
 		}
 		x := &export{Export: e}
+		x.fence.cond.L = &x.fence.mu
 		x.fua, _ = e.Backend.(FUAWriter)
 		x.disc, _ = e.Backend.(Discarder)
 		x.zero, _ = e.Backend.(ZeroWriter)
@@ -246,8 +248,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			return ErrServerClosed
 		}
 		go func() {
-			defer s.release(c)
 			if err := c.negotiate(); err != nil {
+				s.release(c)
 				if !errors.Is(err, errAborted) && !isClosed(err) {
 					klog.V(2).InfoS("NBD negotiation ended", "err", err)
 				}
@@ -262,7 +264,9 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // ServeAttached serves nc, the server end of a socket whose other end the kernel got through
 // netlink: the handshake is skipped and the transmission phase starts at once. It returns
-// when the connection ends.
+// when the connection ends: when the kernel gave up on the socket, at once, even if requests
+// of it are still in the backend (they finish in the background, see fence.go), so that the
+// caller can hand the kernel a new socket.
 func (s *Server) ServeAttached(nc net.Conn, exportName string) error {
 	x, ok := s.exports[exportName]
 	if !ok {
@@ -273,7 +277,6 @@ func (s *Server) ServeAttached(nc net.Conn, exportName string) error {
 	if c == nil {
 		return ErrServerClosed
 	}
-	defer s.release(c)
 	c.exp = x
 	return c.transmit()
 }
