@@ -40,6 +40,14 @@ type bucket struct {
 type memberRef struct {
 	m    Member
 	uuid [16]byte
+	// bad is the member's bad-block list (nil: none); see badblocks.go.
+	bad atomic.Pointer[badList]
+	// Deadline state (deadline.go): requests running by start epoch, set
+	// when one passed the deadline, closed when the member is failed.
+	out      [epochRing]atomic.Int64
+	timedOut atomic.Bool
+	dead     chan struct{}
+	deadOnce sync.Once
 }
 
 // slot is one raid disk position. The fast path reads state and ref with
@@ -53,16 +61,19 @@ type slot struct {
 	headPos  atomic.Int64 // member offset just after the last read
 	wlat     atomic.Int64 // moving average of write latency, ns
 
+	timeouts            atomic.Uint64
 	readErrs, writeErrs atomic.Uint64
 	readOps, writeOps   atomic.Uint64
 	readBytes, wrBytes  atomic.Uint64
 
 	// under metaMu
-	broken   atomic.Bool // last copy that errored; see memberFailed
-	failing  atomic.Bool // failed, not yet recorded durably; see memberFailed
-	sbSeq    uint64
-	fullSync bool // recovery must copy every chunk, not only dirty regions
-	_        [64]byte
+	broken    atomic.Bool // last copy that errored; see memberFailed
+	failing   atomic.Bool // failed, not yet recorded durably; see memberFailed
+	sbSeq     uint64
+	fullSync  bool  // recovery must copy every chunk, not only dirty regions
+	redoDirty bool  // a resumed recovery also redoes dirty regions below recovered
+	recovered int64 // member data bytes the recovery has rebuilt (checkpoint)
+	_         [64]byte
 }
 
 func (s *slot) live() *memberRef {
@@ -86,6 +97,7 @@ const (
 	opWrite opKind = iota
 	opDiscard
 	opZeroes
+	opRead // handed-off reads only (deadline.go)
 )
 
 // wreq is the preallocated request that hands one copy of a write
@@ -101,7 +113,9 @@ type wreq struct {
 	fua    bool
 	err    error
 	done   chan struct{}
-	idx    uint32 // position in reqList
+	idx    uint32       // position in reqList
+	buf    *[]byte      // a read's bounce buffer, owned by the worker
+	state  atomic.Int32 // reqPending, reqDone, reqAbandoned
 }
 
 // Array is a RAID10 (near=2) array. Its I/O methods are safe for concurrent
@@ -133,8 +147,12 @@ type Array struct {
 
 	bm *bitmap
 
+	// epoch is advanced by the deadline monitor; see deadline.go.
+	epoch atomic.Int64
+
 	// metaMu serialises superblock writes and member state changes.
 	metaMu        sync.Mutex
+	zombies       map[any]int // abandoned member calls still running, by storage
 	events        uint64
 	eventsCleared uint64
 	sbBuf         []byte
@@ -166,6 +184,9 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 	if opts.BitmapClearDelay <= 0 {
 		opts.BitmapClearDelay = 5 * time.Second
 	}
+	if opts.MemberTimeout == 0 {
+		opts.MemberTimeout = DefaultMemberTimeout
+	}
 	a := &Array{
 		geo:        geo,
 		uuid:       uuid,
@@ -178,6 +199,7 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 		stop:       make(chan struct{}),
 		sbBuf:      AlignedBuffer(sbSize),
 		resyncNeed: make([]atomic.Uint64, (geo.regions+63)/64),
+		zombies:    make(map[any]int),
 	}
 	a.barrierCond = sync.NewCond(&a.barrierMu)
 	a.size.Store(geo.size)
@@ -202,14 +224,23 @@ func (a *Array) start() {
 	a.bg.Add(2)
 	go a.syncDaemon()
 	go a.bm.sweeper()
+	if a.timeout() > 0 {
+		a.bg.Add(1)
+		go a.deadlineMonitor()
+	}
 	a.kickSync()
 }
 
 func (a *Array) worker() {
 	defer a.workers.Done()
 	for r := range a.work {
-		r.err = a.memberWrite(r.s, r.ref, r.op, r.p, r.off, r.length, r.fua)
-		r.done <- struct{}{}
+		if r.op == opRead {
+			r.buf = getBounce(len(r.p))
+			r.err = a.memberRead(r.s, r.ref, (*r.buf)[:len(r.p)], r.off)
+		} else {
+			r.err = a.memberWrite(r.s, r.ref, r.op, r.p, r.off, r.length, r.fua)
+		}
+		a.complete(r)
 	}
 }
 
@@ -354,17 +385,43 @@ func (a *Array) readPiece(p []byte, aoff int64) error {
 		a.exit(bk)
 		return fmt.Errorf("%w: no in-sync copy of chunk %d", ErrIO, c)
 	}
-	err = a.memberRead(s0, r0, p, o0)
-	if err == nil {
-		a.exit(bk)
-		return nil
+	if l := r0.bad.Load(); l != nil && l.overlaps(o0/BlockSize, int64(len(p))/BlockSize) {
+		err = errBadBlock
+	} else {
+		ok := false
+		if a.rescue(s0) {
+			err, ok = a.handedOff(s0, r0, opRead, p, o0, int64(len(p)), false)
+		}
+		if !ok {
+			err = a.memberRead(s0, r0, p, o0)
+		}
+		if err == nil {
+			a.exit(bk)
+			return nil
+		}
+		s0.readErrs.Add(1)
+		klog.V(2).InfoS("raid10: read error", "member", s0.idx, "offset", o0, "err", err)
 	}
-	// fixRead raises this bucket's barrier, so leave the bucket first; the
-	// slow-path counter keeps Close waiting for the fix.
+	// The slow path raises this bucket's barrier, so leave the bucket
+	// first; the slow-path counter keeps Close waiting for it.
 	a.slowOps.Add(1)
 	defer a.slowOps.Add(-1)
 	a.exit(bk)
-	return a.fixRead(p, aoff, c, s0, r0, o0, s1, o1, err)
+	return a.readSlow(p, aoff, c)
+}
+
+// readSlow serves a read that met a read error or a bad block: with the
+// chunk's barrier raised (no write races it), block by block from a good
+// copy, rewriting the copy that failed (see syncRange). Blocks that have no
+// good copy are recorded bad and fail the read with EIO; nothing else is
+// returned for them.
+func (a *Array) readSlow(p []byte, aoff, c int64) error {
+	bk := a.raise(c)
+	defer a.lower(bk)
+	if lost := a.syncRange(c, aoff&(a.geo.chunk-1), p, modeRead, nil); lost > 0 {
+		return fmt.Errorf("%w: %d blocks of chunk %d have no good copy", ErrIO, lost, c)
+	}
+	return nil
 }
 
 func absDist(a, b int64) int64 {
@@ -375,9 +432,26 @@ func absDist(a, b int64) int64 {
 }
 
 func (a *Array) memberRead(s *slot, r *memberRef, p []byte, off int64) error {
+	if r.timedOut.Load() {
+		return errTimedOut
+	}
+	out := &r.out[a.epoch.Load()%epochRing]
+	out.Add(1)
 	s.inflight.Add(1)
+	// Sample the latency of one read in 16 (see rescue).
+	var t0 time.Time
+	sample := s.readOps.Load()&15 == 0
+	if sample {
+		t0 = time.Now()
+	}
 	n, err := r.m.ReadAt(p, off)
 	s.inflight.Add(-1)
+	out.Add(-1)
+	if sample {
+		lat := int64(time.Since(t0))
+		old := s.wlat.Load()
+		s.wlat.Store(old + (lat-old)/8)
+	}
 	s.headPos.Store(off + int64(n))
 	s.readOps.Add(1)
 	s.readBytes.Add(uint64(n))
@@ -385,41 +459,6 @@ func (a *Array) memberRead(s *slot, r *memberRef, p []byte, off int64) error {
 		err = fmt.Errorf("short read %d of %d", n, len(p))
 	}
 	return err
-}
-
-// fixRead is the slow path after a read error on bad: with the bucket's
-// barrier raised (no write can race), read the other copy and write it over
-// the bad one. A bad copy that cannot be rewritten fails its member.
-func (a *Array) fixRead(p []byte, aoff, c int64, bad *slot, badRef *memberRef, badOff int64, good *slot, goodOff int64, rerr error) error {
-	bad.readErrs.Add(1)
-	klog.V(2).InfoS("raid10: read error, trying the other copy", "member", bad.idx, "offset", badOff, "err", rerr)
-	bk := a.raise(c)
-	defer a.lower(bk)
-	goodRef := good.inSync()
-	if goodRef == nil {
-		// The only copy failed to read; try it once more under the barrier.
-		if err := a.memberRead(bad, badRef, p, badOff); err != nil {
-			a.memberFailed(bad, badRef, "read", err)
-			return fmt.Errorf("%w: %w", ErrIO, &MemberError{Member: bad.idx, Op: "read", Err: err})
-		}
-		return nil
-	}
-	if err := a.memberRead(good, goodRef, p, goodOff); err != nil {
-		good.readErrs.Add(1)
-		if err2 := a.memberRead(bad, badRef, p, badOff); err2 == nil {
-			return nil
-		}
-		return fmt.Errorf("%w: both copies of chunk %d failed: %w", ErrIO, c, &MemberError{Member: good.idx, Op: "read", Err: err})
-	}
-	if bad.ref.Load() == badRef && MemberState(bad.state.Load()) == MemberInSync {
-		if err := a.bm.startWrite(aoff / a.geo.region); err == nil {
-			if werr := a.memberWrite(bad, badRef, opWrite, p, badOff, int64(len(p)), false); werr != nil {
-				a.memberFailed(bad, badRef, "rewrite", werr)
-			}
-			a.bm.endWrite(aoff / a.geo.region)
-		}
-	}
-	return nil
 }
 
 // WriteAt writes p at off to every live copy concurrently and returns when
@@ -490,34 +529,38 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 	// in-sync status at submission: only those copies count for the ack.
 	sync0 := r0 != nil && MemberState(s0.state.Load()) == MemberInSync
 	sync1 := r1 != nil && MemberState(s1.state.Load()) == MemberInSync
-	var e0, e1 error
-	var req *wreq
-	if r0 != nil && r1 != nil && s0.inflight.Load()+s1.inflight.Load() < a.handoffBelow &&
-		min(s0.wlat.Load(), s1.wlat.Load()) >= int64(handoffLatency) {
-		// Few requests in flight on members with device latency: write
-		// the copies in parallel, the second by a worker. With a queue
-		// already, the submitters themselves give the parallelism, and a
-		// write that completes in memory (tmpfs, page cache) costs less
-		// than the hand-off, so both are then written in turn.
-		req = a.reqs.pop()
+	// Copies go to workers where the member deadline can abandon them
+	// (deadline.go), and the second copy also when few requests are in
+	// flight on members with device latency, so both are written at once.
+	// With a queue already, the submitters themselves give the parallelism,
+	// and a write that completes in memory (tmpfs, page cache) costs less
+	// than the hand-off, so the submitter then writes both in turn.
+	ss, rs, os := [2]*slot{s0, s1}, [2]*memberRef{r0, r1}, [2]int64{o0, o1}
+	par := r0 != nil && r1 != nil && s0.inflight.Load()+s1.inflight.Load() < a.handoffBelow &&
+		min(s0.wlat.Load(), s1.wlat.Load()) >= int64(handoffLatency)
+	var reqs [2]*wreq
+	var es [2]error
+	for k := range rs {
+		if rs[k] == nil || !(a.rescue(ss[k]) || k == 1 && par) {
+			continue
+		}
+		if req := a.reqs.pop(); req != nil {
+			req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = ss[k], rs[k], op, p, os[k], length, fua
+			a.work <- req
+			reqs[k] = req
+		}
 	}
-	switch {
-	case req != nil:
-		req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = s1, r1, op, p, o1, length, fua
-		a.work <- req
-		e0 = a.memberWrite(s0, r0, op, p, o0, length, fua)
-		<-req.done
-		e1 = req.err
-		req.s, req.ref, req.p, req.err = nil, nil, nil, nil
-		a.reqs.push(req)
-	case r0 != nil && r1 != nil:
-		e0 = a.memberWrite(s0, r0, op, p, o0, length, fua)
-		e1 = a.memberWrite(s1, r1, op, p, o1, length, fua)
-	case r0 != nil:
-		e0 = a.memberWrite(s0, r0, op, p, o0, length, fua)
-	case r1 != nil:
-		e1 = a.memberWrite(s1, r1, op, p, o1, length, fua)
+	for k := range rs {
+		if rs[k] != nil && reqs[k] == nil {
+			es[k] = a.memberWrite(ss[k], rs[k], op, p, os[k], length, fua)
+		}
 	}
+	for k := range rs {
+		if reqs[k] != nil {
+			es[k] = a.await(reqs[k])
+		}
+	}
+	e0, e1 := es[0], es[1]
 	// A copy that was recovering at submission counts as well if it is in
 	// sync now, before the bucket is left (md's rule: In_sync at completion).
 	// The recovery cannot copy this chunk while the write holds the bucket, so
@@ -538,14 +581,14 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 	ok, lost := false, false
 	if r0 != nil {
 		if e0 != nil {
-			lost = lost || !a.failed(s0, r0, e0)
+			lost = lost || !a.failed(s0, r0, e0, o0, length)
 		} else if sync0 {
 			ok = true
 		}
 	}
 	if r1 != nil {
 		if e1 != nil {
-			lost = lost || !a.failed(s1, r1, e1)
+			lost = lost || !a.failed(s1, r1, e1, o1, length)
 		} else if sync1 {
 			ok = true
 		}
@@ -553,10 +596,27 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 	if !ok || lost {
 		return fmt.Errorf("%w: chunk %d: no in-sync copy took the write, or a copy that missed it could not be failed", ErrIO, c)
 	}
+	// A write that put data on a copy's bad blocks makes them good there
+	// (a discard does not: it leaves the contents unspecified).
+	if op != opDiscard {
+		if r0 != nil && e0 == nil && r0.bad.Load().overlaps(o0/BlockSize, length/BlockSize) {
+			a.clearBad(s0, r0, o0, length)
+		}
+		if r1 != nil && e1 == nil && r1.bad.Load().overlaps(o1/BlockSize, length/BlockSize) {
+			a.clearBad(s1, r1, o1, length)
+		}
+	}
 	return nil
 }
 
 func (a *Array) memberWrite(s *slot, r *memberRef, op opKind, p []byte, off, length int64, fua bool) error {
+	if r.timedOut.Load() {
+		s.writeErrs.Add(1)
+		return errTimedOut
+	}
+	out := &r.out[a.epoch.Load()%epochRing]
+	out.Add(1)
+	defer out.Add(-1)
 	s.inflight.Add(1)
 	// Sample the latency of one write in 16 for the hand-off decision.
 	var t0 time.Time
@@ -601,22 +661,29 @@ func (a *Array) Flush() error {
 	if a.closed.Load() {
 		return ErrClosed
 	}
-	var wg sync.WaitGroup
 	errs := make([]error, len(a.slots))
 	refs := make([]*memberRef, len(a.slots))
+	done := make([]chan error, len(a.slots))
 	for i, s := range a.slots {
 		r := s.live()
 		if r == nil {
 			continue
 		}
 		refs[i] = r
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = r.m.Flush()
-		}()
+		done[i] = make(chan error, 1)
+		go func() { done[i] <- a.memberFlush(r) }()
 	}
-	wg.Wait()
+	for i := range a.slots {
+		if done[i] == nil {
+			continue
+		}
+		// A flush stuck past the deadline is abandoned with its member.
+		select {
+		case errs[i] = <-done[i]:
+		case <-refs[i].dead:
+			errs[i] = errTimedOut
+		}
+	}
 	for i, s := range a.slots {
 		if errs[i] != nil {
 			a.memberFailed(s, refs[i], "flush", errs[i])
@@ -626,6 +693,17 @@ func (a *Array) Flush() error {
 		return fmt.Errorf("%w: array failed", ErrIO)
 	}
 	return nil
+}
+
+// memberFlush flushes r, counted for the member deadline.
+func (a *Array) memberFlush(r *memberRef) error {
+	if r.timedOut.Load() {
+		return errTimedOut
+	}
+	out := &r.out[a.epoch.Load()%epochRing]
+	out.Add(1)
+	defer out.Add(-1)
+	return r.m.Flush()
 }
 
 // memberFailed fails the slot (unless its member was replaced meanwhile).
@@ -640,6 +718,11 @@ func (a *Array) Flush() error {
 func (a *Array) memberFailed(s *slot, r *memberRef, op string, err error) {
 	a.metaMu.Lock()
 	defer a.metaMu.Unlock()
+	a.memberFailedLocked(s, r, op, err)
+}
+
+// memberFailedLocked is memberFailed with metaMu held.
+func (a *Array) memberFailedLocked(s *slot, r *memberRef, op string, err error) {
 	if s.ref.Load() != r {
 		return
 	}
@@ -658,10 +741,28 @@ func (a *Array) memberFailed(s *slot, r *memberRef, op string, err error) {
 	a.writeSuperblocksLocked(true, false)
 }
 
-// failed fails s after a write error and reports whether the member is now
-// out of the array for good (faulty, or replaced meanwhile).
-func (a *Array) failed(s *slot, r *memberRef, err error) bool {
-	a.memberFailed(s, r, "write", err)
+// failed handles a write error of member s on member bytes [off,
+// off+length) and reports whether that copy can no longer be read as
+// current: the member is durably failed (or was replaced meanwhile), or,
+// where it holds the last in-sync copy of some other chunk and cannot be
+// failed, the range is durably recorded in its bad-block list (as md's
+// narrow_write_error does). Otherwise the member is broken and false.
+func (a *Array) failed(s *slot, r *memberRef, err error, off, length int64) bool {
+	a.metaMu.Lock()
+	defer a.metaMu.Unlock()
+	if s.ref.Load() != r {
+		return true
+	}
+	if st := MemberState(s.state.Load()); st == MemberFaulty || st == MemberMissing {
+		return true
+	}
+	if !a.canFailLocked(s) && length > 0 {
+		if a.recordBadLocked(s, r, off, length) {
+			klog.ErrorS(err, "raid10: write error on a member holding a last copy: range recorded bad", "member", s.idx, "offset", off, "length", length)
+			return true
+		}
+	}
+	a.memberFailedLocked(s, r, "write", err)
 	return s.ref.Load() != r || MemberState(s.state.Load()) != MemberInSync
 }
 
@@ -728,6 +829,8 @@ func (a *Array) stateLocked() ArrayState {
 		}
 		if MemberState(s.state.Load()) != MemberInSync {
 			st = ArrayDegraded
+		} else if r := s.ref.Load(); r != nil && r.bad.Load() != nil {
+			st = ArrayDegraded // some blocks have one good copy or none
 		}
 	}
 	if st == ArrayOptimal {
@@ -781,12 +884,17 @@ func (a *Array) Status() Status {
 			ReadBytes:   s.readBytes.Load(),
 			WriteBytes:  s.wrBytes.Load(),
 			InFlight:    s.inflight.Load(),
+			TimedOut:    s.timeouts.Load(),
 		}
 		if r := s.ref.Load(); r != nil {
 			ms.UUID = r.uuid
+			if s.live() == r {
+				ms.BadBlocks = r.bad.Load().blocks()
+			}
 		}
 		st.Members = append(st.Members, ms)
 	}
+	st.BadBlocks, st.LostBlocks = a.badBlockCounts()
 	st.DirtyRegions = a.bm.dirtyCount()
 	st.Sync = a.progress()
 	return st
@@ -810,7 +918,7 @@ func (a *Array) Close() error {
 	close(a.stop)
 	a.bg.Wait()
 	close(a.work)
-	a.workers.Wait()
+	a.waitWorkers()
 	a.syncRun.Lock()
 	defer a.syncRun.Unlock()
 	var firstErr error
@@ -834,6 +942,25 @@ func (a *Array) Close() error {
 		}
 	}
 	return firstErr
+}
+
+// waitWorkers waits for the write workers to end; one still inside an
+// abandoned member call (deadline.go) is not waited for past the deadline.
+func (a *Array) waitWorkers() {
+	done := make(chan struct{})
+	go func() {
+		a.workers.Wait()
+		close(done)
+	}()
+	if d := a.timeout(); d > 0 {
+		select {
+		case <-done:
+		case <-time.After(d):
+			klog.InfoS("raid10: closing with abandoned member requests still running")
+		}
+		return
+	}
+	<-done
 }
 
 func (a *Array) resyncPending() bool {

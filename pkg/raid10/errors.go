@@ -55,6 +55,12 @@ var (
 	ErrNoFreeSlot = errors.New("raid10: no free slot")
 )
 
+// Internal reasons, never returned to callers as such.
+var (
+	errBadBlock    = errors.New("raid10: bad block")
+	errBadListFull = errors.New("raid10: bad-block list full")
+)
+
 // wrapped is a sentinel that also matches a syscall.Errno under errors.Is.
 type wrapped struct {
 	msg   string

@@ -19,6 +19,7 @@ type FaultyMember struct {
 
 	gone      atomic.Bool
 	latencyNs atomic.Int64
+	stall     atomic.Pointer[chan struct{}] // non-nil: calls block until Unstall
 
 	// Countdowns: when one reaches zero that operation and all later ones of
 	// its kind fail. Negative means never.
@@ -77,6 +78,20 @@ func (f *FaultyMember) ClearFaults() {
 // SetLatency adds d to every operation.
 func (f *FaultyMember) SetLatency(d time.Duration) { f.latencyNs.Store(int64(d)) }
 
+// Stall makes every call block (a hung disk) until Unstall; the calls then
+// go on as if nothing happened.
+func (f *FaultyMember) Stall() {
+	ch := make(chan struct{})
+	f.stall.CompareAndSwap(nil, &ch)
+}
+
+// Unstall releases the calls blocked by Stall.
+func (f *FaultyMember) Unstall() {
+	if ch := f.stall.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
 // Disappear makes every call fail with ErrMemberGone, as an unplugged disk.
 func (f *FaultyMember) Disappear() { f.gone.Store(true) }
 
@@ -112,6 +127,9 @@ func (f *FaultyMember) Crash(r *rand.Rand) {
 func (f *FaultyMember) pre(countdown *atomic.Int64, op string, off, n int64, read bool) error {
 	if d := f.latencyNs.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
+	}
+	if ch := f.stall.Load(); ch != nil {
+		<-*ch
 	}
 	if f.gone.Load() {
 		return ErrMemberGone

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
+	"reflect"
 	"testing"
 )
 
@@ -48,7 +49,7 @@ func checkSuperblockRoundTrip(t *testing.T, b []byte) {
 		if err != nil {
 			t.Fatalf("re-encoded superblock rejected: %v", err)
 		}
-		if *sb != *sb2 {
+		if !reflect.DeepEqual(sb, sb2) {
 			t.Fatalf("round trip changed the superblock")
 		}
 	}

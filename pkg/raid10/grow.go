@@ -59,7 +59,7 @@ func (a *Array) Grow(newSize int64) error {
 	case newSize == old.size:
 		return nil
 	}
-	if a.resyncActive.Load() || !a.allInSync() || a.State() != ArrayOptimal {
+	if a.resyncActive.Load() || !a.allInSync() || a.State() == ArrayFailed {
 		return fmt.Errorf("%w: cannot grow an array that is not optimal (resync pending, degraded or recovering)", ErrBusy)
 	}
 	chunk := old.chunk
@@ -143,7 +143,7 @@ func (a *Array) Grow(newSize int64) error {
 	// A member that failed meanwhile may have missed the zeroing: it must
 	// not come back by a bitmap re-add into a grown array. Nothing is
 	// recorded yet; the caller retries once the array is optimal.
-	if !a.allInSync() || a.stateLocked() != ArrayOptimal {
+	if !a.allInSync() || a.stateLocked() == ArrayFailed {
 		return fmt.Errorf("%w: a member failed while growing; the size is unchanged", ErrBusy)
 	}
 	// Only the size fields change: the fast path reads the others (chunk,

@@ -78,7 +78,7 @@ func Create(members []Member, opts CreateOptions) (*Array, error) {
 	a.ctime = uint64(time.Now().UnixNano())
 	for i, m := range members {
 		s := a.slots[i]
-		s.ref.Store(&memberRef{m: m, uuid: newUUID()})
+		s.ref.Store(newRef(m, newUUID()))
 		s.state.Store(int32(MemberInSync))
 	}
 	if !opts.AssumeClean {
@@ -170,9 +170,12 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 			sb.role = uint32(i)
 			sb.memberUUID = r.uuid
 			sb.recoveryOff = recoveryDone
+			sb.partial = false
 			if MemberState(s.state.Load()) != MemberInSync {
-				sb.recoveryOff = 0
+				sb.recoveryOff = uint64(s.recovered)
+				sb.partial = !s.fullSync
 			}
+			sb.bad = r.bad.Load().ranges()
 			s.sbSeq++
 			sb.seq = s.sbSeq
 			sb.marshal(a.sbBuf)
@@ -212,6 +215,9 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 		}
 		if recorded {
 			s.state.Store(int32(MemberFaulty))
+			if r := s.ref.Load(); r != nil {
+				r.kill() // waiters on its calls give up on it
+			}
 		} else {
 			// No member holds the record: after a crash this member would
 			// come back in sync, so it must stay in the array, broken.
@@ -299,7 +305,9 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 			continue
 		}
 		s := a.slots[i]
-		s.ref.Store(&memberRef{m: c.m, uuid: c.sb.memberUUID})
+		mr := newRef(c.m, c.sb.memberUUID)
+		mr.bad.Store(newBadList(c.sb.bad))
+		s.ref.Store(mr)
 		s.sbSeq = c.sb.seq
 		// The freshest slot table decides: a member it calls active got
 		// every acknowledged write (a failure to write it would have failed
@@ -313,8 +321,21 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 			if c.sb.events != ref.events {
 				klog.InfoS("raid10: member missed superblock updates but is in sync", "member", i, "events", c.sb.events, "arrayEvents", ref.events)
 			}
+		case c.sb.recoveryOff != recoveryDone && ref.slots[i] == slotRecovering && c.sb.events == ref.events:
+			// A recovery that was running to the end: it resumes where its
+			// last checkpoint says; after an unclean stop it also redoes
+			// the dirty regions it had done (writes in flight at the crash
+			// may have reached only one copy).
+			s.fullSync = !c.sb.partial
+			s.recovered = int64(min(c.sb.recoveryOff, c.sb.dataSize))
+			s.redoDirty = !ref.clean
+			s.state.Store(int32(MemberRecovering))
+			klog.InfoS("raid10: interrupted recovery resumes", "member", i, "rebuiltBytes", s.recovered, "full", s.fullSync)
 		default:
 			s.fullSync = c.sb.recoveryOff != recoveryDone || c.sb.events < ref.eventsCleared
+			if s.fullSync {
+				mr.bad.Store(nil) // every block is rewritten or recorded again
+			}
 			s.state.Store(int32(MemberRecovering))
 			klog.InfoS("raid10: stale member needs recovery", "member", i, "events", c.sb.events, "arrayEvents", ref.events, "full", s.fullSync)
 		}
@@ -379,16 +400,25 @@ func (a *Array) ReplaceMember(slot int, m Member) error {
 		a.metaMu.Unlock()
 		return fmt.Errorf("%w: slot %d is %s", ErrSlotInUse, slot, st)
 	}
+	// Nothing is read from a member a call is still stuck in (deadline.go).
+	if n := a.zombies[zombieKey(m)]; n > 0 {
+		a.metaMu.Unlock()
+		return fmt.Errorf("%w: slot %d: the member still has %d requests outstanding from before it failed", ErrBusy, slot, n)
+	}
 	full, uuid, seq := true, newUUID(), uint64(0)
+	var bad []badRange
 	if sb, err := readSuperblock(m); err == nil && sb.arrayUUID == a.uuid && int(sb.role) == slot &&
 		sb.recoveryOff == recoveryDone && sb.events >= a.eventsCleared {
-		full, uuid, seq = false, sb.memberUUID, sb.seq
+		full, uuid, seq, bad = false, sb.memberUUID, sb.seq, sb.bad
 	} else if err != nil && !errors.Is(err, ErrNoSuperblock) {
 		klog.V(1).InfoS("raid10: replacement has an unusable superblock, full recovery", "member", slot, "err", err)
 	}
 	s.fullSync = full
+	s.redoDirty, s.recovered = false, 0
 	s.sbSeq = seq
-	s.ref.Store(&memberRef{m: m, uuid: uuid})
+	ref := newRef(m, uuid)
+	ref.bad.Store(newBadList(bad))
+	s.ref.Store(ref)
 	s.state.Store(int32(MemberRecovering))
 	a.writeSuperblocksLocked(true, false)
 	a.metaMu.Unlock()

@@ -13,7 +13,7 @@ import (
 // docs/on-disk-format.md; keep the three in step.
 const (
 	sbMagic        = "R10SUPER"
-	sbVersion      = 1
+	sbVersion      = 2 // written; version 1 (no bad-block list) is still read
 	sbSize         = 4096
 	sbCopyA        = 0    // member offset of superblock copy A
 	sbCopyB        = 4096 // member offset of superblock copy B
@@ -22,6 +22,10 @@ const (
 	sbSlotsOffset  = 160
 	nearCopies     = 2
 	sbFlagClean    = 1 << 0
+	sbFlagPartial  = 1 << 1 // the recovery in progress copies dirty bitmap regions only
+	sbBadCount     = 416    // u32 number of bad-block runs
+	sbBadEntries   = 424    // first run: u64 start block, u32 count, u32 zero
+	sbBadEntrySize = 16
 	recoveryDone   = math.MaxUint64
 	dataAlign      = 1 << 20 // data offset alignment
 	bmMagic        = "R10B"
@@ -64,9 +68,11 @@ type superblock struct {
 	bitmapBytes   uint64
 	regionSize    uint64
 	eventsCleared uint64
-	recoveryOff   uint64
+	recoveryOff   uint64 // member data bytes rebuilt, or recoveryDone
+	partial       bool   // the recovery copies dirty regions only
 	ctime         uint64
 	slots         [MaxMembers]slotState
+	bad           []badRange // this member's bad blocks (version 2)
 }
 
 func (sb *superblock) marshal(b []byte) {
@@ -77,6 +83,9 @@ func (sb *superblock) marshal(b []byte) {
 	var flags uint32
 	if sb.clean {
 		flags |= sbFlagClean
+	}
+	if sb.partial {
+		flags |= sbFlagPartial
 	}
 	le.PutUint32(b[12:], flags)
 	copy(b[16:32], sb.arrayUUID[:])
@@ -99,6 +108,12 @@ func (sb *superblock) marshal(b []byte) {
 	for i := 0; i < int(sb.raidDisks) && i < MaxMembers; i++ {
 		b[sbSlotsOffset+i] = byte(sb.slots[i])
 	}
+	le.PutUint32(b[sbBadCount:], uint32(len(sb.bad)))
+	for i, r := range sb.bad {
+		e := b[sbBadEntries+i*sbBadEntrySize:]
+		le.PutUint64(e, uint64(r.start))
+		le.PutUint32(e[8:], uint32(r.count))
+	}
 	le.PutUint32(b[sbCRCOffset:], crc32.Checksum(b[:sbCRCOffset], castagnoli))
 }
 
@@ -113,11 +128,17 @@ func unmarshalSuperblock(b []byte) (*superblock, error) {
 	if got, want := le.Uint32(b[sbCRCOffset:]), crc32.Checksum(b[:sbCRCOffset], castagnoli); got != want {
 		return nil, fmt.Errorf("%w: checksum %#08x, want %#08x", ErrCorruptSuperblock, got, want)
 	}
-	if v := le.Uint32(b[8:]); v != sbVersion {
-		return nil, fmt.Errorf("%w: unsupported version %d", ErrCorruptSuperblock, v)
+	version := le.Uint32(b[8:])
+	if version != 1 && version != sbVersion {
+		return nil, fmt.Errorf("%w: unsupported version %d", ErrCorruptSuperblock, version)
+	}
+	flags := le.Uint32(b[12:])
+	if flags&^(sbFlagClean|sbFlagPartial) != 0 {
+		return nil, fmt.Errorf("%w: unknown flags %#x", ErrCorruptSuperblock, flags)
 	}
 	sb := &superblock{
-		clean:         le.Uint32(b[12:])&sbFlagClean != 0,
+		clean:         flags&sbFlagClean != 0,
+		partial:       flags&sbFlagPartial != 0,
 		role:          le.Uint32(b[48:]),
 		raidDisks:     le.Uint32(b[52:]),
 		layout:        le.Uint32(b[56:]),
@@ -146,6 +167,25 @@ func unmarshalSuperblock(b []byte) (*superblock, error) {
 		}
 		sb.slots[i] = s
 	}
+	if version >= 2 {
+		n := le.Uint32(b[sbBadCount:])
+		if n > maxBadRanges {
+			return nil, fmt.Errorf("%w: %d bad-block runs, at most %d", ErrCorruptSuperblock, n, maxBadRanges)
+		}
+		for i := 0; i < int(n); i++ {
+			e := b[sbBadEntries+i*sbBadEntrySize:]
+			r := badRange{start: int64(le.Uint64(e) & (1<<56 - 1)), count: int64(le.Uint32(e[8:]))}
+			if le.Uint64(e)>>56 != 0 || le.Uint32(e[12:]) != 0 || r.count == 0 {
+				return nil, fmt.Errorf("%w: bad-block run %d", ErrCorruptSuperblock, i)
+			}
+			if i > 0 {
+				if p := sb.bad[i-1]; r.start <= p.start+p.count {
+					return nil, fmt.Errorf("%w: bad-block run %d not after run %d", ErrCorruptSuperblock, i, i-1)
+				}
+			}
+			sb.bad = append(sb.bad, r)
+		}
+	}
 	if err := sb.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorruptSuperblock, err)
 	}
@@ -171,6 +211,11 @@ func (sb *superblock) validate() error {
 	case sb.arraySize == 0 || sb.arraySize%BlockSize != 0 ||
 		sb.arraySize/uint64(sb.chunkSize) > sb.dataSize/uint64(sb.chunkSize)*uint64(sb.raidDisks)/nearCopies:
 		return fmt.Errorf("array size %d", sb.arraySize)
+	}
+	for _, r := range sb.bad {
+		if lo, hi := uint64(r.start)*BlockSize, uint64(r.start+r.count)*BlockSize; lo < sb.dataOffset || hi > sb.dataOffset+sb.dataSize {
+			return fmt.Errorf("bad blocks [%d,+%d) outside the data area", r.start, r.count)
+		}
 	}
 	regions := (sb.arraySize + sb.regionSize - 1) / sb.regionSize
 	if need := (regions + bmBitsPerBlock - 1) / bmBitsPerBlock * sbSize; need > sb.bitmapBytes {

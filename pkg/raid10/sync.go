@@ -160,44 +160,39 @@ func (a *Array) runResync() {
 func (a *Array) resyncChunk(c int64, buf []byte) {
 	bk := a.raise(c)
 	defer a.lower(bk)
-	d0, d1, o0, o1 := a.geo.mapChunk(c)
-	s0, s1 := a.slots[d0], a.slots[d1]
-	r0, r1 := s0.inSync(), s1.inSync()
-	if r0 == nil || r1 == nil {
-		return
+	d0, d1, _, _ := a.geo.mapChunk(c)
+	if a.slots[d0].inSync() == nil || a.slots[d1].inSync() == nil {
+		return // one copy: nothing to make equal
 	}
-	p := buf[:a.chunkLen(c)]
-	if err := a.memberRead(s0, r0, p, o0); err != nil {
-		s0.readErrs.Add(1)
-		if err := a.memberRead(s1, r1, p, o1); err != nil {
-			s1.readErrs.Add(1)
-			return
-		}
-		if err := a.memberWrite(s0, r0, opWrite, p, o0, int64(len(p)), false); err != nil {
-			a.memberFailed(s0, r0, "resync write", err)
-		}
-		return
-	}
-	if err := a.memberWrite(s1, r1, opWrite, p, o1, int64(len(p)), false); err != nil {
-		a.memberFailed(s1, r1, "resync write", err)
-	}
+	a.syncRange(c, 0, buf[:a.chunkLen(c)], modeResync, nil)
 }
 
+// checkpointEvery is how often a recovery records its progress in the
+// targets' superblocks, so an interrupted one resumes there.
+var checkpointEvery = 2 * time.Second
+
 // runRecovery rebuilds every recovering slot: all chunks with a copy on it
-// (full) or only those in regions the bitmap marks dirty (re-add). Writes
-// that arrive meanwhile reach the recovering member directly; each chunk is
-// copied under its bucket's barrier, so a copy never races a write.
+// (full) or only those in regions the bitmap marks dirty (re-add), from
+// where an interrupted recovery stopped. Writes that arrive meanwhile reach
+// the recovering member directly; each chunk is copied under its bucket's
+// barrier, so a copy never races a write. Every chunk is either copied or,
+// where no copy can be read, recorded bad on the target; a target is
+// promoted only when the whole list is done. Progress is checkpointed
+// (target flushed, then its superblock's recovery offset).
 func (a *Array) runRecovery() {
 	for !a.stopped() {
 		a.metaMu.Lock()
 		var targets []*slot
 		refs := map[*slot]*memberRef{}
-		full := false
+		full, redoDirty := false, false
+		from := a.geo.chunks
 		for _, s := range a.slots {
 			if MemberState(s.state.Load()) == MemberRecovering {
 				targets = append(targets, s)
 				refs[s] = s.ref.Load()
 				full = full || s.fullSync
+				redoDirty = redoDirty || s.redoDirty
+				from = min(from, a.resumeChunk(s))
 			}
 		}
 		a.metaMu.Unlock()
@@ -208,29 +203,34 @@ func (a *Array) runRecovery() {
 			_, ok := refs[a.slots[d]]
 			return ok
 		}
+		dirty := make(map[int64]bool)
+		for _, r := range a.bm.dirtyRegions() {
+			dirty[r] = true
+		}
 		var chunks []int64
-		if full {
-			for c := int64(0); c < a.geo.chunks; c++ {
-				if d0, d1, _, _ := a.geo.mapChunk(c); isTarget(d0) || isTarget(d1) {
-					chunks = append(chunks, c)
-				}
+		for c := int64(0); c < a.geo.chunks; c++ {
+			if d0, d1, _, _ := a.geo.mapChunk(c); !isTarget(d0) && !isTarget(d1) {
+				continue
 			}
-		} else {
-			per := a.geo.region / a.geo.chunk
-			for _, r := range a.bm.dirtyRegions() {
-				for c := r * per; c < min((r+1)*per, a.geo.chunks); c++ {
-					if d0, d1, _, _ := a.geo.mapChunk(c); isTarget(d0) || isTarget(d1) {
-						chunks = append(chunks, c)
-					}
-				}
+			inDirty := dirty[c<<a.geo.chunkShift/a.geo.region]
+			if (c >= from && (full || inDirty)) || (c < from && redoDirty && inDirty) {
+				chunks = append(chunks, c)
 			}
+		}
+		if from > 0 {
+			klog.InfoS("raid10: recovery resumes", "fromChunk", from, "chunks", len(chunks), "redoDirty", redoDirty)
 		}
 		a.beginProgress(SyncRecovery, int64(len(chunks))*a.geo.chunk)
 		buf := AlignedBuffer(int(a.geo.chunk))
+		last := time.Now()
 		for _, c := range chunks {
 			if a.stopped() {
 				a.endProgress()
 				return
+			}
+			if time.Since(last) >= checkpointEvery && c >= from {
+				a.checkpoint(targets, refs, c)
+				last = time.Now()
 			}
 			a.recoverChunk(c, buf, refs)
 			a.addProgress(a.geo.chunk)
@@ -240,13 +240,12 @@ func (a *Array) runRecovery() {
 		for _, s := range targets {
 			if s.ref.Load() == refs[s] && MemberState(s.state.Load()) == MemberRecovering {
 				if err := refs[s].m.Flush(); err != nil {
-					s.state.Store(int32(MemberFaulty))
-					klog.ErrorS(err, "raid10: recovery flush failed", "member", s.idx)
+					a.memberFailedLocked(s, refs[s], "recovery flush", err)
 					continue
 				}
 				s.state.Store(int32(MemberInSync))
-				s.fullSync = false
-				klog.InfoS("raid10: recovery done", "member", s.idx, "chunks", len(chunks))
+				s.fullSync, s.redoDirty, s.recovered = false, false, 0
+				klog.InfoS("raid10: recovery done", "member", s.idx, "chunks", len(chunks), "badBlocks", refs[s].bad.Load().blocks())
 			}
 		}
 		a.writeSuperblocksLocked(true, false)
@@ -255,35 +254,61 @@ func (a *Array) runRecovery() {
 	}
 }
 
+// resumeChunk is the first array chunk s's recovery has not done: every
+// chunk with a copy on s in a device row below s.recovered is done.
+// Caller holds metaMu.
+func (a *Array) resumeChunk(s *slot) int64 {
+	rows := s.recovered >> a.geo.chunkShift
+	if rows <= 0 {
+		return 0
+	}
+	return (rows*int64(a.geo.n) + int64(s.idx)) / nearCopies
+}
+
+// checkpoint records that every chunk before next is done on the targets:
+// the targets are flushed, then their superblocks say how many device rows
+// are rebuilt (rows whose chunk slots on the target all precede next).
+func (a *Array) checkpoint(targets []*slot, refs map[*slot]*memberRef, next int64) {
+	for _, s := range targets {
+		if r := refs[s]; s.ref.Load() == r && MemberState(s.state.Load()) == MemberRecovering {
+			if err := r.m.Flush(); err != nil {
+				a.memberFailed(s, r, "recovery flush", err)
+			}
+		}
+	}
+	a.metaMu.Lock()
+	defer a.metaMu.Unlock()
+	n := int64(a.geo.n)
+	changed := false
+	for _, s := range targets {
+		if s.ref.Load() != refs[s] || MemberState(s.state.Load()) != MemberRecovering {
+			continue
+		}
+		// Rows r with slot r*n+idx < 2*next are done.
+		rows := max(0, (2*next-int64(s.idx)+n-1)/n)
+		if b := rows << a.geo.chunkShift; b > s.recovered {
+			s.recovered = b
+			changed = true
+		}
+	}
+	if changed {
+		a.writeSuperblocksLocked(false, false)
+	}
+}
+
 func (a *Array) recoverChunk(c int64, buf []byte, refs map[*slot]*memberRef) {
 	bk := a.raise(c)
 	defer a.lower(bk)
-	d0, d1, o0, o1 := a.geo.mapChunk(c)
-	p := buf[:a.chunkLen(c)]
-	for k := 0; k < 2; k++ {
-		dt, ds, ot, os := d0, d1, o0, o1
-		if k == 1 {
-			dt, ds, ot, os = d1, d0, o1, o0
+	d0, d1, _, _ := a.geo.mapChunk(c)
+	if a.slots[d0].inSync() == nil && a.slots[d1].inSync() == nil {
+		for _, d := range []int{d0, d1} {
+			if t, ok := refs[a.slots[d]]; ok {
+				a.memberFailed(a.slots[d], t, "recovery", fmt.Errorf("no in-sync source for chunk %d", c))
+			}
 		}
-		t, src := a.slots[dt], a.slots[ds]
-		tr, ok := refs[t]
-		if !ok || t.ref.Load() != tr || MemberState(t.state.Load()) != MemberRecovering {
-			continue
-		}
-		sr := src.inSync()
-		if sr == nil {
-			a.memberFailed(t, tr, "recovery", fmt.Errorf("no in-sync source for chunk %d", c))
-			continue
-		}
-		if err := a.memberRead(src, sr, p, os); err != nil {
-			src.readErrs.Add(1)
-			a.memberFailed(src, sr, "recovery read", err)
-			continue
-		}
-		if err := a.memberWrite(t, tr, opWrite, p, ot, int64(len(p)), false); err != nil {
-			a.memberFailed(t, tr, "recovery write", err)
-		}
+		return
 	}
+	a.syncRange(c, 0, buf[:a.chunkLen(c)], modeRecover, refs)
 }
 
 // WaitSync blocks until no resync or recovery is pending or running (or
@@ -382,12 +407,22 @@ func (a *Array) scrubChunk(c int64, b0, b1 []byte, repair bool, res *ScrubResult
 	}
 	n := a.chunkLen(c)
 	p0, p1 := b0[:n], b1[:n]
-	if err := a.memberRead(s0, r0, p0, o0); err != nil {
-		s0.readErrs.Add(1)
-		return nil
+	heal := r0.bad.Load().overlaps(o0/BlockSize, n/BlockSize) || r1.bad.Load().overlaps(o1/BlockSize, n/BlockSize)
+	if !heal {
+		if err := a.memberRead(s0, r0, p0, o0); err != nil {
+			s0.readErrs.Add(1)
+			heal = true
+		} else if err := a.memberRead(s1, r1, p1, o1); err != nil {
+			s1.readErrs.Add(1)
+			heal = true
+		}
 	}
-	if err := a.memberRead(s1, r1, p1, o1); err != nil {
-		s1.readErrs.Add(1)
+	if heal {
+		// Read errors and bad blocks: rewrite each bad copy from the
+		// good one, record blocks that have none (md's check does the
+		// same with read errors).
+		res.Checked += n
+		res.Lost += a.syncRange(c, 0, p0, modeRead, nil)
 		return nil
 	}
 	res.Checked += n

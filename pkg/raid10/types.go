@@ -72,9 +72,11 @@ type AssembleOptions struct {
 type ArrayState int
 
 const (
-	// ArrayOptimal means every slot is in sync.
+	// ArrayOptimal means every slot is in sync and no block is recorded bad.
 	ArrayOptimal ArrayState = iota
-	// ArrayDegraded means some slot is not in sync but every chunk has a copy.
+	// ArrayDegraded means some slot is not in sync, or some blocks are
+	// recorded bad (Status.BadBlocks), but every chunk has an in-sync copy;
+	// only blocks counted in Status.LostBlocks fail to read.
 	ArrayDegraded
 	// ArrayFailed means some chunk has no in-sync copy; I/O there fails.
 	ArrayFailed
@@ -211,4 +213,7 @@ type ScrubResult struct {
 	Mismatches int64
 	// Repaired is the number of blocks rewritten (Repair only).
 	Repaired int64
+	// Lost is the number of blocks found with no readable copy (recorded
+	// bad; reads of them fail with EIO).
+	Lost int64
 }

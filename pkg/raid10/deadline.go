@@ -1,0 +1,181 @@
+package raid10
+
+import (
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Member request deadline (Options.MemberTimeout).
+//
+// Detection costs the fast path one atomic load and two adds per member
+// request: a request counts itself in its member's out[epoch mod 8] while
+// it runs. A monitor advances the epoch every MemberTimeout/4; a count still
+// non-zero in an epoch at least 5 ticks old means a request has run for at
+// least 4 ticks, the deadline. The member is then failed as md fails a
+// member whose device timed out: its ref is marked timed out (every later
+// request to it fails at once), its dead channel is closed, and the failure
+// is written to the other members' superblocks.
+//
+// Rescue: the request must complete from the other copy while the stuck
+// call is still inside the member. So on members with device latency
+// (moving average >= handoffLatency, i.e. real disks) the member calls are
+// run by workers, and the submitter waits for the call or for the member's
+// dead channel, whichever comes first. An abandoned read was made into a
+// bounce buffer the worker owns, so a late completion never writes into
+// the caller's memory; an abandoned write's late landing only reaches a
+// member that is failed, whose bitmap bits stay set until its recovery
+// rewrites the region (the sweeper clears nothing while a slot is not in
+// sync), and the member cannot be added back while such a call is still
+// outstanding (ErrBusy). On members that complete in memory the calls are
+// made inline: a stuck one is detected and fails its member, but its own
+// request waits for the call to return.
+const epochRing = 8
+
+// errTimedOut is the member error of a request that passed the deadline.
+var errTimedOut = &wrapped{msg: "raid10: member request timed out", errno: syscall.EIO}
+
+// timeout is the deadline in force, 0 when disabled.
+func (a *Array) timeout() time.Duration {
+	if a.opts.MemberTimeout < 0 {
+		return 0
+	}
+	return a.opts.MemberTimeout
+}
+
+// rescue reports whether requests to s are handed to workers so that a
+// stuck call can be abandoned.
+func (a *Array) rescue(s *slot) bool {
+	return a.timeout() > 0 && s.wlat.Load() >= int64(handoffLatency)
+}
+
+// kill marks r dead: waiters abandon their calls to it.
+func (r *memberRef) kill() {
+	r.deadOnce.Do(func() { close(r.dead) })
+}
+
+func newRef(m Member, uuid [16]byte) *memberRef {
+	return &memberRef{m: m, uuid: uuid, dead: make(chan struct{})}
+}
+
+// deadlineMonitor advances the epoch and fails members with a request
+// older than the deadline.
+func (a *Array) deadlineMonitor() {
+	defer a.bg.Done()
+	tick := a.timeout() / 4
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+		}
+		e := a.epoch.Add(1)
+		for _, s := range a.slots {
+			r := s.live()
+			if r == nil || r.timedOut.Load() {
+				continue
+			}
+			stuck := int64(0)
+			for k := e - epochRing + 1; k <= e-5; k++ {
+				if k >= 0 {
+					stuck += r.out[k%epochRing].Load()
+				}
+			}
+			if stuck > 0 {
+				r.timedOut.Store(true)
+				s.timeouts.Add(1)
+				klog.ErrorS(errTimedOut, "raid10: member request passed the deadline, failing the member", "member", s.idx, "deadline", a.timeout(), "requests", stuck)
+				r.kill()
+				// Not on this goroutine: the superblock writes may take a
+				// while, and other members are watched meanwhile.
+				go a.memberFailed(s, r, "timeout", errTimedOut)
+			}
+		}
+	}
+}
+
+// handedOff runs one member call on a worker and waits for it or for the
+// member to die. A read goes through a bounce buffer the worker owns. It
+// reports ok=false when no preallocated request is free (the caller then
+// makes the call itself).
+func (a *Array) handedOff(s *slot, r *memberRef, op opKind, p []byte, off, length int64, fua bool) (err error, ok bool) {
+	req := a.reqs.pop()
+	if req == nil {
+		return nil, false
+	}
+	req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = s, r, op, p, off, length, fua
+	a.work <- req
+	return a.await(req), true
+}
+
+// await waits for a handed-off call (or the death of its member) and
+// recycles the request unless it was abandoned.
+func (a *Array) await(req *wreq) error {
+	select {
+	case <-req.done:
+	case <-req.ref.dead:
+		if req.state.CompareAndSwap(reqPending, reqAbandoned) {
+			a.metaMu.Lock()
+			a.zombies[zombieKey(req.ref.m)]++
+			a.metaMu.Unlock()
+			return errTimedOut
+		}
+		<-req.done
+	}
+	err := req.err
+	if req.op == opRead && err == nil {
+		copy(req.p, (*req.buf)[:len(req.p)])
+	}
+	a.recycle(req)
+	return err
+}
+
+func (a *Array) recycle(req *wreq) {
+	if req.buf != nil {
+		putBounce(req.buf)
+	}
+	req.s, req.ref, req.p, req.err, req.buf = nil, nil, nil, nil, nil
+	req.state.Store(reqPending)
+	a.reqs.push(req)
+}
+
+// complete is the worker's end of a handed-off call.
+func (a *Array) complete(req *wreq) {
+	if req.state.CompareAndSwap(reqPending, reqDone) {
+		req.done <- struct{}{}
+		return
+	}
+	// Abandoned: the late call is over; the member may be added back.
+	a.metaMu.Lock()
+	k := zombieKey(req.ref.m)
+	if a.zombies[k]--; a.zombies[k] <= 0 {
+		delete(a.zombies, k)
+	}
+	a.metaMu.Unlock()
+	klog.InfoS("raid10: abandoned member request completed late", "member", req.s.idx, "err", req.err)
+	a.recycle(req)
+}
+
+// zombieKey identifies the storage behind a member: extents of one base
+// at one offset are the same storage whatever Member value wraps them.
+func zombieKey(m Member) any {
+	if e, ok := m.(*ExtentMember); ok {
+		return extentKey{e.base, e.off}
+	}
+	return m
+}
+
+type extentKey struct {
+	base Member
+	off  int64
+}
+
+// Request states of a handed-off call.
+const (
+	reqPending int32 = iota
+	reqDone
+	reqAbandoned
+)

@@ -1,0 +1,180 @@
+package raid10
+
+import "k8s.io/klog/v2"
+
+// syncMode says what syncRange does with the copies of a range.
+type syncMode int
+
+const (
+	// modeRead serves a foreground read after an error or onto a bad
+	// block: p gets the data, and a copy that failed to read or is marked
+	// bad is rewritten from the good one (under the bitmap, as a write).
+	modeRead syncMode = iota
+	// modeResync makes the second in-sync copy equal to the first (block by
+	// block from whichever copy is readable where the first is not).
+	modeResync
+	// modeRecover writes the recovery targets from the in-sync copy.
+	modeRecover
+)
+
+// copyState is what syncRange knows of one copy of the range.
+type copyState struct {
+	s      *slot
+	in     *memberRef // in sync: a source, and rewritten where bad
+	target *memberRef // recovering target (modeRecover)
+	off    int64      // member byte offset of the range
+	bad    []badRange // blocks to record bad (no copy had them)
+	wrote  []badRange // marked blocks a write put valid data over
+}
+
+// addRun appends blocks [b, b+n) to rs, merging with the last run.
+func addRun(rs []badRange, b, n int64) []badRange {
+	if k := len(rs); k > 0 && rs[k-1].start+rs[k-1].count == b {
+		rs[k-1].count += n
+		return rs
+	}
+	return append(rs, badRange{b, n})
+}
+
+// syncRange reads, heals and copies bytes [within, within+len(p)) of chunk
+// c. The caller has raised the chunk's barrier, so no write races it.
+//
+// Each block comes from the first in-sync copy that is not marked bad and
+// reads without error; the other copy is then written with it where mode
+// asks (a recovery target always; in modeResync every in-sync copy; in
+// modeRead a copy that failed to read or is marked). A block that no copy
+// delivers is recorded bad on every copy (in-sync and target), p gets
+// zeroes there, and it is counted in the result: reads of it fail with
+// EIO from then on, other blocks are unaffected. The whole range is tried
+// in one read first; block by block only after an error or where marks
+// are.
+func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[*slot]*memberRef) (lost int64) {
+	d0, d1, o0, o1 := a.geo.mapChunk(c)
+	cp := [2]copyState{{s: a.slots[d0], off: o0 + within}, {s: a.slots[d1], off: o1 + within}}
+	for k := range cp {
+		cp[k].in = cp[k].s.inSync()
+		if tr, ok := targets[cp[k].s]; ok && cp[k].s.ref.Load() == tr && MemberState(cp[k].s.state.Load()) == MemberRecovering {
+			cp[k].target = tr
+		}
+	}
+	n := int64(len(p)) / BlockSize
+	var region int64 = -1
+	if mode == modeRead {
+		region = (c<<a.geo.chunkShift + within) / a.geo.region
+		if err := a.bm.startWrite(region); err != nil {
+			region = -1 // no rewrite without the bit; reads still served
+		}
+		defer func() {
+			if region >= 0 {
+				a.bm.endWrite(region)
+			}
+		}()
+	}
+	// needs reports whether copy j is written with data read from the other.
+	needs := func(j int, readFailed bool, blk, cnt int64) bool {
+		switch {
+		case cp[j].target != nil:
+			return true
+		case cp[j].in == nil:
+			return false
+		case mode == modeResync:
+			return true
+		case mode == modeRead && region < 0:
+			return false
+		}
+		return readFailed || cp[j].in.bad.Load().overlaps(blk, cnt)
+	}
+	write := func(j int, q []byte, off int64) {
+		cs := &cp[j]
+		if cs.target != nil {
+			if err := a.memberWrite(cs.s, cs.target, opWrite, q, off, int64(len(q)), false); err != nil {
+				a.memberFailed(cs.s, cs.target, "recovery write", err)
+				cs.target = nil
+				return
+			}
+			if cs.target.bad.Load().overlaps(off/BlockSize, int64(len(q))/BlockSize) {
+				cs.wrote = addRun(cs.wrote, off/BlockSize, int64(len(q))/BlockSize)
+			}
+			return
+		}
+		if err := a.memberWrite(cs.s, cs.in, opWrite, q, off, int64(len(q)), false); err != nil {
+			a.failed(cs.s, cs.in, err, off, int64(len(q)))
+			cs.in = nil
+			return
+		}
+		if cs.in.bad.Load().overlaps(off/BlockSize, int64(len(q))/BlockSize) {
+			cs.wrote = addRun(cs.wrote, off/BlockSize, int64(len(q))/BlockSize)
+		}
+	}
+	// The whole range from the first clean in-sync copy.
+	whole := false
+	for k := range cp {
+		r := cp[k].in
+		if r == nil || r.bad.Load().overlaps(cp[k].off/BlockSize, n) {
+			continue
+		}
+		if err := a.memberRead(cp[k].s, r, p, cp[k].off); err != nil {
+			cp[k].s.readErrs.Add(1)
+			klog.V(2).InfoS("raid10: read error, going block by block", "member", cp[k].s.idx, "chunk", c, "err", err)
+			break
+		}
+		if j := 1 - k; needs(j, false, cp[j].off/BlockSize, n) {
+			write(j, p, cp[j].off)
+		}
+		whole = true
+		break
+	}
+	if !whole {
+		for i := int64(0); i < n; i++ {
+			q := p[i*BlockSize : (i+1)*BlockSize]
+			got := -1
+			var failed [2]bool
+			for k := range cp {
+				r := cp[k].in
+				if r == nil || r.bad.Load().has(cp[k].off/BlockSize+i) {
+					continue
+				}
+				if err := a.memberRead(cp[k].s, r, q, cp[k].off+i*BlockSize); err != nil {
+					cp[k].s.readErrs.Add(1)
+					failed[k] = true
+					continue
+				}
+				got = k
+				break
+			}
+			if got < 0 {
+				lost++
+				clear(q)
+				for k := range cp {
+					if cp[k].in != nil || cp[k].target != nil {
+						cp[k].bad = addRun(cp[k].bad, cp[k].off/BlockSize+i, 1)
+					}
+				}
+				continue
+			}
+			if j := 1 - got; needs(j, failed[j], cp[j].off/BlockSize+i, 1) {
+				write(j, q, cp[j].off+i*BlockSize)
+			}
+		}
+	}
+	for k := range cp {
+		cs := &cp[k]
+		r := cs.in
+		if r == nil {
+			r = cs.target
+		}
+		if r == nil {
+			continue
+		}
+		for _, w := range cs.wrote {
+			a.clearBad(cs.s, r, w.start*BlockSize, w.count*BlockSize)
+		}
+		for _, br := range cs.bad {
+			// A full list fails the member (or breaks it if it holds the
+			// last copy of some chunk): recordBad reports it.
+			klog.ErrorS(nil, "raid10: blocks without a good copy recorded bad", "member", cs.s.idx, "block", br.start, "count", br.count, "chunk", c)
+			a.recordBad(cs.s, r, br.start*BlockSize, br.count*BlockSize)
+		}
+	}
+	return lost
+}
