@@ -256,14 +256,17 @@ type nodeSummary struct {
 }
 
 type volumeSummary struct {
-	Name    string                    `json:"name"`
-	Node    string                    `json:"node"`
-	Size    int64                     `json:"sizeBytes"`
-	Phase   v1alpha1.VolumePhase      `json:"phase,omitempty"`
-	Health  v1alpha1.VolumeHealth     `json:"health,omitempty"`
-	InSync  string                    `json:"inSync,omitempty"`
-	Rebuild *v1alpha1.RebuildProgress `json:"rebuild,omitempty"`
-	Message string                    `json:"message,omitempty"`
+	Name   string                `json:"name"`
+	Node   string                `json:"node"`
+	Size   int64                 `json:"sizeBytes"`
+	Phase  v1alpha1.VolumePhase  `json:"phase,omitempty"`
+	Health v1alpha1.VolumeHealth `json:"health,omitempty"`
+	InSync string                `json:"inSync,omitempty"`
+	// BadBlocks and LostBlocks are the status's counts.
+	BadBlocks  int64                     `json:"badBlocks"`
+	LostBlocks int64                     `json:"lostBlocks"`
+	Rebuild    *v1alpha1.RebuildProgress `json:"rebuild,omitempty"`
+	Message    string                    `json:"message,omitempty"`
 }
 
 func conditionStatus(conds []metav1.Condition, t string) string {
@@ -291,7 +294,8 @@ func (r renderer) clusterStatus(nodes []v1alpha1.Raid10Node, vols []v1alpha1.Rai
 		v := &vols[i]
 		ov.Volumes = append(ov.Volumes, volumeSummary{
 			Name: v.Name, Node: v.Spec.Node, Size: v.Spec.SizeBytes, Phase: v.Status.Phase, Health: v.Status.Health,
-			InSync: v.Status.InSync, Rebuild: v.Status.Rebuild, Message: v.Status.Message,
+			InSync: v.Status.InSync, BadBlocks: v.Status.BadBlocks, LostBlocks: v.Status.LostBlocks,
+			Rebuild: v.Status.Rebuild, Message: v.Status.Message,
 		})
 	}
 	if ov.Nodes == nil {
@@ -329,11 +333,11 @@ func (r renderer) clusterStatus(nodes []v1alpha1.Raid10Node, vols []v1alpha1.Rai
 	if len(ov.Nodes) == 0 {
 		ew.printf("(no Raid10Node: no node agent has reported a pool)\n")
 	}
-	ew.printf("\nVOLUME\tNODE\tSIZE\tHEALTH\tMEMBERS\tREBUILD\tMESSAGE\n")
+	ew.printf("\nVOLUME\tNODE\tSIZE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tMESSAGE\n")
 	for i := range vols {
 		v := &vols[i]
-		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Spec.Node, volumeSize(v), dash(string(v.Status.Health)),
-			dash(v.Status.InSync), progressBar(v.Status.Rebuild), dash(v.Status.Message))
+		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Spec.Node, volumeSize(v), dash(string(v.Status.Health)),
+			dash(v.Status.InSync), blocks(v.Status.BadBlocks, v.Status.LostBlocks), progressBar(v.Status.Rebuild), dash(v.Status.Message))
 	}
 	if len(vols) == 0 {
 		ew.printf("(no Raid10Volume)\n")
@@ -351,15 +355,16 @@ func (r renderer) clusterVolumes(vols []v1alpha1.Raid10Volume, now time.Time) er
 	}
 	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', 0)
 	ew := &errWriter{w: tw}
-	ew.printf("NAME\tNODE\tSIZE\tSTATE\tHEALTH\tMEMBERS\tREBUILD\tCLAIM\tAGE\n")
+	ew.printf("NAME\tNODE\tSIZE\tSTATE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tCLAIM\tAGE\n")
 	for i := range vols {
 		v := &vols[i]
 		claim := "-"
 		if ns, name := v.Annotations[v1alpha1.PVCNamespaceAnnotation], v.Annotations[v1alpha1.PVCNameAnnotation]; name != "" {
 			claim = ns + "/" + name
 		}
-		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Spec.Node, volumeSize(v), dash(string(v.Status.Phase)),
-			dash(string(v.Status.Health)), dash(v.Status.InSync), progressBar(v.Status.Rebuild), claim, age(v.CreationTimestamp, now))
+		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Spec.Node, volumeSize(v), dash(string(v.Status.Phase)),
+			dash(string(v.Status.Health)), dash(v.Status.InSync), blocks(v.Status.BadBlocks, v.Status.LostBlocks),
+			progressBar(v.Status.Rebuild), claim, age(v.CreationTimestamp, now))
 	}
 	if ew.err != nil {
 		return ew.err
@@ -498,6 +503,11 @@ func describeVolume(ctx context.Context, c client.Client, r renderer, name strin
 	}
 	ew.printf("  Capacity:    %s\n", capacity)
 	ew.printf("  In sync:     %s\n", dash(st.InSync))
+	ew.printf("  Bad blocks:  %d", st.BadBlocks)
+	if st.LostBlocks > 0 {
+		ew.printf(", %d lost (bad on every copy: reads there fail until rewritten)", st.LostBlocks)
+	}
+	ew.printf("\n")
 	ew.printf("  Device:      %s\n", dash(st.DevicePath))
 	if p := st.Rebuild; p != nil {
 		ew.printf("  Rebuild:     member %d %s (%s of %s, %s/s", p.Member, progressBar(p), human(uint64(p.DoneBytes)),
@@ -518,10 +528,10 @@ func describeVolume(ctx context.Context, c client.Client, r renderer, name strin
 	if len(st.Members) == 0 {
 		ew.printf("  (none reported)\n")
 	} else {
-		ew.printf("  INDEX\tDISK\tPATH\tSTATE\tMESSAGE\n")
+		ew.printf("  INDEX\tDISK\tPATH\tSTATE\tBAD BLOCKS\tTIMEOUTS\tMESSAGE\n")
 	}
 	for _, m := range st.Members {
-		ew.printf("  %d\t%s\t%s\t%s\t%s\n", m.Index, dash(m.Disk), dash(paths[m.Disk]), m.State, dash(m.Message))
+		ew.printf("  %d\t%s\t%s\t%s\t%d\t%d\t%s\n", m.Index, dash(m.Disk), dash(paths[m.Disk]), m.State, m.BadBlocks, m.Timeouts, dash(m.Message))
 	}
 	ew.printf("Conditions:\n")
 	if len(st.Conditions) == 0 {

@@ -267,7 +267,7 @@ func TestClusterMode(t *testing.T) {
 	if err := cl.c.Status().Update(ctx, nb); err != nil {
 		t.Fatal(err)
 	}
-	handVol := func(name string, health v1alpha1.VolumeHealth, inSync string) {
+	handVol := func(name string, health v1alpha1.VolumeHealth, inSync string, bad, lost int64) {
 		v := &v1alpha1.Raid10Volume{Spec: v1alpha1.Raid10VolumeSpec{
 			Node: "node-b", SizeBytes: 1 << 30, VolumeMode: v1alpha1.VolumeModeBlock,
 			Layout: v1alpha1.Layout{Members: 2, ChunkSizeBytes: 512 << 10},
@@ -277,13 +277,17 @@ func TestClusterMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		v.Status = v1alpha1.Raid10VolumeStatus{Phase: v1alpha1.VolumePhaseReady, Health: health, InSync: inSync,
-			Capacity: resource.NewQuantity(1<<30, resource.BinarySI)}
+			Capacity: resource.NewQuantity(1<<30, resource.BinarySI), BadBlocks: bad, LostBlocks: lost,
+			Members: []v1alpha1.MemberStatus{
+				{Index: 0, Disk: "WWN-B0", State: v1alpha1.MemberStateInSync, BadBlocks: bad, Timeouts: 2},
+				{Index: 1, Disk: "WWN-B1", State: v1alpha1.MemberStateFailed},
+			}}
 		if err := cl.c.Status().Update(ctx, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	handVol("b-healthy", v1alpha1.VolumeHealthHealthy, "2/2")
-	handVol("b-degraded", v1alpha1.VolumeHealthDegraded, "1/2")
+	handVol("b-healthy", v1alpha1.VolumeHealthHealthy, "2/2", 0, 0)
+	handVol("b-degraded", v1alpha1.VolumeHealthDegraded, "1/2", 7, 2)
 
 	// node-a's volume, provisioned by the real agent.
 	vol := &v1alpha1.Raid10Volume{Spec: v1alpha1.Raid10VolumeSpec{
@@ -323,11 +327,18 @@ func TestClusterMode(t *testing.T) {
 		if deg < 0 || healthy < 0 || a1 < 0 || deg > healthy || healthy > a1 {
 			t.Fatalf("volume order: b-degraded at %d, b-healthy at %d, pvc-a1 at %d", deg, healthy, a1)
 		}
+		if f := strings.Fields(lineOf(out, "b-degraded ")); len(f) < 7 || f[4] != "1/2" || f[5] != "7" || f[6] != "(2" {
+			t.Fatalf("b-degraded row (bad blocks 7, 2 lost): %q", f)
+		}
+		if f := strings.Fields(lineOf(out, "b-healthy ")); len(f) < 6 || f[5] != "0" {
+			t.Fatalf("b-healthy row (no bad blocks): %q", f)
+		}
 		var ov clusterOverview
 		if err := json.Unmarshal([]byte(cl.kubectlOK("status", "-o", "json")), &ov); err != nil {
 			t.Fatal(err)
 		}
 		if len(ov.Nodes) != 2 || len(ov.Volumes) != 3 || ov.Volumes[0].Name != "b-degraded" || ov.Nodes[0].HealthyDisks != 4 ||
+			ov.Volumes[0].BadBlocks != 7 || ov.Volumes[0].LostBlocks != 2 ||
 			ov.Nodes[0].FreeBytes != cl.node(clusterNode).Status.Capacity.Free.Value() {
 			t.Fatalf("status -o json: %+v", ov)
 		}
@@ -341,8 +352,11 @@ func TestClusterMode(t *testing.T) {
 		out := cl.kubectlOK("volumes")
 		t.Logf("volumes:\n%s", out)
 		f := strings.Fields(lineOf(out, "pvc-a1 "))
-		if len(f) < 9 || f[1] != clusterNode || f[2] != "64MiB" || f[3] != "Ready" || f[4] != "Healthy" || f[5] != "4/4" || f[6] != "-" || f[7] != "apps/data-db-0" {
+		if len(f) < 10 || f[1] != clusterNode || f[2] != "64MiB" || f[3] != "Ready" || f[4] != "Healthy" || f[5] != "4/4" || f[6] != "0" || f[7] != "-" || f[8] != "apps/data-db-0" {
 			t.Fatalf("pvc-a1 row: %q", f)
+		}
+		if l := lineOf(out, "b-degraded "); !strings.Contains(l, " 1/2 ") || !strings.Contains(l, " 7 (2 lost) ") {
+			t.Fatalf("b-degraded row: %q", l)
 		}
 		var list struct {
 			Kind  string                  `json:"kind"`
@@ -487,7 +501,7 @@ func TestClusterMode(t *testing.T) {
 		for _, want := range []string{
 			"Name:          pvc-a1", "Node:          node-a", "Claim:         apps/data-db-0",
 			"  Size:        64MiB (67108864 bytes)", "  Layout:      4 members, 512KiB chunks", "  FS type:     ext4",
-			"  Health:      Healthy", "  In sync:     4/4",
+			"  Health:      Healthy", "  In sync:     4/4", "  Bad blocks:  0\n",
 			"Members:", "Conditions:", "Ready", "Provisioned",
 			"Events:", nodeagent.EventProvisioned, nodeagent.EventDegraded, nodeagent.EventRebuildStarted, nodeagent.EventRebuildFinished,
 		} {
@@ -499,8 +513,16 @@ func TestClusterMode(t *testing.T) {
 			t.Fatal("describe shows a rebuild after it finished")
 		}
 		newID := cl.node(clusterNode).Status.LastDiskReplacement.NewDisk
-		if f := strings.Fields(lineOf(out, "  1 ")); len(f) < 4 || f[1] != newID || f[2] != cl.disks[4] || f[3] != "InSync" {
+		if f := strings.Fields(lineOf(out, "  1 ")); len(f) < 6 || f[1] != newID || f[2] != cl.disks[4] || f[3] != "InSync" || f[4] != "0" || f[5] != "0" {
 			t.Fatalf("member 1 (rebuilt onto %s): %q", newID, f)
+		}
+		// A volume with bad and lost blocks: the counts and each member's.
+		bd := cl.kubectlOK("describe", "volume", "b-degraded")
+		if !strings.Contains(bd, "  Bad blocks:  7, 2 lost (bad on every copy: reads there fail until rewritten)\n") {
+			t.Fatalf("describe b-degraded:\n%s", bd)
+		}
+		if f := strings.Fields(lineOf(bd, "  0 ")); len(f) < 6 || f[1] != "WWN-B0" || f[2] != "/dev/nvme0n1" || f[4] != "7" || f[5] != "2" {
+			t.Fatalf("b-degraded member 0 (7 bad blocks, 2 timeouts): %q", f)
 		}
 		var dv describedVolume
 		if err := json.Unmarshal([]byte(cl.kubectlOK("describe", "volume", vol.Name, "-o", "json")), &dv); err != nil {

@@ -389,7 +389,7 @@ func (r renderer) volumes(vs []pool.VolumeInfo) error {
 	}
 	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', 0)
 	ew := &errWriter{w: tw}
-	ew.printf("NAME\tSIZE\tHEALTH\tMEMBERS\tREBUILD\tNBD\n")
+	ew.printf("NAME\tSIZE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tNBD\n")
 	for _, v := range vs {
 		rebuild := "-"
 		if v.Sync != nil {
@@ -399,7 +399,8 @@ func (r renderer) volumes(vs []pool.VolumeInfo) error {
 		if _, err := os.Stat(sock); err != nil {
 			sock = "-"
 		}
-		ew.printf("%s\t%s\t%s\t%d/%d\t%s\t%s\n", v.Name, human(v.Size), v.Health, v.InSync, len(v.Members), rebuild, sock)
+		ew.printf("%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", v.Name, human(v.Size), v.Health, v.InSync, len(v.Members),
+			blocks(v.BadBlocks, v.LostBlocks), rebuild, sock)
 	}
 	if ew.err != nil {
 		return ew.err
@@ -416,12 +417,20 @@ func (r renderer) volumes(vs []pool.VolumeInfo) error {
 	return ew.err
 }
 
+// blocks shows a volume's bad block count with the lost ones: "0", "12", "12 (3 lost)".
+func blocks(bad, lost int64) string {
+	if lost > 0 {
+		return fmt.Sprintf("%d (%d lost)", bad, lost)
+	}
+	return strconv.FormatInt(bad, 10)
+}
+
 func (r renderer) members(v pool.VolumeInfo) error {
 	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', 0)
 	ew := &errWriter{w: tw}
-	ew.printf("  %s\tROLE\tDISK\tPATH\tSTATE\n", v.Name)
+	ew.printf("  %s\tROLE\tDISK\tPATH\tSTATE\tBAD BLOCKS\tTIMEOUTS\n", v.Name)
 	for _, m := range v.Members {
-		ew.printf("  \t%d\t%s\t%s\t%s\n", m.Role, short(m.DiskUUID), dash(m.DiskPath), m.State)
+		ew.printf("  \t%d\t%s\t%s\t%s\t%d\t%d\n", m.Role, short(m.DiskUUID), dash(m.DiskPath), m.State, m.BadBlocks, m.TimedOut)
 	}
 	if ew.err != nil {
 		return ew.err

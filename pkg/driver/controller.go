@@ -491,6 +491,9 @@ func volumeCondition(vol *v1alpha1.Raid10Volume) *csi.VolumeCondition {
 	if r := st.Rebuild; r != nil {
 		msg += fmt.Sprintf(", rebuilding member %d: %d%%", r.Member, r.Percent)
 	}
+	if b := blocksMessage(st.BadBlocks, st.LostBlocks); b != "" && st.Message == "" {
+		msg += ", " + b // the agent's message counts them otherwise
+	}
 	if st.Message != "" {
 		msg += ": " + st.Message
 	}

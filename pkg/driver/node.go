@@ -42,7 +42,8 @@ type VolumeAttacher interface {
 type VolumeState struct {
 	// SizeBytes is the volume's usable size.
 	SizeBytes int64
-	// Abnormal is true while the volume is Degraded or Failed; Message says why.
+	// Abnormal is true while the volume is Degraded or Failed, or has lost blocks (bad on
+	// every copy); Message says why and counts bad and lost blocks.
 	Abnormal bool
 	Message  string
 }
@@ -302,7 +303,8 @@ func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 }
 
 // NodeGetVolumeStats reports bytes and inodes of a filesystem volume (statfs of the path), or
-// the size of a block volume, and the volume's condition: abnormal while Degraded or Failed.
+// the size of a block volume, and the volume's condition: abnormal while Degraded or Failed
+// or while blocks are lost.
 func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
 	if err := requireFields(field{"volume_id", id}, field{"volume_path", path}); err != nil {

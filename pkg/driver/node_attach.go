@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,24 +127,51 @@ func (a *PoolAttacher) Detach(ctx context.Context, volumeID string) error {
 	return nil
 }
 
-// Volume reports the volume's size and whether it is Degraded or Failed.
+// Volume reports the volume's size and condition (volumeState).
 func (a *PoolAttacher) Volume(_ context.Context, volumeID string) (VolumeState, error) {
 	vi, err := a.pool.Volume(volumeID)
 	if err != nil {
 		return VolumeState{}, poolErr(err)
 	}
+	return volumeState(vi), nil
+}
+
+// volumeState is the node service's view of a pool volume: abnormal while Degraded or
+// Failed, or while any block is lost (bad on every copy: reads there fail with EIO), with a
+// message that says why and counts the bad and lost blocks.
+func volumeState(vi pool.VolumeInfo) VolumeState {
 	vs := VolumeState{SizeBytes: int64(vi.Size)}
+	var notes []string
 	switch vi.Health {
 	case pool.Degraded, pool.Failed:
 		vs.Abnormal = true
-		vs.Message = fmt.Sprintf("volume is %s: %d of %d members in sync", vi.Health, vi.InSync, len(vi.Members))
-		if vi.Reason != "" {
-			vs.Message += ": " + vi.Reason
-		}
+		notes = append(notes, fmt.Sprintf("volume is %s: %d of %d members in sync", vi.Health, vi.InSync, len(vi.Members)))
 	case pool.Rebuilding:
-		vs.Message = "volume is Rebuilding"
+		notes = append(notes, "volume is Rebuilding")
 	}
-	return vs, nil
+	if vi.LostBlocks > 0 {
+		vs.Abnormal = true
+	}
+	if b := blocksMessage(vi.BadBlocks, vi.LostBlocks); b != "" {
+		notes = append(notes, b)
+	}
+	if vi.Reason != "" && vs.Abnormal {
+		notes = append(notes, vi.Reason)
+	}
+	vs.Message = strings.Join(notes, "; ")
+	return vs
+}
+
+// blocksMessage counts a volume's bad and lost blocks for a VolumeCondition; empty when
+// there are none.
+func blocksMessage(bad, lost int64) string {
+	switch {
+	case lost > 0:
+		return fmt.Sprintf("%d blocks lost (bad on every copy: reads there fail with I/O errors until rewritten), %d bad blocks in all", lost, bad)
+	case bad > 0:
+		return fmt.Sprintf("%d bad blocks (each still read from its other copy)", bad)
+	}
+	return ""
 }
 
 // Expand resizes the volume's attached device to the array's current size (the pool grew

@@ -1,0 +1,57 @@
+package driver
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+)
+
+// TestVolumeStateBlocks: NodeGetVolumeStats' condition from the pool: abnormal while
+// Degraded or Failed and whenever blocks are lost, with the bad and lost block counts in the
+// message.
+func TestVolumeStateBlocks(t *testing.T) {
+	mem := make([]pool.MemberInfo, 4)
+	for _, tc := range []struct {
+		name     string
+		info     pool.VolumeInfo
+		abnormal bool
+		msg      string // the whole message
+	}{
+		{"healthy", pool.VolumeInfo{Size: 1 << 30, Health: pool.Healthy, InSync: 4, Members: mem}, false, ""},
+		{"bad blocks", pool.VolumeInfo{Health: pool.Degraded, InSync: 4, Members: mem, BadBlocks: 5}, true,
+			"volume is Degraded: 4 of 4 members in sync; 5 bad blocks (each still read from its other copy)"},
+		{"lost blocks", pool.VolumeInfo{Health: pool.Degraded, InSync: 4, Members: mem, BadBlocks: 5, LostBlocks: 2}, true,
+			"volume is Degraded: 4 of 4 members in sync; 2 blocks lost (bad on every copy: reads there fail with I/O errors until rewritten), 5 bad blocks in all"},
+		{"bad blocks while rebuilding", pool.VolumeInfo{Health: pool.Rebuilding, InSync: 3, Members: mem, BadBlocks: 1}, false,
+			"volume is Rebuilding; 1 bad blocks (each still read from its other copy)"},
+		{"lost blocks while rebuilding", pool.VolumeInfo{Health: pool.Rebuilding, InSync: 3, Members: mem, BadBlocks: 2, LostBlocks: 2}, true,
+			"volume is Rebuilding; 2 blocks lost (bad on every copy: reads there fail with I/O errors until rewritten), 2 bad blocks in all"},
+		{"member down", pool.VolumeInfo{Health: pool.Degraded, InSync: 3, Members: mem}, true, "volume is Degraded: 3 of 4 members in sync"},
+		{"failed", pool.VolumeInfo{Health: pool.Failed, Members: mem, Reason: "not assembled"}, true,
+			"volume is Failed: 0 of 4 members in sync; not assembled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vs := volumeState(tc.info)
+			if vs.Abnormal != tc.abnormal || vs.Message != tc.msg || vs.SizeBytes != int64(tc.info.Size) {
+				t.Fatalf("%+v, want abnormal %v, message %q", vs, tc.abnormal, tc.msg)
+			}
+		})
+	}
+}
+
+// TestVolumeConditionBlocks: ListVolumes' condition from the Raid10Volume status counts the
+// bad and lost blocks when the agent's message does not.
+func TestVolumeConditionBlocks(t *testing.T) {
+	vol := &v1alpha1.Raid10Volume{Status: v1alpha1.Raid10VolumeStatus{Phase: v1alpha1.VolumePhaseReady,
+		Health: v1alpha1.VolumeHealthDegraded, InSync: "4/4", BadBlocks: 3, LostBlocks: 1}}
+	c := volumeCondition(vol)
+	if !c.GetAbnormal() || !strings.Contains(c.GetMessage(), "1 blocks lost") || !strings.Contains(c.GetMessage(), "3 bad blocks in all") {
+		t.Fatalf("condition %v", c)
+	}
+	vol.Status.Message = "3 bad blocks, 1 of them lost"
+	if c := volumeCondition(vol); !c.GetAbnormal() || strings.Count(c.GetMessage(), "lost") != 1 {
+		t.Fatalf("condition with the agent's message %v", c)
+	}
+}
