@@ -37,6 +37,9 @@ type Pool struct {
 	// failpoint, set by tests, is called at every durability ordering point; an error makes
 	// the operation stop there as if the process had died.
 	failpoint func(name string) error
+	// wrapMember, set by tests, wraps the member extent of each role CreateVolume makes (a
+	// raid10.FaultyMember, to make blocks unreadable or a disk stall).
+	wrapMember func(raid10.Member) raid10.Member
 }
 
 // disk is a disk known to the pool: claimed and present, in the table but missing, or
@@ -485,8 +488,12 @@ func (p *Pool) monitor() {
 					continue
 				}
 				if d := v.roles[m.Slot].disk; d.state == DiskActive {
-					klog.InfoS("Disk failed under I/O", "disk", d.path, "diskUUID", d.uuid, "volume", v.name, "member", m.Slot)
-					p.failDiskLocked(d, "I/O errors")
+					reason := "I/O errors"
+					if m.TimedOut > 0 {
+						reason = fmt.Sprintf("%d requests passed the member deadline", m.TimedOut)
+					}
+					klog.InfoS("Disk failed under I/O", "disk", d.path, "diskUUID", d.uuid, "volume", v.name, "member", m.Slot, "reason", reason)
+					p.failDiskLocked(d, reason)
 				}
 			}
 		}

@@ -195,9 +195,13 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 			return VolumeInfo{}, fmt.Errorf("%w: volume %q of %d bytes needs %d bytes on each of %d disks; disk %s has at most %d free in one range (largest creatable volume: %d bytes)",
 				ErrNoSpace, name, size, ext, n, d.path, largestFree(d.label), p.capacityLocked().LargestVolume)
 		}
-		m, err := raid10.NewExtentMember(d.base, int64(off), int64(ext))
+		em, err := raid10.NewExtentMember(d.base, int64(off), int64(ext))
 		if err != nil {
 			return VolumeInfo{}, fmt.Errorf("pool: extent on %s: %w", d.path, err)
+		}
+		var m raid10.Member = em
+		if p.wrapMember != nil {
+			m = p.wrapMember(m)
 		}
 		v.roles[i] = &role{disk: d, member: m, ext: ExtentEntry{
 			Volume: v.uuid, Offset: off, Length: ext, VolumeSize: size, Epoch: 1,
