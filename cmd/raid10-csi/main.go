@@ -71,6 +71,9 @@ type Options struct {
 	MemberTimeout time.Duration
 	// MetricsAddress is where /metrics, /healthz and /readyz are served; empty: nowhere.
 	MetricsAddress string
+	// HandoverWait is how long a node plugin told to stop keeps serving while it waits for
+	// a successor to hand its devices to (handover.go); 0: it stops at once.
+	HandoverWait time.Duration
 }
 
 // DefaultMetricsAddress is the default of --metrics-address.
@@ -100,6 +103,9 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--member-timeout=%s: %w", o.MemberTimeout, err)
 		}
 	}
+	if o.HandoverWait < 0 {
+		return fmt.Errorf("--handover-wait=%s: must not be negative", o.HandoverWait)
+	}
 	if o.ReadyTimeout <= 0 {
 		return fmt.Errorf("--ready-timeout=%s: must be positive", o.ReadyTimeout)
 	}
@@ -124,6 +130,7 @@ func main() {
 	flag.Int64Var(&o.MaxVolumes, "max-volumes", driver.DefaultMaxVolumesPerNode, "volumes per node that NodeGetInfo reports (at most the nbd module's nbds_max)")
 	flag.DurationVar(&o.MemberTimeout, "member-timeout", 0, "deadline of one member request (node and all modes): a disk that has not answered within it is failed and the request completes from the other copy; negative: off; 0: the pool configuration's memberTimeout, else 5s. Must stay below the kernel's NBD request timeout less 2s")
 	flag.StringVar(&o.MetricsAddress, "metrics-address", DefaultMetricsAddress, "host:port serving /metrics, /healthz and /readyz over HTTP; empty: none")
+	flag.DurationVar(&o.HandoverWait, "handover-wait", DefaultHandoverWait, "node and all modes: after SIGTERM, how long to keep serving while waiting for a successor process to hand the NBD devices to (no I/O stall); 0: stop at once (requests in flight then wait for the kernel's request timeout)")
 	flag.Parse()
 
 	if err := o.Validate(); err != nil {
@@ -206,8 +213,16 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	checks = append([]metrics.Check{d.Ready}, checks...)
 
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var ho *handover
+	if np != nil {
+		if ho, err = listenHandover(o.StateDir, np); err != nil {
+			return err
+		}
+		go ho.serve(cancel)
+	}
 	var tasks []func(context.Context) error
 	tasks = append(tasks, d.Run)
 	if o.MetricsAddress != "" {
@@ -221,7 +236,23 @@ func Run(ctx context.Context, o *Options) error {
 			return agent.Run(ctx, agentCfg, agent.Options{NodeName: o.NodeID, Pool: np.pool, Devices: np.attacher})
 		})
 	}
-	return runAll(ctx, cancel, tasks)
+	err = runAll(ctx, cancel, tasks)
+	if ho == nil {
+		return err
+	}
+	wait := time.Duration(0)
+	if err == nil && parent.Err() != nil {
+		wait = o.HandoverWait // told to stop: the devices stay served while a successor may come
+	}
+	retired, herr := ho.stop(wait)
+	if !retired {
+		return err
+	}
+	if herr != nil {
+		return herr
+	}
+	<-parent.Done() // retired while still wanted (a successor started beside this process): idle until told to stop
+	return nil
 }
 
 // registry returns the registry the metrics of mode go to and are served from, with the
@@ -288,12 +319,21 @@ func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}
-	p, err := pool.Open(pc)
+	// A predecessor still serving the state directory closes its arrays and hands its
+	// devices over before this process opens the pool: the same disks are never open twice.
+	handed, err := takeHandover(ctx, o.StateDir)
 	if err != nil {
 		return nil, err
 	}
+	p, err := pool.Open(pc)
+	if err != nil {
+		for i := range handed {
+			handed[i].Close()
+		}
+		return nil, err
+	}
 	np := &nodePlugin{pool: p}
-	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), kernel.Options{})
+	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), kernel.Options{}, handed...)
 	if err != nil {
 		np.close()
 		return nil, err

@@ -28,8 +28,9 @@ type PoolAttacher struct {
 
 	ownNL bool // Close closes nl (OpenPoolAttacher)
 
-	mu   sync.Mutex // guards vols
-	vols map[string]*served
+	mu      sync.Mutex // guards vols and retired
+	vols    map[string]*served
+	retired bool // the devices were handed to a successor (node_handover.go)
 }
 
 // served is one attached volume.
@@ -46,10 +47,12 @@ var (
 
 // OpenPoolAttacher is the start-up of a node plugin's data path: it connects to the kernel's
 // nbd netlink family, loads the device state file at statePath (its directory must exist),
-// marks the process an I/O flusher (a failure, for want of CAP_SYS_RESOURCE, is only logged)
-// and reattaches every device recorded there. A device that cannot be reattached is logged
-// and left for its NodeStageVolume retry; Close also closes the netlink connection.
-func OpenPoolAttacher(ctx context.Context, p *pool.Pool, statePath string, opts kernel.Options) (*PoolAttacher, error) {
+// marks the process an I/O flusher (a failure, for want of CAP_SYS_RESOURCE, is only logged),
+// adopts the devices a predecessor handed over (kernel.TakeHandover), reclaims the devices a
+// crashed predecessor leaked (kernel.Reclaim) and reattaches every device recorded. A device
+// that cannot be adopted or reattached is logged and left for its NodeStageVolume retry;
+// Close also closes the netlink connection.
+func OpenPoolAttacher(ctx context.Context, p *pool.Pool, statePath string, opts kernel.Options, handed ...kernel.Handed) (*PoolAttacher, error) {
 	state, err := kernel.OpenState(statePath)
 	if err != nil {
 		return nil, err
@@ -63,6 +66,10 @@ func OpenPoolAttacher(ctx context.Context, p *pool.Pool, statePath string, opts 
 	}
 	a := NewPoolAttacher(p, nl, state, opts)
 	a.ownNL = true
+	a.Adopt(handed)
+	if vols, err := kernel.Reclaim(nl, state); err != nil {
+		klog.ErrorS(err, "Reclaiming leaked NBD devices", "reclaimed", vols)
+	}
 	_ = a.Reattach(ctx) // each failure is logged
 	return a, nil
 }
@@ -89,6 +96,9 @@ func (a *PoolAttacher) Attach(_ context.Context, volumeID string) (string, error
 	if s := a.vols[volumeID]; s != nil {
 		return s.dev.Path(), nil
 	}
+	if a.retired {
+		return "", errRetired
+	}
 	arr, err := a.pool.Array(volumeID)
 	if err != nil {
 		return "", poolErr(err)
@@ -113,6 +123,9 @@ func (a *PoolAttacher) Detach(ctx context.Context, volumeID string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.vols[volumeID]
+	if a.retired {
+		return errRetired
+	}
 	if s == nil {
 		// Not ours in this process: a recorded device of an earlier one is disconnected.
 		return kernel.NewAttacher(nil, a.nl, a.state, a.opts).Detach(volumeID)

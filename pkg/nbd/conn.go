@@ -82,6 +82,15 @@ type conn struct {
 
 	draining atomic.Bool
 
+	// The handover (handover.go): kernel marks a connection of the kernel attach, handing
+	// makes its reader stop at the next request boundary, unread keeps the bytes of a
+	// request the reader had begun to read when it stopped, and keep leaves the socket open
+	// at release.
+	kernel  bool
+	handing atomic.Bool
+	unread  []byte
+	keep    bool
+
 	// The reader role. One goroutine at a time reads requests. A request that is alone on
 	// the connection it executes itself (conn.inline: a hand-off to a worker costs a wake-up,
 	// which doubles the latency at queue depth 1), after marking the role free to take. If the
@@ -150,6 +159,9 @@ func (c *conn) transmit() error {
 	<-c.ended
 	rerr := c.rerr
 	gone := c.peerGone(rerr)
+	if !gone && errors.Is(rerr, errHandedOver) {
+		c.keep = true // release leaves the socket open: HandOver passes it on (handover.go)
+	}
 	if gone {
 		_ = c.nc.Close()
 		if dropped, orphaned := c.end(); dropped+orphaned > 0 {
@@ -282,7 +294,14 @@ func (c *conn) readRequests() error {
 	o := &c.srv.opts
 	var h [requestHeaderSize]byte
 	for {
-		if _, err := io.ReadFull(c.br, h[:]); err != nil {
+		if c.handing.Load() {
+			return errHandedOver
+		}
+		if n, err := io.ReadFull(c.br, h[:]); err != nil {
+			if c.handing.Load() {
+				c.unread = append(c.unread[:0], h[:n]...)
+				return errHandedOver
+			}
 			if c.draining.Load() {
 				return errDrained
 			}
@@ -327,10 +346,16 @@ func (c *conn) readRequests() error {
 			}
 			waited = waited || bufWaited
 			if r.cmd == CmdWrite {
-				if _, err := io.ReadFull(c.br, r.buf); err != nil {
+				if n, err := io.ReadFull(c.br, r.buf); err != nil {
+					if c.handing.Load() {
+						c.unread = append(append(c.unread[:0], h[:]...), r.buf[:n]...)
+					}
 					c.srv.pool.Put(r.buf)
 					r.buf = nil
 					c.free <- r
+					if c.handing.Load() {
+						return errHandedOver
+					}
 					if c.draining.Load() {
 						return errDrained
 					}

@@ -114,6 +114,7 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
 	closing   bool
+	handing   bool // closing for a successor (HandOver): kernel connections are kept open
 	wg        sync.WaitGroup
 
 	watching  atomic.Bool   // the watchdog runs (watchdog.go)
@@ -268,17 +269,12 @@ func (s *Server) Serve(ln net.Listener) error {
 // of it are still in the backend (they finish in the background, see fence.go), so that the
 // caller can hand the kernel a new socket.
 func (s *Server) ServeAttached(nc net.Conn, exportName string) error {
-	x, ok := s.exports[exportName]
-	if !ok {
-		_ = nc.Close()
-		return fmt.Errorf("%w: %q", ErrUnknownExport, exportName)
-	}
-	c := s.newConn(nc)
-	if c == nil {
+	h, err := s.ServeKernel(nc, exportName, nil)
+	if h != nil { // HandOver took it, but this caller cannot pass it on
+		_ = h.Conn.Close()
 		return ErrServerClosed
 	}
-	c.exp = x
-	return c.transmit()
+	return err
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -295,7 +291,9 @@ func (s *Server) newConn(nc net.Conn) *conn {
 }
 
 func (s *Server) release(c *conn) {
-	_ = c.nc.Close()
+	if !c.keep {
+		_ = c.nc.Close()
+	}
 	s.mu.Lock()
 	delete(s.conns, c)
 	if c.counted != nil {

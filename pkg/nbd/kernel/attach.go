@@ -18,8 +18,15 @@ import (
 // Defaults of Options.
 const (
 	DefaultConnections     = 2
-	DefaultTimeout         = 30 * time.Second
-	DefaultDeadConnTimeout = 120 * time.Second
+	// DefaultTimeout is the kernel's request timeout: the stall of the requests in flight
+	// when the serving process dies (they are requeued when it expires). It stays twice the
+	// engine's member timeout (raid10, 5 s), so that a request the engine completes after
+	// failing a hung member is never timed out by the kernel.
+	DefaultTimeout = 10 * time.Second
+	// DefaultDeadConnTimeout is how long the kernel queues requests while no connection
+	// lives before it fails them: long enough for a slow restart of the plugin's pod (an
+	// image pull, a crash-loop back-off of up to 5 minutes).
+	DefaultDeadConnTimeout = 10 * time.Minute
 	backendPrefix          = "raid10-csi:"
 )
 
@@ -98,6 +105,7 @@ type Device struct {
 	mu        sync.Mutex
 	live      map[net.Conn]struct{} // server ends being served
 	idleSince time.Time             // when live last became empty (or the Device was made)
+	handed    []nbd.Handoff         // connections HandOver took out (handover.go)
 }
 
 // Path is the device node.
@@ -162,7 +170,7 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 			d.Reattached = true
 			for i := 0; i < a.opts.Connections; i++ {
 				d.wg.Add(1)
-				go d.keepServed(nil)
+				go d.keepServed(nil, nil)
 			}
 			a.devs[volumeID] = d
 			klog.InfoS("Reattaching NBD device", "volumeID", volumeID, "device", d.Path())
@@ -211,7 +219,7 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 	}
 	for _, s := range servers {
 		d.wg.Add(1)
-		go d.keepServed(s)
+		go d.keepServed(s, nil)
 	}
 	a.devs[volumeID] = d
 	klog.InfoS("Attached NBD device", "volumeID", volumeID, "device", d.Path(), "connections", a.opts.Connections)
@@ -239,9 +247,10 @@ func (a *Attacher) owned(rec Record) (bool, error) {
 }
 
 // keepServed serves one connection slot of the device until it is detached or the attacher
-// closes. conn is the server end of a socket the kernel already has; nil means a new pair
-// must first be handed over with RECONFIGURE.
-func (d *Device) keepServed(conn net.Conn) {
+// closes. conn is the server end of a socket the kernel already has, unread what an earlier
+// server read from it and did not execute (handover.go); a nil conn means a new pair must
+// first be handed over with RECONFIGURE.
+func (d *Device) keepServed(conn net.Conn, unread []byte) {
 	defer d.wg.Done()
 	backoff := 50 * time.Millisecond
 	failures := 0 // consecutive failed reconnects: logged at 1, 2, 4, 8... (a device gone for good would log every 2 s)
@@ -285,14 +294,20 @@ func (d *Device) keepServed(conn net.Conn) {
 		}
 		d.live[conn] = struct{}{}
 		d.mu.Unlock()
-		err := d.a.srv.ServeAttached(conn, d.export)
+		h, err := d.a.srv.ServeKernel(conn, d.export, unread)
 		d.mu.Lock()
 		delete(d.live, conn)
 		if len(d.live) == 0 {
 			d.idleSince = time.Now()
 		}
+		if h != nil {
+			d.handed = append(d.handed, *h)
+		}
 		d.mu.Unlock()
-		conn = nil
+		if h != nil {
+			return
+		}
+		conn, unread = nil, nil
 		if d.detaching.Load() || d.a.closing.Load() || errors.Is(err, nbd.ErrServerClosed) {
 			return
 		}

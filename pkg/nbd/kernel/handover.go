@@ -1,0 +1,377 @@
+package kernel
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+)
+
+// HandoverSocket is the name of the handover socket in the state directory.
+const HandoverSocket = "handover.sock"
+
+// ErrHandover wraps every failure of the handover protocol.
+var ErrHandover = errors.New("kernel: handover")
+
+// Handed is one device that HandOver took out of an Attacher, for a successor to Adopt: the
+// device's record, and its connections, still open, each with the bytes read from it and not
+// executed.
+type Handed struct {
+	VolumeID string
+	Record   Record
+	// Slots is the device's number of connections; Conns may hold fewer (a connection that
+	// was being replaced): the successor replaces the missing ones with RECONFIGURE.
+	Slots int
+	Conns []nbd.Handoff
+}
+
+// Close closes the connections (a handover that failed: the kernel then sees them end).
+func (h *Handed) Close() {
+	for _, c := range h.Conns {
+		_ = c.Conn.Close()
+	}
+}
+
+// HandOver stops serving every device for a successor process, without the kernel noticing:
+// no connection is replaced any more, each connection stops at a request boundary once every
+// request read from it is answered (nbd.Server.HandOver), and the devices are returned with
+// their open connections and forgotten here; they stay attached and recorded. If ctx ends
+// first, the connections are closed (the kernel sees them end, as after a crash) and ctx's
+// error is returned.
+func (a *Attacher) HandOver(ctx context.Context) ([]Handed, error) {
+	a.closing.Store(true)
+	err := a.srv.HandOver(ctx)
+	a.Wait()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]Handed, 0, len(a.devs))
+	for id, d := range a.devs {
+		d.mu.Lock()
+		out = append(out, Handed{VolumeID: id, Slots: a.opts.Connections,
+			Record: Record{Index: d.Index, BackendID: d.cfg.BackendID, Export: d.export}, Conns: d.handed})
+		d.handed = nil
+		d.mu.Unlock()
+		delete(a.devs, id)
+	}
+	if err != nil {
+		for i := range out {
+			out[i].Close()
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// Adopt serves a device handed over by a predecessor (HandOver, in another process) on
+// export: its connections are served from where the predecessor stopped, the slots without
+// one are replaced with RECONFIGURE, and the volume is recorded in the state file. A device
+// that no longer carries the volume's backend identifier is not taken: its connections are
+// closed and ErrNotOwner (or the check's error) returned.
+func (a *Attacher) Adopt(h Handed, export string) (*Device, error) {
+	if a.closing.Load() {
+		h.Close()
+		return nil, ErrClosed
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.devs[h.VolumeID]; ok {
+		h.Close()
+		return nil, fmt.Errorf("%w: volume %q is attached here already", ErrHandover, h.VolumeID)
+	}
+	info, err := a.srv.Info(export)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	rec := Record{Index: h.Record.Index, BackendID: BackendID(h.VolumeID), Export: export}
+	owned, err := a.owned(rec)
+	if err == nil && !owned {
+		err = fmt.Errorf("%w: %s is not configured", ErrNotOwner, DevicePath(rec.Index))
+	}
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	if old, ok := a.state.Get(h.VolumeID); !ok || old != rec {
+		if err := a.state.Put(h.VolumeID, rec); err != nil {
+			h.Close()
+			return nil, err
+		}
+	}
+	d := &Device{VolumeID: h.VolumeID, Index: rec.Index, Reattached: true, a: a, export: export, idleSince: time.Now(),
+		cfg: Config{Size: info.Size, BlockSize: a.opts.BlockSize, Timeout: a.opts.Timeout,
+			DeadConnTimeout: a.opts.DeadConnTimeout, ServerFlags: uint64(info.Flags), BackendID: rec.BackendID}}
+	for _, c := range h.Conns {
+		d.wg.Add(1)
+		go d.keepServed(c.Conn, c.Unread)
+	}
+	for i := len(h.Conns); i < h.Slots; i++ {
+		d.wg.Add(1)
+		go d.keepServed(nil, nil)
+	}
+	a.devs[h.VolumeID] = d
+	klog.InfoS("Adopted NBD device", "volumeID", h.VolumeID, "device", d.Path(), "connections", len(h.Conns))
+	return d, nil
+}
+
+// The handover protocol, over a unix stream socket in the state directory that the serving
+// process listens on (ListenHandover). A starting process connects (TakeHandover) before it
+// opens any volume and asks; the serving process hands over, closes its volumes, sends every
+// device and exits or idles:
+//
+//	successor -> predecessor  "R10TAKE1"
+//	predecessor -> successor  per device: header, JSON of a wireDevice; the header carries
+//	                          the device's sockets (SCM_RIGHTS), one per wireDevice.Conns entry
+//	                          header = "R10HAND1" | JSON length u32 | socket count u32 (big-endian)
+//	predecessor -> successor  end: a header with JSON length 0 and no socket
+//	successor -> predecessor  "R10ACK01" once it holds every socket
+//
+// A socket is passed as a duplicate: the kernel's end never sees it end.
+var (
+	magicTake = [8]byte{'R', '1', '0', 'T', 'A', 'K', 'E', '1'}
+	magicHand = [8]byte{'R', '1', '0', 'H', 'A', 'N', 'D', '1'}
+	magicAck  = [8]byte{'R', '1', '0', 'A', 'C', 'K', '0', '1'}
+)
+
+const handHeaderSize = 16
+
+type wireDevice struct {
+	VolumeID string     `json:"volumeID"`
+	Record   Record     `json:"record"`
+	Slots    int        `json:"slots"`
+	Conns    []wireConn `json:"conns"`
+}
+
+type wireConn struct {
+	Unread []byte `json:"unread,omitempty"`
+}
+
+// HandoverListener is the serving side of the handover socket.
+type HandoverListener struct {
+	ln *net.UnixListener
+}
+
+// ListenHandover listens on the handover socket at path (mode 0600; a stale socket is
+// replaced). Its directory must be private, as nbd.Listen checks.
+func ListenHandover(path string) (*HandoverListener, error) {
+	ln, err := nbd.Listen(path)
+	if err != nil {
+		return nil, err
+	}
+	return &HandoverListener{ln: ln}, nil
+}
+
+// Close stops listening (and removes the socket).
+func (l *HandoverListener) Close() error { return l.ln.Close() }
+
+// Accept waits for a successor's request. It returns net.ErrClosed after Close.
+func (l *HandoverListener) Accept() (*HandoverRequest, error) {
+	for {
+		c, err := l.ln.AcceptUnix()
+		if err != nil {
+			return nil, err
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		var m [8]byte
+		if _, err := io.ReadFull(c, m[:]); err != nil || m != magicTake {
+			klog.InfoS("Ignoring a bad handover request", "err", err)
+			_ = c.Close()
+			continue
+		}
+		_ = c.SetDeadline(time.Time{})
+		return &HandoverRequest{c: c}, nil
+	}
+}
+
+// HandoverRequest is a successor waiting for the devices.
+type HandoverRequest struct {
+	c *net.UnixConn
+}
+
+// Refuse closes the request without handing anything over: the successor's TakeHandover
+// fails.
+func (r *HandoverRequest) Refuse() { _ = r.c.Close() }
+
+// Send passes the devices to the successor and waits (up to ctx) for its acknowledgement.
+// The caller closes the devices' connections afterwards, whatever the outcome: on success
+// the successor holds its own duplicates.
+func (r *HandoverRequest) Send(ctx context.Context, devs []Handed) error {
+	defer r.c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = r.c.SetDeadline(dl)
+	}
+	for _, d := range devs {
+		w := wireDevice{VolumeID: d.VolumeID, Record: d.Record, Slots: d.Slots}
+		fds := make([]int, 0, len(d.Conns))
+		var files []*os.File
+		for _, c := range d.Conns {
+			sc, ok := c.Conn.(syscall.Conn)
+			if !ok {
+				return fmt.Errorf("%w: connection of %s is a %T", ErrHandover, d.VolumeID, c.Conn)
+			}
+			raw, err := sc.SyscallConn()
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrHandover, err)
+			}
+			var fd int
+			var derr error
+			if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil || derr != nil {
+				return fmt.Errorf("%w: dup: %w", ErrHandover, errors.Join(err, derr))
+			}
+			f := os.NewFile(uintptr(fd), "nbd-server")
+			files = append(files, f)
+			fds = append(fds, fd)
+			w.Conns = append(w.Conns, wireConn{Unread: c.Unread})
+		}
+		b, err := json.Marshal(w)
+		if err == nil {
+			err = r.send(b, fds)
+		}
+		for _, f := range files {
+			_ = f.Close()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := r.send(nil, nil); err != nil {
+		return err
+	}
+	var m [8]byte
+	if _, err := io.ReadFull(r.c, m[:]); err != nil || m != magicAck {
+		return fmt.Errorf("%w: no acknowledgement: %v", ErrHandover, err)
+	}
+	return nil
+}
+
+func (r *HandoverRequest) send(b []byte, fds []int) error {
+	var h [handHeaderSize]byte
+	copy(h[:], magicHand[:])
+	binary.BigEndian.PutUint32(h[8:], uint32(len(b)))
+	binary.BigEndian.PutUint32(h[12:], uint32(len(fds)))
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	if _, _, err := r.c.WriteMsgUnix(h[:], oob, nil); err != nil {
+		return fmt.Errorf("%w: send: %w", ErrHandover, err)
+	}
+	if _, err := r.c.Write(b); err != nil {
+		return fmt.Errorf("%w: send: %w", ErrHandover, err)
+	}
+	return nil
+}
+
+// TakeHandover asks the process serving the handover socket at path for its devices. It
+// returns nil and no error when no process listens there (a first start, or after a crash:
+// the devices are then reattached from the state file). On success the predecessor has
+// closed its volumes: the caller may open them, then Adopt each device. On an error after the
+// predecessor began, whatever was received is closed.
+func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s: %w", ErrHandover, path, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write(magicTake[:]); err != nil {
+		return nil, fmt.Errorf("%w: request: %w", ErrHandover, err)
+	}
+	var out []Handed
+	fail := func(err error) ([]Handed, error) {
+		for i := range out {
+			out[i].Close()
+		}
+		return nil, fmt.Errorf("%w: %w", ErrHandover, err)
+	}
+	oob := make([]byte, unix.CmsgSpace(4*253))
+	for {
+		var h [handHeaderSize]byte
+		n, oobn, _, _, err := c.ReadMsgUnix(h[:], oob)
+		if err != nil {
+			return fail(err)
+		}
+		var fds []int
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return fail(err)
+			}
+			for _, m := range msgs {
+				got, err := unix.ParseUnixRights(&m)
+				if err != nil {
+					return fail(err)
+				}
+				fds = append(fds, got...)
+			}
+		}
+		conns := make([]net.Conn, 0, len(fds))
+		for _, fd := range fds {
+			f := os.NewFile(uintptr(fd), "nbd-server")
+			nc, err := net.FileConn(f)
+			_ = f.Close()
+			if err != nil {
+				for _, nc := range conns {
+					_ = nc.Close()
+				}
+				return fail(err)
+			}
+			conns = append(conns, nc)
+		}
+		closeConns := func() {
+			for _, nc := range conns {
+				_ = nc.Close()
+			}
+		}
+		if n < handHeaderSize {
+			if _, err := io.ReadFull(c, h[n:]); err != nil {
+				closeConns()
+				return fail(err)
+			}
+		}
+		if [8]byte(h[:8]) != magicHand || int(binary.BigEndian.Uint32(h[12:])) != len(conns) {
+			closeConns()
+			return fail(fmt.Errorf("bad header %x with %d sockets", h, len(conns)))
+		}
+		size := binary.BigEndian.Uint32(h[8:])
+		if size == 0 {
+			closeConns()
+			break
+		}
+		b := make([]byte, size)
+		if _, err := io.ReadFull(c, b); err != nil {
+			closeConns()
+			return fail(err)
+		}
+		var w wireDevice
+		if err := json.Unmarshal(b, &w); err != nil || len(w.Conns) != len(conns) {
+			closeConns()
+			return fail(fmt.Errorf("bad device %q: %v", b, err))
+		}
+		d := Handed{VolumeID: w.VolumeID, Record: w.Record, Slots: w.Slots}
+		for i, nc := range conns {
+			d.Conns = append(d.Conns, nbd.Handoff{Conn: nc, Unread: w.Conns[i].Unread})
+		}
+		out = append(out, d)
+	}
+	if _, err := c.Write(magicAck[:]); err != nil {
+		return fail(err)
+	}
+	return out, nil
+}
