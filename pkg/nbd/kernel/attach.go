@@ -17,7 +17,7 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultConnections     = 2
+	DefaultConnections = 2
 	// DefaultTimeout is the kernel's request timeout: the stall of the requests in flight
 	// when the serving process dies (they are requeued when it expires). It stays twice the
 	// engine's member timeout (raid10, 5 s), so that a request the engine completes after
