@@ -131,8 +131,58 @@ func (h *handover) stop(wait time.Duration) (bool, error) {
 	}
 }
 
-// takeHandover asks a predecessor serving --state-dir for its devices (none when nobody
-// listens: a first start, or a restart after a crash).
+// errSuccessorCame ends a give to the holder that a successor overtook.
+var errSuccessorCame = errors.New("a successor took the devices")
+
+// giveToHolder hands every device to the holder (raid10-csi --mode=holder) serving
+// --state-dir, if one listens: the way a planned stop goes when no successor runs beside this
+// process (a rolling update deletes the old pod before it creates the new one). It reports
+// whether the devices left this process (to the holder, or to a successor that came first),
+// with the error of the give; kernel.ErrNoHolder when there is no holder (nothing was done).
+func (h *handover) giveToHolder(stateDir string) (bool, error) {
+	path, err := holderPath(stateDir)
+	if err != nil {
+		return false, err
+	}
+	ctx, stop := context.WithTimeout(context.Background(), handoverTimeout)
+	defer stop()
+	start := time.Now()
+	var drained, closed time.Duration
+	devs, err := kernel.GiveHandover(ctx, path, func() ([]kernel.Handed, error) {
+		// No successor may take the devices from now on (one that came already has them).
+		if retired, err := h.stop(0); retired {
+			return nil, errors.Join(errSuccessorCame, err)
+		}
+		devs, err := h.np.attacher.HandOver(ctx)
+		if err != nil {
+			return nil, err
+		}
+		drained = time.Since(start)
+		if err := h.np.pool.Close(); err != nil {
+			klog.ErrorS(err, "Closing the pool for the holder")
+		}
+		closed = time.Since(start)
+		return devs, nil
+	})
+	for i := range devs {
+		devs[i].Close() // the holder keeps its own duplicates
+	}
+	switch {
+	case errors.Is(err, kernel.ErrNoHolder):
+		return false, err
+	case errors.Is(err, errSuccessorCame):
+		_, herr := h.stop(0)
+		return true, herr
+	case err != nil:
+		return true, fmt.Errorf("hand the NBD devices to the holder: %w", err)
+	}
+	klog.InfoS("Handed the NBD devices to the holder", "devices", len(devs),
+		"drained", drained, "poolClosed", closed, "total", time.Since(start))
+	return true, nil
+}
+
+// takeHandover takes the devices of a predecessor still serving --state-dir, or else those
+// the holder keeps (none when neither listens: a first start, or a restart after a crash).
 func takeHandover(ctx context.Context, stateDir string) ([]kernel.Handed, error) {
 	ctx, cancel := context.WithTimeout(ctx, handoverTimeout)
 	defer cancel()
@@ -145,8 +195,64 @@ func takeHandover(ctx context.Context, stateDir string) ([]kernel.Handed, error)
 	if err != nil {
 		return nil, err
 	}
-	if devs != nil {
-		klog.InfoS("Took the NBD devices over from the predecessor", "devices", len(devs), "took", time.Since(start))
+	from := "predecessor"
+	if devs == nil {
+		from = "holder"
+		if path, err = holderPath(stateDir); err != nil {
+			return nil, err
+		}
+		if devs, err = kernel.TakeHandover(ctx, path); err != nil {
+			return nil, err
+		}
+	}
+	if len(devs) > 0 {
+		klog.InfoS("Took the NBD devices over", "from", from, "devices", len(devs), "took", time.Since(start))
 	}
 	return devs, nil
+}
+
+// holderPath is the holder's socket, beside the handover socket.
+func holderPath(stateDir string) (string, error) {
+	p, err := handoverPath(stateDir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(p), kernel.HolderSocket), nil
+}
+
+// runHolder is --mode=holder: it keeps the devices a stopping node plugin gives it until the
+// next one takes them, until ctx ends and either nothing is held or --handover-wait passed
+// (then the devices it still holds are closed: the kernel sees their connections end, as
+// after a crash, and the next plugin reattaches them).
+func runHolder(ctx context.Context, o *Options) error {
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	path, err := holderPath(o.StateDir)
+	if err != nil {
+		return err
+	}
+	h, err := kernel.ListenHolder(path)
+	if err != nil {
+		return err
+	}
+	klog.InfoS("Holding NBD devices between node plugins", "socket", path)
+	errc := make(chan error, 1)
+	go func() { errc <- h.Serve() }()
+	select {
+	case <-ctx.Done():
+		// Told to stop while holding (the holder rolls with the plugin): the next plugin
+		// may still come for them within --handover-wait.
+		for deadline := time.Now().Add(o.HandoverWait); h.Held() > 0 && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := h.Held(); n > 0 {
+			klog.InfoS("Stopping with devices held: they wait for a reattach", "devices", n)
+		}
+		_ = h.Close()
+		return <-errc
+	case err := <-errc:
+		_ = h.Close()
+		return err
+	}
 }

@@ -52,6 +52,10 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
+// modeHolder is --mode=holder: the process that keeps a stopped node plugin's NBD devices
+// for the next one (handover.go), run beside the node plugin and updated separately.
+const modeHolder driver.Mode = "holder"
+
 // version is set at link time: -ldflags "-X main.version=v0.1.0".
 var version = "dev"
 
@@ -83,8 +87,13 @@ const DefaultMetricsAddress = ":9810"
 func (o *Options) Validate() error {
 	switch o.Mode {
 	case driver.ModeController, driver.ModeNode, driver.ModeAll:
+	case modeHolder:
+		if o.StateDir == "" {
+			return errors.New("--state-dir: must not be empty in --mode=holder")
+		}
+		return nil
 	default:
-		return fmt.Errorf("--mode=%q: must be controller, node or all", o.Mode)
+		return fmt.Errorf("--mode=%q: must be controller, node, all or holder", o.Mode)
 	}
 	if o.Endpoint == "" {
 		return errors.New("--endpoint: must not be empty")
@@ -120,7 +129,7 @@ func (o *Options) Validate() error {
 func main() {
 	klog.InitFlags(nil)
 	var o Options
-	flag.StringVar((*string)(&o.Mode), "mode", string(driver.ModeController), "which services to run: controller (provisioning through the API server), node (pool, node agent and CSI node service) or all (standalone, no cluster: identity, controller and node over the local pool)")
+	flag.StringVar((*string)(&o.Mode), "mode", string(driver.ModeController), "which services to run: controller (provisioning through the API server), node (pool, node agent and CSI node service), all (standalone, no cluster: identity, controller and node over the local pool) or holder (keeps a stopped node plugin's NBD devices for the next one, in --state-dir)")
 	flag.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI gRPC endpoint: unix:///path or tcp://host:port")
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's name (node and all modes)")
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (controller and node modes); empty: in-cluster config, else $KUBECONFIG or ~/.kube/config")
@@ -139,7 +148,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := Run(ctx, &o); err != nil {
+	run := Run
+	if o.Mode == modeHolder {
+		run = runHolder
+	}
+	if err := run(ctx, &o); err != nil {
 		klog.ErrorS(err, "raid10-csi failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
@@ -241,8 +254,15 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	wait := time.Duration(0)
-	if err == nil && parent.Err() != nil {
-		wait = o.HandoverWait // told to stop: the devices stay served while a successor may come
+	if err == nil && parent.Err() != nil { // told to stop
+		gone, gerr := ho.giveToHolder(o.StateDir)
+		if gone {
+			return gerr
+		}
+		if !errors.Is(gerr, kernel.ErrNoHolder) {
+			klog.ErrorS(gerr, "No handover to the holder")
+		}
+		wait = o.HandoverWait // no holder: the devices stay served while a successor may come
 	}
 	retired, herr := ho.stop(wait)
 	if !retired {
@@ -321,16 +341,24 @@ func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
 	}
 	// A predecessor still serving the state directory closes its arrays and hands its
 	// devices over before this process opens the pool: the same disks are never open twice.
-	handed, err := takeHandover(ctx, o.StateDir)
-	if err != nil {
-		return nil, err
-	}
-	p, err := pool.Open(pc)
-	if err != nil {
+	var handed []kernel.Handed
+	var p *pool.Pool
+	for deadline := time.Now().Add(handoverTimeout); ; {
+		if handed, err = takeHandover(ctx, o.StateDir); err != nil {
+			return nil, err
+		}
+		p, err = pool.Open(pc)
+		if err == nil {
+			break
+		}
 		for i := range handed {
 			handed[i].Close()
 		}
-		return nil, err
+		// A predecessor still closing its arrays for the holder: its devices come next.
+		if !errors.Is(err, pool.ErrDiskInUse) || len(handed) > 0 || time.Now().After(deadline) {
+			return nil, err
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	np := &nodePlugin{pool: p}
 	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), kernel.Options{}, handed...)

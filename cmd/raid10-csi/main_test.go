@@ -50,6 +50,9 @@ func TestValidate(t *testing.T) {
 		{"MemberTimeoutOff", func(o *Options) { node(driver.ModeAll)(o); o.MemberTimeout = -1 }, ""},
 		{"MemberTimeoutOverKernel", func(o *Options) { node(driver.ModeNode)(o); o.MemberTimeout = pool.MaxMemberTimeout }, "--member-timeout"},
 		{"MemberTimeoutOverKernelAll", func(o *Options) { node(driver.ModeAll)(o); o.MemberTimeout = time.Hour }, "--member-timeout"},
+		{"NegativeHandoverWait", func(o *Options) { node(driver.ModeNode)(o); o.HandoverWait = -time.Second }, "--handover-wait"},
+		{"Holder", func(o *Options) { o.Mode, o.StateDir = modeHolder, "/var/lib/x" }, ""},
+		{"HolderWithoutStateDir", func(o *Options) { o.Mode, o.StateDir = modeHolder, "" }, "--state-dir"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok

@@ -112,23 +112,34 @@ func (a *Attacher) Adopt(h Handed, export string) (*Device, error) {
 	d := &Device{VolumeID: h.VolumeID, Index: rec.Index, Reattached: true, a: a, export: export, idleSince: time.Now(),
 		cfg: Config{Size: info.Size, BlockSize: a.opts.BlockSize, Timeout: a.opts.Timeout,
 			DeadConnTimeout: a.opts.DeadConnTimeout, ServerFlags: uint64(info.Flags), BackendID: rec.BackendID}}
+	live := 0
 	for _, c := range h.Conns {
+		if peerGone(c.Conn) {
+			// The kernel timed a request out on it while it was handed over, requeued it
+			// and shut the socket down: what it still holds never runs. The slot is
+			// replaced like any connection that ended.
+			_ = c.Conn.Close()
+			continue
+		}
+		live++
 		d.wg.Add(1)
 		go d.keepServed(c.Conn, c.Unread)
 	}
-	for i := len(h.Conns); i < h.Slots; i++ {
+	for i := live; i < max(h.Slots, len(h.Conns)); i++ {
 		d.wg.Add(1)
 		go d.keepServed(nil, nil)
 	}
 	a.devs[h.VolumeID] = d
-	klog.InfoS("Adopted NBD device", "volumeID", h.VolumeID, "device", d.Path(), "connections", len(h.Conns))
+	klog.InfoS("Adopted NBD device", "volumeID", h.VolumeID, "device", d.Path(), "connections", live, "replaced", max(h.Slots, len(h.Conns))-live)
 	return d, nil
 }
 
 // The handover protocol, over a unix stream socket in the state directory that the serving
 // process listens on (ListenHandover). A starting process connects (TakeHandover) before it
 // opens any volume and asks; the serving process hands over, closes its volumes, sends every
-// device and exits or idles:
+// device and exits or idles. A Holder (holder.go) speaks the same protocol on its own socket
+// and also takes devices from a stopping process, which connects and says "R10GIVE1" before
+// it stops serving, then sends them as below and waits for the acknowledgement.
 //
 //	successor -> predecessor  "R10TAKE1"
 //	predecessor -> successor  per device: header, JSON of a wireDevice; the header carries
@@ -140,6 +151,7 @@ func (a *Attacher) Adopt(h Handed, export string) (*Device, error) {
 // A socket is passed as a duplicate: the kernel's end never sees it end.
 var (
 	magicTake = [8]byte{'R', '1', '0', 'T', 'A', 'K', 'E', '1'}
+	magicGive = [8]byte{'R', '1', '0', 'G', 'I', 'V', 'E', '1'}
 	magicHand = [8]byte{'R', '1', '0', 'H', 'A', 'N', 'D', '1'}
 	magicAck  = [8]byte{'R', '1', '0', 'A', 'C', 'K', '0', '1'}
 )
@@ -211,41 +223,7 @@ func (r *HandoverRequest) Send(ctx context.Context, devs []Handed) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = r.c.SetDeadline(dl)
 	}
-	for _, d := range devs {
-		w := wireDevice{VolumeID: d.VolumeID, Record: d.Record, Slots: d.Slots}
-		fds := make([]int, 0, len(d.Conns))
-		var files []*os.File
-		for _, c := range d.Conns {
-			sc, ok := c.Conn.(syscall.Conn)
-			if !ok {
-				return fmt.Errorf("%w: connection of %s is a %T", ErrHandover, d.VolumeID, c.Conn)
-			}
-			raw, err := sc.SyscallConn()
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrHandover, err)
-			}
-			var fd int
-			var derr error
-			if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil || derr != nil {
-				return fmt.Errorf("%w: dup: %w", ErrHandover, errors.Join(err, derr))
-			}
-			f := os.NewFile(uintptr(fd), "nbd-server")
-			files = append(files, f)
-			fds = append(fds, fd)
-			w.Conns = append(w.Conns, wireConn{Unread: c.Unread})
-		}
-		b, err := json.Marshal(w)
-		if err == nil {
-			err = r.send(b, fds)
-		}
-		for _, f := range files {
-			_ = f.Close()
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if err := r.send(nil, nil); err != nil {
+	if err := sendDevices(r.c, devs); err != nil {
 		return err
 	}
 	var m [8]byte
@@ -255,7 +233,60 @@ func (r *HandoverRequest) Send(ctx context.Context, devs []Handed) error {
 	return nil
 }
 
-func (r *HandoverRequest) send(b []byte, fds []int) error {
+// sendDevices writes every device, its sockets attached, then the end header.
+func sendDevices(c *net.UnixConn, devs []Handed) error {
+	for _, d := range devs {
+		w := wireDevice{VolumeID: d.VolumeID, Record: d.Record, Slots: d.Slots}
+		fds := make([]int, 0, len(d.Conns))
+		var files []*os.File
+		for _, hc := range d.Conns {
+			f, err := dupFile(hc.Conn)
+			if err != nil {
+				for _, f := range files {
+					_ = f.Close()
+				}
+				return fmt.Errorf("%w: connection of %s: %w", ErrHandover, d.VolumeID, err)
+			}
+			files = append(files, f)
+			fds = append(fds, int(f.Fd()))
+			w.Conns = append(w.Conns, wireConn{Unread: hc.Unread})
+		}
+		b, err := json.Marshal(w)
+		if err == nil {
+			err = sendMsg(c, b, fds)
+		}
+		for _, f := range files {
+			_ = f.Close()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return sendMsg(c, nil, nil)
+}
+
+// dupFile returns a duplicate of a connection's socket.
+func dupFile(nc net.Conn) (*os.File, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("a %T has no socket", nc)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var fd int
+	var derr error
+	if err := raw.Control(func(s uintptr) { fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return os.NewFile(uintptr(fd), "nbd-server"), nil
+}
+
+func sendMsg(c *net.UnixConn, b []byte, fds []int) error {
 	var h [handHeaderSize]byte
 	copy(h[:], magicHand[:])
 	binary.BigEndian.PutUint32(h[8:], uint32(len(b)))
@@ -264,20 +295,21 @@ func (r *HandoverRequest) send(b []byte, fds []int) error {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	if _, _, err := r.c.WriteMsgUnix(h[:], oob, nil); err != nil {
+	if _, _, err := c.WriteMsgUnix(h[:], oob, nil); err != nil {
 		return fmt.Errorf("%w: send: %w", ErrHandover, err)
 	}
-	if _, err := r.c.Write(b); err != nil {
+	if _, err := c.Write(b); err != nil {
 		return fmt.Errorf("%w: send: %w", ErrHandover, err)
 	}
 	return nil
 }
 
-// TakeHandover asks the process serving the handover socket at path for its devices. It
-// returns nil and no error when no process listens there (a first start, or after a crash:
-// the devices are then reattached from the state file). On success the predecessor has
-// closed its volumes: the caller may open them, then Adopt each device. On an error after the
-// predecessor began, whatever was received is closed.
+// TakeHandover asks the process serving the handover socket at path (a predecessor, or a
+// Holder) for its devices. It returns nil and no error when no process listens there (a
+// first start, or after a crash: the devices are then reattached from the state file), or
+// when the predecessor ended the request without a word (it was handing its devices to a
+// Holder meanwhile). On success the predecessor has closed its volumes: the caller may open
+// them, then Adopt each device. On an error whatever was received is closed.
 func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
@@ -291,19 +323,48 @@ func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
 		_ = c.SetDeadline(dl)
 	}
 	if _, err := c.Write(magicTake[:]); err != nil {
-		return nil, fmt.Errorf("%w: request: %w", ErrHandover, err)
+		return nil, nil // refused before it read the request
 	}
+	out, err := recvDevices(c)
+	if errors.Is(err, errRefused) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Write(magicAck[:]); err != nil {
+		closeAll(out)
+		return nil, fmt.Errorf("%w: acknowledge: %w", ErrHandover, err)
+	}
+	if out == nil {
+		out = []Handed{}
+	}
+	return out, nil
+}
+
+// errRefused is a peer that closed the handover before its first header.
+var errRefused = errors.New("kernel: handover refused")
+
+func closeAll(devs []Handed) {
+	for i := range devs {
+		devs[i].Close()
+	}
+}
+
+// recvDevices reads devices up to the end header.
+func recvDevices(c *net.UnixConn) ([]Handed, error) {
 	var out []Handed
 	fail := func(err error) ([]Handed, error) {
-		for i := range out {
-			out[i].Close()
-		}
+		closeAll(out)
 		return nil, fmt.Errorf("%w: %w", ErrHandover, err)
 	}
 	oob := make([]byte, unix.CmsgSpace(4*253))
-	for {
+	for first := true; ; first = false {
 		var h [handHeaderSize]byte
 		n, oobn, _, _, err := c.ReadMsgUnix(h[:], oob)
+		if first && n == 0 && (err == nil || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			return nil, errRefused
+		}
 		if err != nil {
 			return fail(err)
 		}
@@ -322,22 +383,23 @@ func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
 			}
 		}
 		conns := make([]net.Conn, 0, len(fds))
-		for _, fd := range fds {
-			f := os.NewFile(uintptr(fd), "nbd-server")
-			nc, err := net.FileConn(f)
-			_ = f.Close()
-			if err != nil {
-				for _, nc := range conns {
-					_ = nc.Close()
-				}
-				return fail(err)
-			}
-			conns = append(conns, nc)
-		}
 		closeConns := func() {
 			for _, nc := range conns {
 				_ = nc.Close()
 			}
+		}
+		for i, fd := range fds {
+			f := os.NewFile(uintptr(fd), "nbd-server")
+			nc, err := net.FileConn(f)
+			_ = f.Close()
+			if err != nil {
+				closeConns()
+				for _, fd := range fds[i+1:] {
+					_ = unix.Close(fd)
+				}
+				return fail(err)
+			}
+			conns = append(conns, nc)
 		}
 		if n < handHeaderSize {
 			if _, err := io.ReadFull(c, h[n:]); err != nil {
@@ -352,7 +414,7 @@ func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
 		size := binary.BigEndian.Uint32(h[8:])
 		if size == 0 {
 			closeConns()
-			break
+			return out, nil
 		}
 		b := make([]byte, size)
 		if _, err := io.ReadFull(c, b); err != nil {
@@ -370,8 +432,4 @@ func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
 		}
 		out = append(out, d)
 	}
-	if _, err := c.Write(magicAck[:]); err != nil {
-		return fail(err)
-	}
-	return out, nil
 }

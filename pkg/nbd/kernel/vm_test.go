@@ -26,8 +26,11 @@ import (
 const helperEnv = "NBD_KERNEL_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "serve" {
+	switch os.Getenv(helperEnv) {
+	case "serve":
 		os.Exit(serveHelper())
+	case "leak":
+		os.Exit(leakHelper())
 	}
 	os.Exit(m.Run())
 }

@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+// runMainEnv makes the test binary run main() instead of the tests: the plugin process of
+// TestRestartInGuest, which kills and restarts it.
+const runMainEnv = "RAID10_CSI_TEST_RUN_MAIN"
+
+// restartLongEnv, set to 1, runs TestRestartVM with 20 graceful restarts and 20 kills per
+// filesystem (the measurement of docs/design.md) instead of the short version of make test.
+const restartLongEnv = "RAID10_RESTART_LONG"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		os.Args = append([]string{"raid10-csi"}, strings.Fields(os.Getenv(runMainEnv+"_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestRestartVM runs TestRestartInGuest in the VM: restarts of the plugin under fio.
+func TestRestartVM(t *testing.T) {
+	if vm.InGuest() {
+		t.Skip("already in the guest")
+	}
+	timeout, rounds := 7*time.Minute, "ext4:2:1,xfs:1:1"
+	if os.Getenv(restartLongEnv) == "1" {
+		timeout, rounds = 55*time.Minute, "ext4:20:20,xfs:20:20"
+	}
+	res := vm.RunGoTestOpts(t, vm.Options{Timeout: timeout, Memory: 2048, Env: []string{"RAID10_RESTART_ROUNDS=" + rounds}},
+		".", "-test.run=^TestRestartInGuest$", "-test.v", "-test.timeout="+(timeout-90*time.Second).String())
+	t.Logf("VM run: boot %s, total %s", res.Boot.Round(time.Second), res.Duration.Round(time.Second))
+}
+
+// plugin is one raid10-csi --mode=all process of TestRestartInGuest.
+type plugin struct {
+	cmd   *exec.Cmd
+	log   string
+	start time.Time
+	done  chan struct{}
+}
+
+// round is the outcome of one restart under fio.
+type round struct {
+	kind    string        // graceful or kill
+	stall   time.Duration // fio's largest completion latency
+	served  time.Duration // from the signal to the new process answering on its CSI socket
+	errors  int
+	verify  bool
+	handed  bool          // the logs show a handover (graceful)
+	ios     int           // writes fio completed
+	mean    time.Duration // their mean completion latency
+	fioTail string
+}
+
+// TestRestartInGuest starts raid10-csi --mode=all as a process of its own on four file disks,
+// creates and stages a mounted volume per filesystem, and restarts the plugin while fio writes
+// with verification through the filesystem: graceful restarts (SIGTERM; once the process has
+// ended a new one starts and takes the devices over) and kills (SIGKILL, then a new process,
+// which reattaches), with a holder process (--mode=holder) beside them that keeps the devices
+// between a plugin that stops and the next one. For each restart it records fio's largest completion latency (the stall),
+// its errors and its verification; every round must have no error and a passing
+// verification, a graceful one must have handed over and stalled less than the kernel's
+// request timeout (no request waited for it), and the filesystem must check clean at the end.
+// RAID10_RESTART_ROUNDS is "fs:graceful:kills,...".
+func TestRestartInGuest(t *testing.T) {
+	if !vm.InGuest() {
+		t.Skip("runs in the VM (TestRestartVM)")
+	}
+	spec := os.Getenv("RAID10_RESTART_ROUNDS")
+	if spec == "" {
+		spec = "ext4:1:1"
+	}
+	dir := "/var/tmp/restart-test" // not under t.TempDir: the plugin's logs stay readable after a failure
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var cfg pool.Config
+	for i := range 4 {
+		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 256<<20); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
+	}
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "pool.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "csi.sock")
+	args := strings.Join([]string{"--mode=all", "--node-id=vm-node", "--endpoint=unix://" + sock,
+		"--pool-config=" + filepath.Join(dir, "pool.json"), "--state-dir=" + filepath.Join(dir, "state"),
+		"--metrics-address=", "--handover-wait=20s", "-v=2"}, " ")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	startProc := func(name, args string) *plugin {
+		p := &plugin{log: filepath.Join(dir, name+".log"), start: time.Now(), done: make(chan struct{})}
+		f, err := os.Create(p.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.cmd = exec.Command(self)
+		p.cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS="+args)
+		p.cmd.Stdout, p.cmd.Stderr = f, f
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = p.cmd.Wait(); f.Close(); close(p.done) }()
+		return p
+	}
+	startPlugin := func() *plugin {
+		n++
+		return startProc(fmt.Sprintf("plugin-%02d", n), args)
+	}
+	// The holder keeps the devices between a plugin that stops and the next one.
+	holder := startProc("holder", "--mode=holder --state-dir="+filepath.Join(dir, "state")+" -v=2")
+	defer func() {
+		_ = holder.cmd.Process.Signal(syscall.SIGTERM)
+		<-holder.done
+	}()
+	dumpLog := func(p *plugin) {
+		b, _ := os.ReadFile(p.log)
+		lines := strings.Split(string(b), "\n")
+		t.Logf("%s (last lines):\n%s", p.log, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
+	var cur *plugin
+	defer func() {
+		if cur != nil {
+			_ = cur.cmd.Process.Kill()
+			<-cur.done
+		}
+	}()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ids := csi.NewIdentityClient(conn)
+	waitServing := func(p *plugin) time.Duration {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := ids.Probe(ctx, &csi.ProbeRequest{})
+			cancel()
+			if err == nil {
+				return time.Since(p.start)
+			}
+			select {
+			case <-p.done:
+				dumpLog(p)
+				t.Fatalf("plugin exited before serving: %v", p.cmd.ProcessState)
+			default:
+			}
+			if time.Now().After(deadline) {
+				dumpLog(p)
+				t.Fatalf("plugin not serving after 2 minutes: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	cur = startPlugin()
+	t.Logf("plugin serving after %s", waitServing(cur).Round(time.Millisecond))
+	ctx := context.Background()
+	ctrl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+
+	results := map[string][]round{}
+	var order []string
+	for _, part := range strings.Split(spec, ",") {
+		f := strings.Split(part, ":")
+		if len(f) != 3 {
+			t.Fatalf("bad RAID10_RESTART_ROUNDS part %q", part)
+		}
+		fs := f[0]
+		graceful, _ := strconv.Atoi(f[1])
+		kills, _ := strconv.Atoi(f[2])
+		capab := &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}
+		vol, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "vol-" + fs,
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 320 << 20}, VolumeCapabilities: []*csi.VolumeCapability{capab}})
+		if err != nil {
+			t.Fatalf("CreateVolume: %v", err)
+		}
+		id := vol.GetVolume().GetVolumeId()
+		staging := filepath.Join(dir, "staging-"+fs)
+		if _, err := node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id,
+			StagingTargetPath: staging, VolumeCapability: capab}); err != nil {
+			t.Fatalf("NodeStageVolume: %v", err)
+		}
+		dev := mountSource(t, staging)
+		t.Logf("%s: volume %s staged on %s", fs, id, dev)
+
+		kinds := make([]string, 0, graceful+kills)
+		for i := 0; i < max(graceful, kills); i++ { // alternate, so that both see the same state
+			if i < graceful {
+				kinds = append(kinds, "graceful")
+			}
+			if i < kills {
+				kinds = append(kinds, "kill")
+			}
+		}
+		for i, kind := range kinds {
+			r := restartUnderFio(t, filepath.Join(staging, "fio.dat"), kind, &cur, startPlugin, waitServing)
+			t.Logf("%s round %d %s: stall %s, served again after %s, errors %d, verify %v, handover %v (%d writes, mean %s)",
+				fs, i+1, kind, r.stall.Round(time.Millisecond), r.served.Round(time.Millisecond), r.errors, r.verify, r.handed,
+				r.ios, r.mean.Round(time.Microsecond))
+			key := fs + " " + kind
+			if _, ok := results[key]; !ok {
+				order = append(order, key)
+			}
+			results[key] = append(results[key], r)
+			if r.errors != 0 || !r.verify {
+				dumpLog(cur)
+				t.Fatalf("%s %s: fio failed:\n%s", fs, kind, r.fioTail)
+			}
+			if kind == "graceful" && (!r.handed || r.stall >= 10*time.Second) {
+				dumpLog(cur)
+				t.Fatalf("%s graceful restart: handover %v, stall %s (the kernel's request timeout is 10 s)", fs, r.handed, r.stall)
+			}
+		}
+		mustRun(t, "umount", staging)
+		if fs == "xfs" {
+			mustRun(t, "xfs_repair", "-n", dev)
+		} else {
+			mustRun(t, "e2fsck", "-fn", dev)
+		}
+		if _, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+			t.Fatalf("NodeUnstageVolume: %v", err)
+		}
+		if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			t.Fatalf("DeleteVolume: %v", err)
+		}
+	}
+	t.Log("RESULT | fs kind | restarts | stall p50 | stall max | served again p50 | max | errors | verify |")
+	for _, key := range order {
+		rs := results[key]
+		var stalls, served []time.Duration
+		errs, verified := 0, 0
+		for _, r := range rs {
+			stalls, served = append(stalls, r.stall), append(served, r.served)
+			errs += r.errors
+			if r.verify {
+				verified++
+			}
+		}
+		t.Logf("RESULT | %s | %d | %s | %s | %s | %s | %d | %d/%d passed |", key, len(rs),
+			p50(stalls), maxOf(stalls), p50(served), maxOf(served), errs, verified, len(rs))
+	}
+	_ = cur.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-cur.done:
+	case <-time.After(time.Minute):
+		t.Error("plugin still running a minute after SIGTERM")
+	}
+	cur = nil
+}
+
+// restartUnderFio runs fio (random 4 KiB writes at queue depth 16 with verification, at a
+// bounded rate: about 8 s of writes) on file and restarts the plugin 2.5 s into it.
+func restartUnderFio(t *testing.T, file, kind string, cur **plugin, startPlugin func() *plugin, waitServing func(*plugin) time.Duration) round {
+	t.Helper()
+	fio := exec.Command("fio", "--name=restart", "--filename="+file, "--size=32M", "--bs=4k",
+		"--rw=randwrite", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--rate_iops=1000",
+		"--verify=crc32c", "--verify_state_save=0", "--do_verify=1", "--verify_fatal=1",
+		"--output-format=json")
+	var out, errOut strings.Builder
+	fio.Stdout, fio.Stderr = &out, &errOut
+	if err := fio.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fioDone := make(chan error, 1)
+	go func() { fioDone <- fio.Wait() }()
+	time.Sleep(2500 * time.Millisecond)
+
+	old := *cur
+	r := round{kind: kind}
+	signalled := time.Now()
+	if kind == "kill" {
+		_ = old.cmd.Process.Signal(syscall.SIGKILL)
+		<-old.done
+		*cur = startPlugin()
+	} else {
+		// As a DaemonSet's rolling update: the old process ends (handing its devices to the
+		// holder), then the new one starts (taking them).
+		_ = old.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-old.done:
+		case <-time.After(time.Minute):
+			t.Fatal("the old plugin still runs a minute after SIGTERM")
+		}
+		*cur = startPlugin()
+	}
+	waitServing(*cur)
+	r.served = time.Since(signalled)
+	if kind == "graceful" {
+		ob, _ := os.ReadFile(old.log)
+		nb, _ := os.ReadFile((*cur).log)
+		r.handed = strings.Contains(string(ob), "Handed the NBD devices to the holder") &&
+			strings.Contains(string(nb), "Took the NBD devices over")
+	}
+	var ferr error
+	select {
+	case ferr = <-fioDone:
+	case <-time.After(3 * time.Minute):
+		_ = fio.Process.Kill()
+		t.Fatalf("fio hangs after a %s restart:\n%s", kind, errOut.String())
+	}
+	r.verify = ferr == nil && !strings.Contains(errOut.String(), "verify")
+	var res struct {
+		Jobs []struct {
+			Error int `json:"error"`
+			Read  struct {
+				Clat struct {
+					Max float64 `json:"max"`
+				} `json:"clat_ns"`
+			} `json:"read"`
+			Write struct {
+				IOs  int `json:"total_ios"`
+				Clat struct {
+					Max  float64 `json:"max"`
+					Mean float64 `json:"mean"`
+				} `json:"clat_ns"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &res); err != nil || len(res.Jobs) == 0 {
+		r.errors = 1
+		r.fioTail = fmt.Sprintf("unparsable fio output (%v): %s\n%s", err, out.String(), errOut.String())
+		return r
+	}
+	j := res.Jobs[0]
+	r.errors = j.Error
+	r.stall = time.Duration(max(j.Read.Clat.Max, j.Write.Clat.Max))
+	r.ios, r.mean = j.Write.IOs, time.Duration(j.Write.Clat.Mean)
+	if r.errors != 0 || !r.verify {
+		r.fioTail = errOut.String() + out.String()
+	}
+	return r
+}
+
+// mountSource returns the device mounted at path.
+func mountSource(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open("/proc/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fs := strings.Fields(sc.Text()); len(fs) > 1 && fs[1] == path {
+			return fs[0]
+		}
+	}
+	t.Fatalf("nothing mounted at %s", path)
+	return ""
+}
+
+func mustRun(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+func p50(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2].Round(time.Millisecond)
+}
+
+func maxOf(ds []time.Duration) time.Duration {
+	m := time.Duration(0)
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m.Round(time.Millisecond)
+}
