@@ -47,7 +47,7 @@ func TestRestartVM(t *testing.T) {
 	}
 	timeout, rounds := 7*time.Minute, "ext4:2:1,xfs:1:1"
 	if os.Getenv(restartLongEnv) == "1" {
-		timeout, rounds = 55*time.Minute, "ext4:20:20,xfs:20:20"
+		timeout, rounds = 80*time.Minute, "ext4:20:20:5,xfs:20:20:5"
 	}
 	res := vm.RunGoTestOpts(t, vm.Options{Timeout: timeout, Memory: 2048, Env: []string{"RAID10_RESTART_ROUNDS=" + rounds}},
 		".", "-test.run=^TestRestartInGuest$", "-test.v", "-test.timeout="+(timeout-90*time.Second).String())
@@ -79,12 +79,14 @@ type round struct {
 // creates and stages a mounted volume per filesystem, and restarts the plugin while fio writes
 // with verification through the filesystem: graceful restarts (SIGTERM; once the process has
 // ended a new one starts and takes the devices over) and kills (SIGKILL, then a new process,
-// which reattaches), with a holder process (--mode=holder) beside them that keeps the devices
+// which reattaches), and drains (SIGTERM with no holder: the connections are drained and
+// closed, the kernel requeues what was in flight at its request timeout; the behaviour
+// without the handover, for comparison), with a holder process (--mode=holder) beside them that keeps the devices
 // between a plugin that stops and the next one. For each restart it records fio's largest completion latency (the stall),
 // its errors and its verification; every round must have no error and a passing
 // verification, a graceful one must have handed over and stalled less than the kernel's
 // request timeout (no request waited for it), and the filesystem must check clean at the end.
-// RAID10_RESTART_ROUNDS is "fs:graceful:kills,...".
+// RAID10_RESTART_ROUNDS is "fs:graceful:kills[:drains],...".
 func TestRestartInGuest(t *testing.T) {
 	if !vm.InGuest() {
 		t.Skip("runs in the VM (TestRestartVM)")
@@ -116,7 +118,7 @@ func TestRestartInGuest(t *testing.T) {
 	sock := filepath.Join(dir, "csi.sock")
 	args := strings.Join([]string{"--mode=all", "--node-id=vm-node", "--endpoint=unix://" + sock,
 		"--pool-config=" + filepath.Join(dir, "pool.json"), "--state-dir=" + filepath.Join(dir, "state"),
-		"--metrics-address=", "--handover-wait=20s", "-v=2"}, " ")
+		"--metrics-address=", "--handover-wait=0s", "-v=2"}, " ")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +144,12 @@ func TestRestartInGuest(t *testing.T) {
 		return startProc(fmt.Sprintf("plugin-%02d", n), args)
 	}
 	// The holder keeps the devices between a plugin that stops and the next one.
-	holder := startProc("holder", "--mode=holder --state-dir="+filepath.Join(dir, "state")+" -v=2")
+	holders := 0
+	startHolder := func() *plugin {
+		holders++
+		return startProc(fmt.Sprintf("holder-%02d", holders), "--mode=holder --state-dir="+filepath.Join(dir, "state")+" -v=2")
+	}
+	holder := startHolder()
 	defer func() {
 		_ = holder.cmd.Process.Signal(syscall.SIGTERM)
 		<-holder.done
@@ -196,12 +203,16 @@ func TestRestartInGuest(t *testing.T) {
 	var order []string
 	for _, part := range strings.Split(spec, ",") {
 		f := strings.Split(part, ":")
-		if len(f) != 3 {
+		if len(f) < 3 {
 			t.Fatalf("bad RAID10_RESTART_ROUNDS part %q", part)
 		}
 		fs := f[0]
 		graceful, _ := strconv.Atoi(f[1])
 		kills, _ := strconv.Atoi(f[2])
+		drains := 0
+		if len(f) > 3 {
+			drains, _ = strconv.Atoi(f[3])
+		}
 		capab := &csi.VolumeCapability{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
@@ -220,17 +231,27 @@ func TestRestartInGuest(t *testing.T) {
 		dev := mountSource(t, staging)
 		t.Logf("%s: volume %s staged on %s", fs, id, dev)
 
-		kinds := make([]string, 0, graceful+kills)
-		for i := 0; i < max(graceful, kills); i++ { // alternate, so that both see the same state
+		kinds := make([]string, 0, graceful+kills+drains)
+		for i := 0; i < max(graceful, kills, drains); i++ { // interleaved, so that each sees the same state
 			if i < graceful {
 				kinds = append(kinds, "graceful")
 			}
 			if i < kills {
 				kinds = append(kinds, "kill")
 			}
+			if i < drains {
+				kinds = append(kinds, "drain")
+			}
 		}
 		for i, kind := range kinds {
+			if kind == "drain" { // no holder: the plugin drains its connections and closes them
+				_ = holder.cmd.Process.Signal(syscall.SIGTERM)
+				<-holder.done
+			}
 			r := restartUnderFio(t, filepath.Join(staging, "fio.dat"), kind, &cur, startPlugin, waitServing)
+			if kind == "drain" {
+				holder = startHolder()
+			}
 			t.Logf("%s round %d %s: stall %s, served again after %s, errors %d, verify %v, handover %v (%d writes, mean %s)",
 				fs, i+1, kind, r.stall.Round(time.Millisecond), r.served.Round(time.Millisecond), r.errors, r.verify, r.handed,
 				r.ios, r.mean.Round(time.Microsecond))
@@ -309,7 +330,7 @@ func restartUnderFio(t *testing.T, file, kind string, cur **plugin, startPlugin 
 		_ = old.cmd.Process.Signal(syscall.SIGKILL)
 		<-old.done
 		*cur = startPlugin()
-	} else {
+	} else { // graceful, or drain (no holder runs)
 		// As a DaemonSet's rolling update: the old process ends (handing its devices to the
 		// holder), then the new one starts (taking them).
 		_ = old.cmd.Process.Signal(syscall.SIGTERM)
@@ -327,6 +348,11 @@ func restartUnderFio(t *testing.T, file, kind string, cur **plugin, startPlugin 
 		nb, _ := os.ReadFile((*cur).log)
 		r.handed = strings.Contains(string(ob), "Handed the NBD devices to the holder") &&
 			strings.Contains(string(nb), "Took the NBD devices over")
+		for _, l := range strings.Split(string(ob)+string(nb), "\n") {
+			if strings.Contains(l, "Handed the NBD devices") || strings.Contains(l, "Took the NBD devices") {
+				t.Logf("  %s", l)
+			}
+		}
 	}
 	var ferr error
 	select {
