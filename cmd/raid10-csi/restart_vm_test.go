@@ -42,9 +42,7 @@ func TestMain(m *testing.M) {
 
 // TestRestartVM runs TestRestartInGuest in the VM: restarts of the plugin under fio.
 func TestRestartVM(t *testing.T) {
-	if vm.InGuest() {
-		t.Skip("already in the guest")
-	}
+	vm.HostHalf(t)
 	timeout, rounds := 7*time.Minute, "ext4:2:1,xfs:1:1"
 	if os.Getenv(restartLongEnv) == "1" {
 		timeout, rounds = 80*time.Minute, "ext4:20:20:5,xfs:20:20:5"
@@ -88,9 +86,7 @@ type round struct {
 // request timeout (no request waited for it), and the filesystem must check clean at the end.
 // RAID10_RESTART_ROUNDS is "fs:graceful:kills[:drains],...".
 func TestRestartInGuest(t *testing.T) {
-	if !vm.InGuest() {
-		t.Skip("runs in the VM (TestRestartVM)")
-	}
+	vm.GuestHalf(t, "TestRestartVM")
 	spec := os.Getenv("RAID10_RESTART_ROUNDS")
 	if spec == "" {
 		spec = "ext4:1:1"

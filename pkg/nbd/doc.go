@@ -67,6 +67,13 @@
 // Shutdown stops accepting, stops reading new requests, lets every request in flight finish
 // and its reply reach the socket, then closes the connections.
 //
+// HandOver does the same for a successor process without closing the kernel's sockets: each
+// reader stops at the next request boundary (a read in progress is cut by a read deadline and
+// the bytes taken of the unfinished request kept), every request read completes and is
+// answered, and ServeKernel returns the open socket with the bytes read and not executed
+// (Handoff). The next server, given the Handoff, reads those bytes before the socket, so the
+// kernel's stream goes on unbroken (the kernel attach passes it between processes).
+//
 // # A peer that is gone
 //
 // When the peer can no longer take replies (it closed the socket or shut down both

@@ -11,15 +11,27 @@
 //
 // # Restarts
 //
-// When the serving process dies, the kernel's ends see EOF and the kernel marks every
+// A planned restart hands the live sockets over (handover.go, holder.go): Attacher.HandOver
+// stops each connection at a request boundary (nbd.Server.HandOver) and returns the devices
+// with their open sockets and the bytes read and not executed; the process closes its arrays,
+// passes duplicates of the sockets (SCM_RIGHTS over a unix socket in the state directory) to
+// a successor (TakeHandover from the HandoverListener) or to a Holder (GiveHandover), which
+// keeps them unread until the next process takes them; that one opens the arrays only then,
+// and Attacher.Adopt serves each socket from the byte where the old process stopped. The
+// kernel never sees a connection end.
+//
+// When the serving process dies instead, the kernel's ends see EOF and the kernel marks every
 // connection dead. Requests the dead process had read are lost with it: the kernel requeues
-// them when their timeout expires. New requests wait for a live connection for up to the
-// dead-connection timeout. A restarted process reads the state file, checks that the device
-// still carries its backend identifier, and hands fresh socketpairs to the same device with
-// NBD_CMD_RECONFIGURE; the queued and requeued requests then run on the new connections and
-// the filesystem above never sees an error. The same path repairs a single connection that
-// breaks while the process lives (a request timeout makes the kernel shut the socket down):
-// every connection that ends without a Detach is replaced.
+// them when their timeout (DefaultTimeout, 10 s) expires. New requests wait for a live
+// connection for up to the dead-connection timeout (DefaultDeadConnTimeout, 10 min). A
+// restarted process reads the state file, checks that the device still carries its backend
+// identifier, and hands fresh socketpairs to the same device with NBD_CMD_RECONFIGURE; the
+// queued and requeued requests then run on the new connections and the filesystem above
+// never sees an error. The same path repairs a single connection that breaks while the
+// process lives (a request timeout makes the kernel shut the socket down): every connection
+// that ends without a Detach is replaced. Reclaim finds the devices a process leaked by dying
+// between NBD_CMD_CONNECT and its state write (our backend identifier, a dead connecting
+// process): it records them, or disconnects one whose volume is recorded elsewhere.
 //
 // # Resize
 //
