@@ -9,6 +9,14 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
+// faultyExtent is a FaultyMember over an extent that still grows in place.
+type faultyExtent struct {
+	*raid10.FaultyMember
+	ext *raid10.ExtentMember
+}
+
+func (f faultyExtent) Resize(n int64) error { return f.ext.Resize(n) }
+
 // faultyPool opens a pool on n file disks whose new volumes' members are
 // raid10.FaultyMembers, returned in creation order.
 func faultyPool(t *testing.T, n int, cfg func(*Config)) (*Pool, *[]*raid10.FaultyMember) {
@@ -23,7 +31,7 @@ func faultyPool(t *testing.T, n int, cfg func(*Config)) (*Pool, *[]*raid10.Fault
 	p.wrapMember = func(m raid10.Member) raid10.Member {
 		f := raid10.NewFaultyMember(m)
 		fs = append(fs, f)
-		return f
+		return faultyExtent{f, m.(*raid10.ExtentMember)}
 	}
 	p.mu.Unlock()
 	return p, &fs
@@ -82,6 +90,17 @@ func TestLostBlockThroughPool(t *testing.T) {
 			t.Fatalf("disk %s is %s", d.Path, d.Status)
 		}
 	}
+	// The volume grows with its bad blocks: they stay recorded, the rest reads back.
+	if _, err := p.ExpandVolume("v", 32<<20); err != nil {
+		t.Fatalf("expand with a lost block: %v", err)
+	}
+	if vi, err := p.Volume("v"); err != nil || vi.Size != 32<<20 || vi.LostBlocks != 1 || vi.Health != Degraded {
+		t.Fatalf("after the expand: %+v %v", vi, err)
+	}
+	if _, err := a.ReadAt(buf, 8*raid10.BlockSize); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("read of the lost block after the expand: %v", err)
+	}
+	checkVolume(t, p, "v", data[9*raid10.BlockSize:], 9*raid10.BlockSize)
 	// A write to the block clears the marks.
 	writeVolume(t, p, "v", data[8*raid10.BlockSize:9*raid10.BlockSize], 8*raid10.BlockSize)
 	if vi := waitHealth(t, p, "v", Healthy); vi.BadBlocks != 0 || vi.LostBlocks != 0 {

@@ -15,6 +15,18 @@ func (p *Pool) health(v *volume) (Health, *Progress) {
 	return healthOf(v.arr.Status())
 }
 
+// memberHealth is a volume's health from its members alone, bad blocks left out: Healthy
+// when every member is in sync. Caller holds p.mu.
+func (p *Pool) memberHealth(v *volume) Health {
+	if v.arr == nil {
+		return Failed
+	}
+	st := v.arr.Status()
+	st.BadBlocks, st.LostBlocks = 0, 0
+	h, _ := healthOf(st)
+	return h
+}
+
 // volumeInfo snapshots a volume. Caller holds p.mu.
 func (p *Pool) volumeInfo(v *volume) VolumeInfo {
 	if v.arr == nil {

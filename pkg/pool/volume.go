@@ -371,7 +371,8 @@ func (p *Pool) finishDelete(u UUID) error {
 
 // ExpandVolume grows a volume in place to at least newSize bytes (rounded up to 1 MiB):
 // every member's extent must have enough free space right after it. Shrinking is refused;
-// the same size is a no-op. The volume must be Healthy.
+// the same size is a no-op. Every member must be in sync (the volume Healthy but for bad
+// blocks, which the engine keeps across a growth).
 func (p *Pool) ExpandVolume(name string, newSize uint64) (VolumeInfo, error) {
 	newSize, err := checkSize(newSize)
 	if err != nil {
@@ -392,7 +393,7 @@ func (p *Pool) ExpandVolume(name string, newSize uint64) (VolumeInfo, error) {
 	case newSize < v.size:
 		return VolumeInfo{}, fmt.Errorf("%w: volume %q is %d bytes; shrinking to %d is not supported", ErrInvalidArgument, name, v.size, newSize)
 	}
-	if h, _ := p.health(v); h != Healthy {
+	if h := p.memberHealth(v); h != Healthy {
 		return VolumeInfo{}, fmt.Errorf("%w: volume %q is %s; expand it once it is Healthy", ErrDegraded, name, h)
 	}
 	ext := p.extentLen(newSize, v.members, p.volumeChunk(v))
