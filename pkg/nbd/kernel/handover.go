@@ -219,16 +219,15 @@ func (r *HandoverRequest) Refuse() { _ = r.c.Close() }
 // The caller closes the devices' connections afterwards, whatever the outcome: on success
 // the successor holds its own duplicates.
 func (r *HandoverRequest) Send(ctx context.Context, devs []Handed) error {
-	defer r.c.Close()
+	defer func() { _ = r.c.Close() }()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = r.c.SetDeadline(dl)
 	}
 	if err := sendDevices(r.c, devs); err != nil {
 		return err
 	}
-	var m [8]byte
-	if _, err := io.ReadFull(r.c, m[:]); err != nil || m != magicAck {
-		return fmt.Errorf("%w: no acknowledgement: %v", ErrHandover, err)
+	if err := readAck(r.c); err != nil {
+		return err
 	}
 	return nil
 }
@@ -318,7 +317,7 @@ func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %w", ErrHandover, path, err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
@@ -340,6 +339,18 @@ func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
 		out = []Handed{}
 	}
 	return out, nil
+}
+
+// readAck reads the peer's acknowledgement.
+func readAck(c *net.UnixConn) error {
+	var m [8]byte
+	if _, err := io.ReadFull(c, m[:]); err != nil {
+		return fmt.Errorf("%w: no acknowledgement: %w", ErrHandover, err)
+	}
+	if m != magicAck {
+		return fmt.Errorf("%w: acknowledgement %q", ErrHandover, m[:])
+	}
+	return nil
 }
 
 // errRefused is a peer that closed the handover before its first header.
@@ -424,7 +435,10 @@ func recvDevices(c *net.UnixConn) ([]Handed, error) {
 		var w wireDevice
 		if err := json.Unmarshal(b, &w); err != nil || len(w.Conns) != len(conns) {
 			closeConns()
-			return fail(fmt.Errorf("bad device %q: %v", b, err))
+			if err == nil {
+				err = fmt.Errorf("%d sockets for %d connections", len(conns), len(w.Conns))
+			}
+			return fail(fmt.Errorf("bad device %q: %w", b, err))
 		}
 		d := Handed{VolumeID: w.VolumeID, Record: w.Record, Slots: w.Slots}
 		for i, nc := range conns {

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -78,7 +79,7 @@ func TestHandoverProtocol(t *testing.T) {
 		if got != nil || err != nil {
 			t.Fatalf("TakeHandover = %v, %v; want nil, nil", got, err)
 		}
-		if _, err := GiveHandover(ctx, filepath.Join(dir, "none.sock"), nil); err != ErrNoHolder {
+		if _, err := GiveHandover(ctx, filepath.Join(dir, "none.sock"), nil); !errors.Is(err, ErrNoHolder) {
 			t.Fatalf("GiveHandover = %v, want ErrNoHolder", err)
 		}
 	})

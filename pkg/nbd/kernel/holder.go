@@ -79,7 +79,7 @@ func (h *Holder) Serve() error {
 }
 
 func (h *Holder) serveOne(c *net.UnixConn) {
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	var m [8]byte
 	if _, err := io.ReadFull(c, m[:]); err != nil {
@@ -153,7 +153,7 @@ func GiveHandover(ctx context.Context, path string, prepare func() ([]Handed, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %w", ErrHandover, path, err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
@@ -167,9 +167,8 @@ func GiveHandover(ctx context.Context, path string, prepare func() ([]Handed, er
 	if err := sendDevices(c, devs); err != nil {
 		return devs, err
 	}
-	var m [8]byte
-	if _, err := io.ReadFull(c, m[:]); err != nil || m != magicAck {
-		return devs, fmt.Errorf("%w: the holder did not acknowledge: %v", ErrHandover, err)
+	if err := readAck(c); err != nil {
+		return devs, err
 	}
 	return devs, nil
 }

@@ -67,7 +67,7 @@ func Reclaim(nl *Netlink, st *State) ([]string, error) {
 func connectorAlive(index uint32) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/sys/block/nbd%d/pid", index))
 	if err != nil {
-		return errors.Is(err, os.ErrNotExist) == false
+		return !errors.Is(err, os.ErrNotExist)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 0 {
