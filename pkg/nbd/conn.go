@@ -52,8 +52,8 @@ type request struct {
 	errno  Errno
 	start  time.Duration // when it was decoded, since epoch (stats.go)
 
-	state  atomic.Uint32 // slotIdle, slotQueued, ... (fence.go)
-	fenced bool          // registered as an orphan in the export's fence; under fence.mu
+	state atomic.Uint32 // slotIdle, slotQueued, ... and slotFenced (fence.go)
+	since atomic.Int64  // start of a modifying request, for the guard (fence.go); 0 for others
 }
 
 // conn is one client connection (or one socket of the kernel attach).
@@ -126,6 +126,7 @@ func (c *conn) transmit() error {
 	o := &c.srv.opts
 	c.srv.mu.Lock()
 	c.counted = c.exp
+	c.slots = make([]request, o.MaxInflight)
 	c.srv.mu.Unlock()
 	if c.br == nil {
 		c.br = bufio.NewReaderSize(c.nc, readBufferSize)
@@ -134,7 +135,6 @@ func (c *conn) transmit() error {
 		c.raw, _ = sc.SyscallConn()
 	}
 	c.bw = bufio.NewWriterSize(c.nc, writeBufferSize)
-	c.slots = make([]request, o.MaxInflight)
 	c.free = make(chan *request, o.MaxInflight)
 	c.work = make(chan *request, o.MaxInflight)
 	c.ended = make(chan struct{})
@@ -369,6 +369,12 @@ func (c *conn) readRequests() error {
 			c.recycle(r)
 			return errHungUp
 		}
+		if r.modifies() {
+			r.since.Store(int64(r.start))
+			c.srv.guard()
+		} else {
+			r.since.Store(0)
+		}
 		r.state.Store(slotQueued)
 		if c.inline(r) {
 			v := c.role.Load()
@@ -400,24 +406,28 @@ func (c *conn) skip(n int64) error {
 }
 
 // run executes r and replies, unless the connection ended first: a request dropped before
-// it started is recycled unanswered; one orphaned while it ran finishes, unanswered, and
-// leaves the fence. A modifying request waits in the fence while an orphan overlapping it
-// runs (fence.go); the healthy path costs two compare-and-swaps and one load.
+// it started is recycled unanswered; one orphaned meanwhile finishes (or, if it was still
+// waiting in the fence, never runs) unanswered. A modifying request first waits in the
+// fence while a fenced request that arrived before it overlaps it (fence.go). The healthy
+// path costs three compare-and-swaps and one load.
 func (c *conn) run(r *request) {
-	if !r.state.CompareAndSwap(slotQueued, slotRunning) {
-		c.recycle(r) // dropped
+	if ok, _ := r.move(slotQueued, slotWaiting); !ok {
+		c.recycle(r) // dropped, and out of the fence (conn.end)
 		return
 	}
 	f := &c.exp.fence
 	if f.n.Load() != 0 && r.modifies() {
 		f.wait(r)
 	}
-	if r.state.Load() == slotRunning { // not orphaned while it waited in the fence
+	if ok, _ := r.move(slotWaiting, slotRunning); ok {
 		c.execute(r)
 	}
-	if !r.state.CompareAndSwap(slotRunning, slotIdle) {
-		f.release(r) // orphaned
-		c.recycle(r)
+	ok, fenced := r.move(slotRunning, slotIdle)
+	if fenced {
+		f.release(r)
+	}
+	if !ok {
+		c.recycle(r) // orphaned
 		return
 	}
 	c.reply(r)

@@ -64,7 +64,7 @@ func queuedSlots(srv *Server) int {
 	n := 0
 	for c := range srv.conns {
 		for i := range c.slots {
-			if c.slots[i].state.Load() == slotQueued {
+			if c.slots[i].state.Load()&slotBase == slotQueued {
 				n++
 			}
 		}
@@ -212,5 +212,51 @@ func TestHalfCloseStillAnswered(t *testing.T) {
 	}
 	if _, err := c.br.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("after the replies: %v, want end of file", err)
+	}
+}
+
+// TestSlowWriteFencesLaterOverlaps: a write in flight for Options.SlowWrite is fenced while
+// its connection is still alive (the server cannot know yet that the client gave up on it):
+// an overlapping write that arrives later on another connection waits for it and lands
+// after it; a read of the block does not wait.
+func TestSlowWriteFencesLaterOverlaps(t *testing.T) {
+	const x = 128 << 10
+	b := newHoldBackend(4<<20, x)
+	srv, sock := startServer(t, Options{SlowWrite: 20 * time.Millisecond}, Export{Backend: b})
+	t.Cleanup(b.unhold)
+	f := &srv.exports[""].fence
+
+	c1 := dialRaw(t, sock)
+	c1.goExport("")
+	c1.request(CmdWrite, 0, 1, x, 4096, fill('A'))
+	waitFor(t, "the slow write to be fenced", func() bool { return b.held.Load() == 1 && f.n.Load() == 1 })
+
+	c2 := dialRaw(t, sock)
+	c2.goExport("")
+	c2.request(CmdRead, 0, 2, x, 4096, nil) // reads never wait
+	if h, errno, ok := c2.replyWithin(5 * time.Second); !ok || h != 2 || errno != 0 {
+		t.Fatalf("read of the block: reply %d errno %d ok %v, want it at once", h, errno, ok)
+	}
+	c2.read(make([]byte, 4096))
+	c2.request(CmdWrite, 0, 3, x, 4096, fill('B'))
+	if h, _, ok := c2.replyWithin(200 * time.Millisecond); ok {
+		t.Fatalf("reply %d while the slow overlapping write still runs", h)
+	}
+	b.unhold()
+	if h, errno := c1.reply(); h != 1 || errno != 0 {
+		t.Fatalf("slow write: reply %d errno %d", h, errno)
+	}
+	if h, errno := c2.reply(); h != 3 || errno != 0 {
+		t.Fatalf("later write: reply %d errno %d", h, errno)
+	}
+	waitFor(t, "the fence to empty", func() bool { return f.n.Load() == 0 })
+	c2.request(CmdRead, 0, 4, x, 4096, nil)
+	if h, errno := c2.reply(); h != 4 || errno != 0 {
+		t.Fatalf("read: reply %d errno %d", h, errno)
+	}
+	got := make([]byte, 4096)
+	c2.read(got)
+	if !bytes.Equal(got, fill('B')) {
+		t.Fatalf("block holds %q..., want the later write's B", got[:8])
 	}
 }

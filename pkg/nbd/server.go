@@ -36,6 +36,7 @@ const (
 	DefaultBlockSize      = 4096
 
 	DefaultNegotiationTimeout = 30 * time.Second
+	DefaultSlowWrite          = time.Second
 )
 
 // Export is one block device a Server offers under a name.
@@ -69,6 +70,12 @@ type Options struct {
 	// MinBlockSize is the minimum block size advertised (default 1). A backend that only
 	// takes aligned I/O (the RAID10 engine: 4096) sets it so that clients align.
 	MinBlockSize int
+	// SlowWrite is how long a write, trim or zeroing may be in flight before it is fenced:
+	// an overlapping one that arrives later waits for it (fence.go), so that a client's
+	// re-sent copy of it, and what the client writes after, never land before it. It must
+	// stay well below the client's request timeout (the kernel attach's, at least 2 s).
+	// Default 1 s.
+	SlowWrite time.Duration
 }
 
 func (o *Options) withDefaults() Options {
@@ -94,6 +101,9 @@ func (o *Options) withDefaults() Options {
 	if r.NegotiationTimeout <= 0 {
 		r.NegotiationTimeout = DefaultNegotiationTimeout
 	}
+	if r.SlowWrite <= 0 {
+		r.SlowWrite = DefaultSlowWrite
+	}
 	if r.MinBlockSize <= 0 {
 		r.MinBlockSize = 1
 	}
@@ -118,6 +128,7 @@ type Server struct {
 	wg        sync.WaitGroup
 
 	watching  atomic.Bool   // the watchdog runs (watchdog.go)
+	guarding  atomic.Bool   // the guard runs (fence.go)
 	takeovers atomic.Uint64 // reader roles the watchdog passed on
 }
 
