@@ -74,20 +74,22 @@
 // (Handoff). The next server, given the Handoff, reads those bytes before the socket, so the
 // kernel's stream goes on unbroken (the kernel attach passes it between processes).
 //
-// # A peer that is gone
+// # Re-sent requests
 //
-// When the peer can no longer take replies (it closed the socket or shut down both
-// directions, which is what the kernel's nbd driver does to a socket after a request
-// timeout, before it re-sends the request on another connection), nothing more of that
-// connection starts: the requests read and not started are dropped unanswered, and a reader
-// that waited for a slot or a buffer checks for the hang-up (poll) before it hands on what
-// it read. Requests already in the backend finish unanswered (orphans); while a write, trim
-// or zeroing orphan runs, every modifying request of the export that overlaps it waits
-// before it starts (fence.go), so a stale write never lands after a newer one that was
-// acknowledged. The connection ends at once (ServeAttached returns, the attach can replace
-// the socket); the orphans finish in the background, and Shutdown waits for them. After
-// NBD_CMD_DISC, a drain or a half-close the peer still reads, and every request it sent is
-// answered. docs/design.md ("Ordering of re-sent requests") says which invariant holds.
+// A client (the kernel's nbd driver) that times a request out shuts that socket down and
+// re-sends the request on another connection; the original may still be queued or in the
+// backend. Two rules keep the original from landing after a newer write (fence.go):
+// a write, trim or zeroing in flight for Options.SlowWrite (1 s, below any request timeout)
+// is fenced, and a modifying request that overlaps a fenced one that arrived before it waits
+// before it starts; and when the peer is gone (it closed the socket or shut down both
+// directions), nothing more of that connection starts: the requests read and not started are
+// dropped unanswered, and a reader that waited for a slot or a buffer checks for the hang-up
+// (poll) before it hands on what it read. Requests already in the backend finish unanswered
+// (orphans, fenced until they finish). The connection ends at once (ServeKernel returns,
+// the attach can replace the socket); the orphans finish in the background, and Shutdown
+// waits for them. After NBD_CMD_DISC, a drain or a half-close the peer still reads, and every
+// request it sent is answered. docs/design.md ("Ordering of re-sent requests") says which
+// invariant holds and why.
 //
 // The kernel attach (generic netlink) lives in the subpackage kernel.
 package nbd
