@@ -152,10 +152,10 @@ type Array struct {
 
 	// metaMu serialises superblock writes and member state changes.
 	metaMu        sync.Mutex
-	zombies       map[any]int // abandoned member calls still running, by storage
+	zombieMu      sync.Mutex
+	zombies       map[any]int // abandoned member calls still running, by storage (zombieMu)
 	events        uint64
 	eventsCleared uint64
-	sbBuf         []byte
 
 	// resync: regions whose copies may differ (after an unclean shutdown or
 	// a create without AssumeClean). Reads there use the first copy.
@@ -197,7 +197,6 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 		work:       make(chan *wreq, 256),
 		kick:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
-		sbBuf:      AlignedBuffer(sbSize),
 		resyncNeed: make([]atomic.Uint64, (geo.regions+63)/64),
 		zombies:    make(map[any]int),
 	}
@@ -376,18 +375,17 @@ func (a *Array) readPiece(p []byte, aoff int64) error {
 			swap = true
 		}
 		if swap {
-			s0, s1, r0, o0, o1 = s1, s0, r1, o1, o0
+			s0, r0, o0 = s1, r1, o1
 		}
 	} else if r0 == nil {
-		s0, s1, r0, o0, o1 = s1, s0, r1, o1, o0
+		s0, r0, o0 = s1, r1, o1
 	}
 	if r0 == nil {
 		a.exit(bk)
 		return fmt.Errorf("%w: no in-sync copy of chunk %d", ErrIO, c)
 	}
-	if l := r0.bad.Load(); l != nil && l.overlaps(o0/BlockSize, int64(len(p))/BlockSize) {
-		err = errBadBlock
-	} else {
+	// A copy marked bad there goes straight to the slow path.
+	if l := r0.bad.Load(); l == nil || !l.overlaps(o0/BlockSize, int64(len(p))/BlockSize) {
 		ok := false
 		if a.rescue(s0) {
 			err, ok = a.handedOff(s0, r0, opRead, p, o0, int64(len(p)), false)
@@ -418,7 +416,7 @@ func (a *Array) readPiece(p []byte, aoff int64) error {
 func (a *Array) readSlow(p []byte, aoff, c int64) error {
 	bk := a.raise(c)
 	defer a.lower(bk)
-	if lost := a.syncRange(c, aoff&(a.geo.chunk-1), p, modeRead, nil); lost > 0 {
+	if lost, _ := a.syncRange(c, aoff&(a.geo.chunk-1), p, modeRead, nil); lost > 0 {
 		return fmt.Errorf("%w: %d blocks of chunk %d have no good copy", ErrIO, lost, c)
 	}
 	return nil
@@ -541,7 +539,7 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 	var reqs [2]*wreq
 	var es [2]error
 	for k := range rs {
-		if rs[k] == nil || !(a.rescue(ss[k]) || k == 1 && par) {
+		if rs[k] == nil || !a.rescue(ss[k]) && (k != 1 || !par) {
 			continue
 		}
 		if req := a.reqs.pop(); req != nil {
@@ -594,6 +592,9 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 		}
 	}
 	if !ok || lost {
+		// The copies may differ now: make them equal again (the region's
+		// bit stays set until then, and an unclean Close keeps it).
+		a.markResync(region)
 		return fmt.Errorf("%w: chunk %d: no in-sync copy took the write, or a copy that missed it could not be failed", ErrIO, c)
 	}
 	// A write that put data on a copy's bad blocks makes them good there

@@ -161,7 +161,9 @@ func (a *Array) recordBadLocked(s *slot, r *memberRef, off, length int64) bool {
 	}
 	r.bad.Store(nl)
 	a.writeSuperblocksLocked(true, false)
-	return s.ref.Load() == r && !s.failing.Load()
+	// The marks count only if they reached this member's superblock.
+	return s.ref.Load() == r && !s.failing.Load() && !s.broken.Load() &&
+		MemberState(s.state.Load()) != MemberFaulty
 }
 
 // recordBad is recordBadLocked taking metaMu.

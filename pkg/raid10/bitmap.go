@@ -165,7 +165,8 @@ func (b *bitmap) writeMarshaled(bufs []blockBuf) error {
 			if refs[i] == nil {
 				continue
 			}
-			if _, err := refs[i].m.WriteAt(bb.buf, bitmapOffset+bb.blk*sbSize); err != nil {
+			r, bb := refs[i], bb
+			if err := a.metaIO(r, func() error { _, err := r.m.WriteAt(bb.buf, bitmapOffset+bb.blk*sbSize); return err }); err != nil {
 				a.memberFailed(s, refs[i], "bitmap write", err)
 				refs[i] = nil
 			}
@@ -176,7 +177,7 @@ func (b *bitmap) writeMarshaled(bufs []blockBuf) error {
 		if refs[i] == nil {
 			continue
 		}
-		if err := refs[i].m.Flush(); err != nil {
+		if err := a.metaIO(refs[i], refs[i].m.Flush); err != nil {
 			a.memberFailed(s, refs[i], "bitmap flush", err)
 			continue
 		}
@@ -313,7 +314,7 @@ func (b *bitmap) sweep() {
 	// one clears the mark); make them durable before any bit goes.
 	for _, s := range a.slots {
 		if r := s.live(); r != nil {
-			if err := r.m.Flush(); err != nil {
+			if err := a.metaIO(r, r.m.Flush); err != nil {
 				a.memberFailed(s, r, "flush", err)
 				return
 			}

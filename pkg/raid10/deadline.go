@@ -1,6 +1,7 @@
 package raid10
 
 import (
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -114,13 +115,11 @@ func (a *Array) handedOff(s *slot, r *memberRef, op opKind, p []byte, off, lengt
 // await waits for a handed-off call (or the death of its member) and
 // recycles the request unless it was abandoned.
 func (a *Array) await(req *wreq) error {
+	ref := req.ref // the worker clears req.ref once it owns an abandoned req
 	select {
 	case <-req.done:
-	case <-req.ref.dead:
-		if req.state.CompareAndSwap(reqPending, reqAbandoned) {
-			a.metaMu.Lock()
-			a.zombies[zombieKey(req.ref.m)]++
-			a.metaMu.Unlock()
+	case <-ref.dead:
+		if a.abandon(&req.state, ref.m) {
 			return errTimedOut
 		}
 		<-req.done
@@ -149,12 +148,7 @@ func (a *Array) complete(req *wreq) {
 		return
 	}
 	// Abandoned: the late call is over; the member may be added back.
-	a.metaMu.Lock()
-	k := zombieKey(req.ref.m)
-	if a.zombies[k]--; a.zombies[k] <= 0 {
-		delete(a.zombies, k)
-	}
-	a.metaMu.Unlock()
+	a.unzombie(req.ref.m)
 	klog.InfoS("raid10: abandoned member request completed late", "member", req.s.idx, "err", req.err)
 	a.recycle(req)
 }
@@ -179,3 +173,74 @@ const (
 	reqDone
 	reqAbandoned
 )
+
+// metaIO runs a metadata call (superblock or bitmap write, flush) to r
+// under the deadline: it is counted like a data call, and when the
+// deadline is in force it runs on its own goroutine so that a member that
+// hangs cannot hold metaMu (and with it every state change and first write
+// into a clean region) past the deadline: the caller gets errTimedOut when
+// the member dies. Metadata calls are rare; the goroutine costs nothing on
+// the data path. The buffer a call writes must not be reused by the caller.
+func (a *Array) metaIO(r *memberRef, call func() error) error {
+	if r.timedOut.Load() {
+		return errTimedOut
+	}
+	run := func() error {
+		out := &r.out[a.epoch.Load()%epochRing]
+		out.Add(1)
+		defer out.Add(-1)
+		return call()
+	}
+	if a.timeout() <= 0 {
+		return run()
+	}
+	done := make(chan error, 1)
+	var state atomic.Int32
+	go func() {
+		err := run()
+		if state.CompareAndSwap(reqPending, reqDone) {
+			done <- err
+			return
+		}
+		a.unzombie(r.m)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-r.dead:
+		if a.abandon(&state, r.m) {
+			return errTimedOut
+		}
+		return <-done
+	}
+}
+
+// abandon marks a call abandoned and counts it against its storage, or
+// reports false if the call completed first. Under zombieMu, so the late
+// completion's unzombie follows the count.
+func (a *Array) abandon(state *atomic.Int32, m Member) bool {
+	a.zombieMu.Lock()
+	defer a.zombieMu.Unlock()
+	if !state.CompareAndSwap(reqPending, reqAbandoned) {
+		return false
+	}
+	a.zombies[zombieKey(m)]++
+	return true
+}
+
+// unzombie is the late completion of an abandoned call to m.
+func (a *Array) unzombie(m Member) {
+	a.zombieMu.Lock()
+	defer a.zombieMu.Unlock()
+	k := zombieKey(m)
+	if a.zombies[k]--; a.zombies[k] <= 0 {
+		delete(a.zombies, k)
+	}
+}
+
+// zombieCount is the number of abandoned calls to m's storage still running.
+func (a *Array) zombieCount(m Member) int {
+	a.zombieMu.Lock()
+	defer a.zombieMu.Unlock()
+	return a.zombies[zombieKey(m)]
+}

@@ -73,8 +73,9 @@
 //
 //	off  size  field
 //	0    8     magic "R10SUPER"
-//	8    4     version, 1
-//	12   4     flags: bit 0 = clean (no resync needed)
+//	8    4     version, 2 (1, without bad blocks, is still read)
+//	12   4     flags: bit 0 = clean (no resync needed), bit 1 = the
+//	           recovery copies dirty regions only
 //	16   16    array UUID
 //	32   16    member UUID
 //	48   4     role: this member's slot, 0..raidDisks-1
@@ -91,16 +92,33 @@
 //	120  8     bitmap region size in bytes (multiple of the chunk size)
 //	128  8     events when bitmap bits were last cleared
 //	136  8     recovery offset: 2^64-1 = in sync, else the member is stale
+//	           and this many data bytes of it are rebuilt (checkpoint)
 //	144  8     creation time, Unix nanoseconds
 //	152  8     reserved, zero
 //	160  256   slot table: one byte per slot, 0 active, 1 faulty,
 //	           2 missing, 3 recovering (only the first N are meaningful)
-//	416  3676  reserved, zero
+//	416  4     bad-block runs B (0..229)
+//	420  4     reserved, zero
+//	424  16*B  runs: u64 first member block, u32 count, u32 zero
+//	...        zero
 //	4092 4     CRC32C (Castagnoli) of bytes 0..4091
 //
 // The valid copy (magic, checksum, version and field checks) with the
-// higher seq wins, so a torn superblock write loses nothing. A version other
-// than 1 is rejected; a later version will bump it and keep the magic.
+// higher seq wins, so a torn superblock write loses nothing. Versions other
+// than 1 and 2 and unknown flags are rejected; a later version will bump it
+// and keep the magic.
+//
+// # Bad blocks, slow members, interrupted recoveries
+//
+// Each member's superblock carries its bad-block list (md's bad-block log,
+// badblocks.go): blocks whose copy on that member holds no valid data.
+// Reads avoid them; a block marked on every copy fails alone with EIO, the
+// array stays Degraded. Recovery, resync, scrub and reads retry errors block
+// by block (heal.go: syncRange), rewrite a copy that failed from the good
+// one, and mark what no copy delivers. A write clears the marks it covers.
+// A member with a request older than Options.MemberTimeout is failed and
+// the request completes from the other copy (deadline.go). A recovery
+// checkpoints its progress in the target's superblock and resumes there.
 //
 // Bitmap block (4096 bytes), block i covering regions 32672*i onwards:
 //

@@ -57,8 +57,8 @@ var (
 
 // Internal reasons, never returned to callers as such.
 var (
-	errBadBlock    = errors.New("raid10: bad block")
-	errBadListFull = errors.New("raid10: bad-block list full")
+	errBadListFull   = errors.New("raid10: bad-block list full")
+	errDeviceFailing = errors.New("raid10: read errors and the superblock unreadable: device failing")
 )
 
 // wrapped is a sentinel that also matches a syscall.Errno under errors.Is.

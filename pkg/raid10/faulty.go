@@ -166,15 +166,17 @@ func (f *FaultyMember) ReadAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	f.mu.Lock()
-	vol := f.volatile && len(f.cache) > 0
+	vol := f.volatile
 	f.mu.Unlock()
 	if !vol {
 		return f.base.ReadAt(p, off)
 	}
+	// Under the lock: Flush writes the cache back into the base.
+	f.mu.Lock()
 	if n, err := f.base.ReadAt(p, off); err != nil {
+		f.mu.Unlock()
 		return n, err
 	}
-	f.mu.Lock()
 	for o := int64(0); o < int64(len(p)); o += BlockSize {
 		if b, ok := f.cache[off+o]; ok {
 			copy(p[o:], b)

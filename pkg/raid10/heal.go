@@ -25,6 +25,7 @@ type copyState struct {
 	off    int64      // member byte offset of the range
 	bad    []badRange // blocks to record bad (no copy had them)
 	wrote  []badRange // marked blocks a write put valid data over
+	errs   bool       // some read of this copy failed
 }
 
 // addRun appends blocks [b, b+n) to rs, merging with the last run.
@@ -47,8 +48,9 @@ func addRun(rs []badRange, b, n int64) []badRange {
 // zeroes there, and it is counted in the result: reads of it fail with
 // EIO from then on, other blocks are unaffected. The whole range is tried
 // in one read first; block by block only after an error or where marks
-// are.
-func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[*slot]*memberRef) (lost int64) {
+// are. complete is false if a copy that stays in sync could not be written.
+func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[*slot]*memberRef) (lost int64, complete bool) {
+	complete = true
 	d0, d1, o0, o1 := a.geo.mapChunk(c)
 	cp := [2]copyState{{s: a.slots[d0], off: o0 + within}, {s: a.slots[d1], off: o1 + within}}
 	for k := range cp {
@@ -90,6 +92,7 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 			if err := a.memberWrite(cs.s, cs.target, opWrite, q, off, int64(len(q)), false); err != nil {
 				a.memberFailed(cs.s, cs.target, "recovery write", err)
 				cs.target = nil
+				complete = false
 				return
 			}
 			if cs.target.bad.Load().overlaps(off/BlockSize, int64(len(q))/BlockSize) {
@@ -98,7 +101,9 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 			return
 		}
 		if err := a.memberWrite(cs.s, cs.in, opWrite, q, off, int64(len(q)), false); err != nil {
-			a.failed(cs.s, cs.in, err, off, int64(len(q)))
+			if !a.failed(cs.s, cs.in, err, off, int64(len(q))) {
+				complete = false // still in sync, and it missed the data
+			}
 			cs.in = nil
 			return
 		}
@@ -107,8 +112,17 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 		}
 	}
 	// The whole range from the first clean in-sync copy.
+	// While the copies may differ (an unclean shutdown's dirty region not
+	// resynced yet), reads and the resync take each block from the first
+	// copy where it can be read, so a block never changes its value under
+	// a reader; only then may the whole range come from the second copy.
+	firstOnly := mode == modeResync ||
+		a.resyncActive.Load() && a.regionNeedsResync((c<<a.geo.chunkShift+within)/a.geo.region)
 	whole := false
 	for k := range cp {
+		if k == 1 && firstOnly {
+			break
+		}
 		r := cp[k].in
 		if r == nil || r.bad.Load().overlaps(cp[k].off/BlockSize, n) {
 			continue
@@ -137,6 +151,7 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 				if err := a.memberRead(cp[k].s, r, q, cp[k].off+i*BlockSize); err != nil {
 					cp[k].s.readErrs.Add(1)
 					failed[k] = true
+					cp[k].errs = true
 					continue
 				}
 				got = k
@@ -169,6 +184,13 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 		for _, w := range cs.wrote {
 			a.clearBad(cs.s, r, w.start*BlockSize, w.count*BlockSize)
 		}
+		if len(cs.bad) > 0 && cs.errs && cs.in != nil && !a.mediaError(cs.s, cs.in) {
+			// The device fails as a whole (gone, dead controller), not
+			// some sectors: it is failed (or broken, if it holds a last
+			// copy), and nothing is recorded that would outlive its return.
+			a.memberFailed(cs.s, cs.in, "read", errDeviceFailing)
+			continue
+		}
 		for _, br := range cs.bad {
 			// A full list fails the member (or breaks it if it holds the
 			// last copy of some chunk): recordBad reports it.
@@ -176,5 +198,24 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 			a.recordBad(cs.s, r, br.start*BlockSize, br.count*BlockSize)
 		}
 	}
-	return lost
+	return lost, complete
+}
+
+// mediaError tells a localized media error from a device that fails as a
+// whole: after read errors on r, its superblock is read back. If that
+// fails too, the device is failing (or gone), and its blocks must not be
+// recorded bad: they may read fine when it returns.
+func (a *Array) mediaError(s *slot, r *memberRef) bool {
+	if r.timedOut.Load() {
+		return false
+	}
+	b := getBounce(sbSize)
+	defer putBounce(b)
+	a.metaMu.Lock() // no superblock write races the probe
+	err := a.metaIO(r, func() error { _, err := r.m.ReadAt((*b)[:sbSize], sbCopyA); return err })
+	a.metaMu.Unlock()
+	if err != nil {
+		klog.ErrorS(err, "raid10: member fails as a whole after read errors", "member", s.idx)
+	}
+	return err == nil
 }

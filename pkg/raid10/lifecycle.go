@@ -178,12 +178,13 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 			sb.bad = r.bad.Load().ranges()
 			s.sbSeq++
 			sb.seq = s.sbSeq
-			sb.marshal(a.sbBuf)
+			buf := AlignedBuffer(sbSize) // not shared: an abandoned write may still read it
+			sb.marshal(buf)
 			off := int64(sbCopyA)
 			if s.sbSeq&1 == 1 {
 				off = sbCopyB
 			}
-			if _, err := r.m.WriteAt(a.sbBuf, off); err != nil {
+			if err := a.metaIO(r, func() error { _, err := r.m.WriteAt(buf, off); return err }); err != nil {
 				fail(s, "write", err)
 				continue
 			}
@@ -193,7 +194,8 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 			if written[i] == nil {
 				continue
 			}
-			if err := written[i].m.Flush(); err != nil {
+			r := written[i]
+			if err := a.metaIO(r, r.m.Flush); err != nil {
 				fail(s, "flush", err)
 			}
 		}
@@ -401,7 +403,7 @@ func (a *Array) ReplaceMember(slot int, m Member) error {
 		return fmt.Errorf("%w: slot %d is %s", ErrSlotInUse, slot, st)
 	}
 	// Nothing is read from a member a call is still stuck in (deadline.go).
-	if n := a.zombies[zombieKey(m)]; n > 0 {
+	if n := a.zombieCount(m); n > 0 {
 		a.metaMu.Unlock()
 		return fmt.Errorf("%w: slot %d: the member still has %d requests outstanding from before it failed", ErrBusy, slot, n)
 	}
@@ -433,8 +435,14 @@ func (a *Array) AddMember(m Member) (int, error) {
 	if m == nil {
 		return -1, invalidf("nil member")
 	}
+	if n := a.zombieCount(m); n > 0 {
+		return -1, fmt.Errorf("%w: the member still has %d requests outstanding from before it failed", ErrBusy, n)
+	}
 	want := -1
-	if sb, err := readSuperblock(m); err == nil && sb.arrayUUID == a.uuid && int(sb.role) < len(a.slots) {
+	a.metaMu.Lock() // no superblock write of this array races the read
+	sb, err := readSuperblock(m)
+	a.metaMu.Unlock()
+	if err == nil && sb.arrayUUID == a.uuid && int(sb.role) < len(a.slots) {
 		want = int(sb.role)
 	}
 	free := func(i int) bool {

@@ -132,39 +132,68 @@ func (a *Array) chunkLen(c int64) int64 {
 // it equal, copying the first copy over the second, and clears the regions'
 // resync marks (the bitmap bits are then cleared lazily by the sweeper).
 func (a *Array) runResync() {
-	var regions []int64
-	for r := int64(0); r < a.geo.regions; r++ {
-		if a.regionNeedsResync(r) {
-			regions = append(regions, r)
-		}
-	}
-	a.beginProgress(SyncResync, int64(len(regions))*a.geo.region)
-	defer a.endProgress()
-	buf := AlignedBuffer(int(a.geo.chunk))
-	per := a.geo.region / a.geo.chunk
-	for _, r := range regions {
-		for c := r * per; c < min((r+1)*per, a.geo.chunks); c++ {
-			if a.stopped() {
-				return
+	incomplete := map[int64]bool{}
+	total := 0
+	for {
+		var regions []int64
+		for r := int64(0); r < a.geo.regions; r++ {
+			if a.regionNeedsResync(r) && !incomplete[r] {
+				regions = append(regions, r)
 			}
-			a.resyncChunk(c, buf)
-			a.addProgress(a.geo.chunk)
-			a.throttle()
 		}
-		a.resyncNeed[r>>6].And(^(uint64(1) << (r & 63)))
+		if len(regions) == 0 {
+			break
+		}
+		total += len(regions)
+		a.beginProgress(SyncResync, int64(len(regions))*a.geo.region)
+		buf := AlignedBuffer(int(a.geo.chunk))
+		per := a.geo.region / a.geo.chunk
+		for _, r := range regions {
+			done := true
+			for c := r * per; c < min((r+1)*per, a.geo.chunks); c++ {
+				if a.stopped() {
+					a.endProgress()
+					return
+				}
+				done = a.resyncChunk(c, buf) && done
+				a.addProgress(a.geo.chunk)
+				a.throttle()
+			}
+			if done {
+				a.resyncNeed[r>>6].And(^(uint64(1) << (r & 63)))
+			} else {
+				// A copy could not be written (a member that cannot be
+				// failed): the region stays marked, so Close leaves the
+				// array unclean and the next assembly resyncs it.
+				incomplete[r] = true
+			}
+		}
+		a.endProgress()
 	}
 	a.resyncActive.Store(false)
-	klog.V(1).InfoS("raid10: resync done", "regions", len(regions))
+	klog.V(1).InfoS("raid10: resync done", "regions", total, "incomplete", len(incomplete))
 }
 
-func (a *Array) resyncChunk(c int64, buf []byte) {
+// markResync makes region r's copies equal again in the background (a
+// write that failed may have reached one copy only). Until then reads
+// there use the first copy, so the block's value stays stable.
+func (a *Array) markResync(r int64) {
+	a.resyncNeed[r>>6].Or(1 << (r & 63))
+	a.resyncActive.Store(true)
+	a.kickSync()
+}
+
+// resyncChunk makes both copies of chunk c equal; false if some copy could
+// not be written.
+func (a *Array) resyncChunk(c int64, buf []byte) bool {
 	bk := a.raise(c)
 	defer a.lower(bk)
 	d0, d1, _, _ := a.geo.mapChunk(c)
 	if a.slots[d0].inSync() == nil || a.slots[d1].inSync() == nil {
-		return // one copy: nothing to make equal
+		return true // one copy: nothing to make equal
 	}
-	a.syncRange(c, 0, buf[:a.chunkLen(c)], modeResync, nil)
+	_, ok := a.syncRange(c, 0, buf[:a.chunkLen(c)], modeResync, nil)
+	return ok
 }
 
 // checkpointEvery is how often a recovery records its progress in the
@@ -187,7 +216,9 @@ func (a *Array) runRecovery() {
 		full, redoDirty := false, false
 		from := a.geo.chunks
 		for _, s := range a.slots {
-			if MemberState(s.state.Load()) == MemberRecovering {
+			// A broken target (it failed but no member could record it)
+			// is never rebuilt or promoted: it may have missed data.
+			if MemberState(s.state.Load()) == MemberRecovering && !s.broken.Load() {
 				targets = append(targets, s)
 				refs[s] = s.ref.Load()
 				full = full || s.fullSync
@@ -238,7 +269,7 @@ func (a *Array) runRecovery() {
 		}
 		a.metaMu.Lock()
 		for _, s := range targets {
-			if s.ref.Load() == refs[s] && MemberState(s.state.Load()) == MemberRecovering {
+			if s.ref.Load() == refs[s] && MemberState(s.state.Load()) == MemberRecovering && !s.broken.Load() && !s.failing.Load() {
 				if err := refs[s].m.Flush(); err != nil {
 					a.memberFailedLocked(s, refs[s], "recovery flush", err)
 					continue
@@ -320,8 +351,8 @@ func (a *Array) WaitSync(ctx context.Context) error {
 	for {
 		busy := a.resyncActive.Load()
 		for _, s := range a.slots {
-			if MemberState(s.state.Load()) == MemberRecovering {
-				busy = true
+			if MemberState(s.state.Load()) == MemberRecovering && !s.broken.Load() {
+				busy = true // a broken one cannot progress: not waited for
 			}
 		}
 		if !busy {
@@ -422,7 +453,8 @@ func (a *Array) scrubChunk(c int64, b0, b1 []byte, repair bool, res *ScrubResult
 		// good one, record blocks that have none (md's check does the
 		// same with read errors).
 		res.Checked += n
-		res.Lost += a.syncRange(c, 0, p0, modeRead, nil)
+		lost, _ := a.syncRange(c, 0, p0, modeRead, nil)
+		res.Lost += lost
 		return nil
 	}
 	res.Checked += n

@@ -1,0 +1,577 @@
+package raid10
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The fault matrix: seeded rounds in which faults of every kind are
+// injected at any moment, during resync, recovery, scrub, grow and flushes
+// as well as between them, and never waited out first. After every read,
+// at the end of every round and after reassembly (after a crash with torn
+// writes in half the rounds): every read returns the last acknowledged data
+// (after a crash: the data at the last flush or a value written since), or
+// EIO for a block that has no good copy: one whose copy was made unreadable
+// by an injected fault, or that a failed write left undefined. Wrong data
+// fails the test at once. The counts are logged.
+//
+// `make test` runs the fixed seed set; RAID10_SOAK=<duration> (make soak)
+// runs random seeds for that long; RAID10_SEED=<seed> replays one round.
+
+// Fault kinds of the matrix.
+const (
+	fkReadRange  = "unreadable-range"
+	fkReadErr    = "read-eio"
+	fkWriteErr   = "write-eio"
+	fkStall      = "stall>deadline"
+	fkDisappear  = "disappear"
+	fkFail       = "fail"
+	fkLatency    = "latency"
+	fkCrash      = "crash-torn-writes"
+	matrixMember = 4 << 20
+)
+
+type matrixTotals struct {
+	mu       sync.Mutex
+	rounds   int
+	steps    int
+	ops      int64
+	faults   map[string]map[string]int // kind -> phase -> count
+	eioRead  int64                     // blocks that failed a read during the rounds
+	eioEnd   int64                     // blocks that read as EIO after reassembly
+	lostRep  int64                     // lost blocks the engine reported at the end
+	wrong    int64                     // must stay 0
+	timeouts uint64
+}
+
+func (m *matrixTotals) fault(kind, phase string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.faults[kind] == nil {
+		m.faults[kind] = map[string]int{}
+	}
+	m.faults[kind][phase]++
+}
+
+func TestFaultMatrix(t *testing.T) {
+	tot := &matrixTotals{faults: map[string]map[string]int{}}
+	var seeds []uint64
+	switch {
+	case os.Getenv("RAID10_SEED") != "":
+		seeds = []uint64{testSeed(t)}
+	case os.Getenv("RAID10_SOAK") != "":
+		d, err := time.ParseDuration(os.Getenv("RAID10_SOAK"))
+		if err != nil {
+			t.Fatalf("RAID10_SOAK: %v", err)
+		}
+		end := time.Now().Add(d)
+		base := uint64(time.Now().UnixNano())
+		for i := uint64(0); time.Now().Before(end); i++ {
+			s := base + i
+			if !t.Run(fmt.Sprint(s), func(t *testing.T) { matrixRound(t, s, tot) }) {
+				break
+			}
+		}
+	default:
+		n := 12
+		if testing.Short() {
+			n = 6
+		}
+		for i := 1; i <= n; i++ {
+			seeds = append(seeds, uint64(i)*0x9e3779b97f4a7c15)
+		}
+	}
+	for _, s := range seeds {
+		t.Run(fmt.Sprint(s), func(t *testing.T) { matrixRound(t, s, tot) })
+	}
+	var b strings.Builder
+	kinds := make([]string, 0, len(tot.faults))
+	for k := range tot.faults {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(&b, "\n  %-18s", k)
+		phases := make([]string, 0)
+		for p := range tot.faults[k] {
+			phases = append(phases, p)
+		}
+		sort.Strings(phases)
+		for _, p := range phases {
+			fmt.Fprintf(&b, " %s=%d", p, tot.faults[k][p])
+		}
+	}
+	t.Logf("fault matrix: %d rounds, %d steps, %d I/O ops, %d member timeouts; EIO blocks during rounds %d, after reassembly %d (engine reported %d lost); wrong data %d\nfaults by kind and phase:%s",
+		tot.rounds, tot.steps, tot.ops, tot.timeouts, tot.eioRead, tot.eioEnd, tot.lostRep, tot.wrong, b.String())
+	if tot.wrong != 0 {
+		t.Fatalf("%d reads returned wrong data", tot.wrong)
+	}
+}
+
+// mblock is the model of one array block.
+type mblock struct {
+	cur     []byte   // last acknowledged value; nil = zeroes
+	durable []byte   // value at the last flush that covered it (crash rounds)
+	since   [][]byte // values written since (acknowledged or not)
+	indet   bool     // a failed write or a discard: any value, or EIO
+}
+
+func (b *mblock) matches(p []byte, crashed bool) bool {
+	if b.indet {
+		return true
+	}
+	eq := func(v []byte) bool {
+		if v == nil {
+			return isZero(p)
+		}
+		return bytes.Equal(p, v)
+	}
+	if !crashed {
+		return eq(b.cur)
+	}
+	if eq(b.durable) {
+		return true
+	}
+	for _, v := range b.since {
+		if eq(v) {
+			return true
+		}
+	}
+	return false
+}
+
+func isZero(p []byte) bool {
+	for _, c := range p {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// arrayBlockOf maps member d's member block mb to the array block it holds
+// a copy of (-1 outside the data).
+func arrayBlockOf(g *geometry, d int, mb int64) int64 {
+	rel := mb - g.dataOffset/BlockSize
+	per := g.chunk / BlockSize
+	if rel < 0 {
+		return -1
+	}
+	row, within := rel/per, rel%per
+	c := (row*int64(g.n) + int64(d)) / 2
+	return c*per + within
+}
+
+func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
+	t.Logf("seed %d (replay with RAID10_SEED=%d go test -run TestFaultMatrix)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0xfa17))
+	n := 2 + rng.IntN(3)
+	chunk := int64(BlockSize) << rng.IntN(3)
+	bases := make([]*MemMember, n)
+	fs := make([]*FaultyMember, n)
+	ms := make([]Member, n)
+	volatile := rng.IntN(2) == 0
+	latency := rng.IntN(2) == 0
+	for i := range ms {
+		bases[i] = NewMemMember(matrixMember)
+		fs[i] = NewFaultyMember(bases[i])
+		fs[i].SetVolatile(volatile)
+		ms[i] = fs[i]
+	}
+	opts := testOpts()
+	opts.SyncRateMax = 16 << 20 // syncs last long enough to be hit
+	opts.SyncRateMin = 8 << 20
+	opts.MemberTimeout = 120 * time.Millisecond
+	size := int64(n) * 512 << 10
+	maxSize := int64(n) * 1 << 20
+	a, err := Create(ms, CreateOptions{Options: opts, ChunkSize: chunk, RegionSize: chunk * 8, Size: size, AssumeClean: rng.IntN(3) == 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs { // Create's metadata is durable
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	geo := a.geo
+	model := make([]mblock, maxSize/BlockSize)
+	var poisonMu sync.Mutex
+	poison := map[int64]bool{} // array blocks a fault may have left without a good copy
+	poisonMember := func(d int, off, length int64) {
+		poisonMu.Lock()
+		defer poisonMu.Unlock()
+		for mb := off / BlockSize; mb < (off+length)/BlockSize; mb++ {
+			if b := arrayBlockOf(&geo, d, mb); b >= 0 && b < int64(len(model)) {
+				poison[b] = true
+			}
+		}
+	}
+	poisoned := func(b int64) bool {
+		poisonMu.Lock()
+		defer poisonMu.Unlock()
+		return poison[b]
+	}
+	if latency {
+		for _, f := range fs {
+			f.SetLatency(25 * time.Microsecond)
+		}
+	}
+
+	var stop atomic.Bool
+	var flushing atomic.Int32
+	var ops, eioRead atomic.Int64
+	var wrong atomic.Int64
+	const workers = 4
+	section := size / workers / BlockSize
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wrng := rand.New(rand.NewPCG(seed, uint64(w)+7))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lo := int64(w) * section
+			var touched []int64
+			for !stop.Load() {
+				b := lo + wrng.Int64N(section)
+				l := min(lo+section-b, 1+wrng.Int64N(8))
+				switch op := wrng.IntN(20); {
+				case op < 8: // write
+					p := make([]byte, l*BlockSize)
+					fillRand(wrng, p)
+					fua := wrng.IntN(6) == 0
+					for i := int64(0); i < l; i++ {
+						model[b+i].since = append(model[b+i].since, p[i*BlockSize:(i+1)*BlockSize])
+					}
+					var err error
+					if fua {
+						_, err = a.WriteAtFUA(p, b*BlockSize)
+					} else {
+						_, err = a.WriteAt(p, b*BlockSize)
+					}
+					for i := int64(0); i < l; i++ {
+						m := &model[b+i]
+						v := p[i*BlockSize : (i+1)*BlockSize]
+						if err != nil {
+							m.indet = true
+							continue
+						}
+						m.cur, m.indet = v, false
+						if fua {
+							m.durable, m.since = v, m.since[:0]
+						}
+						touched = append(touched, b+i)
+					}
+				case op < 16: // read and check
+					p := make([]byte, l*BlockSize)
+					_, err := a.ReadAt(p, b*BlockSize)
+					if err != nil && !errors.Is(err, syscall.EIO) {
+						errc <- fmt.Errorf("read [%d,+%d): %w", b, l, err)
+						stop.Store(true)
+						return
+					}
+					for i := int64(0); i < l; i++ {
+						q := p[i*BlockSize : (i+1)*BlockSize]
+						if err != nil {
+							// Which blocks failed: read them one by one.
+							if _, e := a.ReadAt(q, (b+i)*BlockSize); e != nil {
+								if !model[b+i].indet && !poisoned(b+i) {
+									errc <- fmt.Errorf("block %d: EIO but it has a good copy (%w); status %+v", b+i, e, a.Status())
+									stop.Store(true)
+									return
+								}
+								eioRead.Add(1)
+								continue
+							}
+						}
+						if !model[b+i].matches(q, false) {
+							wrong.Add(1)
+							errc <- fmt.Errorf("block %d: wrong data; status %+v", b+i, a.Status())
+							stop.Store(true)
+							return
+						}
+					}
+				case op < 17: // flush: what this worker had acknowledged is durable
+					snap := make([][]byte, len(touched))
+					for i, x := range touched {
+						snap[i] = model[x].cur
+					}
+					flushing.Add(1)
+					err := a.Flush()
+					flushing.Add(-1)
+					if err == nil {
+						for i, x := range touched {
+							if !model[x].indet && bytes.Equal(model[x].cur, snap[i]) {
+								model[x].durable, model[x].since = snap[i], model[x].since[:0]
+							}
+						}
+						touched = touched[:0]
+					}
+				case op < 19: // write zeroes
+					err := a.WriteZeroes(b*BlockSize, l*BlockSize)
+					for i := int64(0); i < l; i++ {
+						m := &model[b+i]
+						m.since = append(m.since, nil)
+						if err != nil {
+							m.indet = true
+							continue
+						}
+						m.cur, m.indet = nil, false
+						touched = append(touched, b+i)
+					}
+				default: // discard: contents unspecified
+					_ = a.Discard(b*BlockSize, l*BlockSize)
+					for i := int64(0); i < l; i++ {
+						model[b+i].indet = true
+					}
+				}
+				ops.Add(1)
+			}
+		}()
+	}
+
+	phase := func(growing bool) string {
+		st := a.Status()
+		switch {
+		case growing:
+			return "grow"
+		case st.Sync.Running:
+			return st.Sync.Kind.String()
+		case flushing.Load() > 0:
+			return "flush"
+		}
+		return "idle"
+	}
+	ctx := context.Background()
+	var bgOps sync.WaitGroup
+	var growing, scrubbing atomic.Bool
+	steps := 30
+	whole := -1 // the member with a whole-device fault, if any
+	for step := 0; step < steps && !stop.Load(); step++ {
+		time.Sleep(time.Duration(2+rng.IntN(15)) * time.Millisecond)
+		// Background operations, started at random and never awaited
+		// before the next fault.
+		if !scrubbing.Load() && rng.IntN(4) == 0 {
+			scrubbing.Store(true)
+			repair := rng.IntN(2) == 0
+			bgOps.Add(1)
+			go func() {
+				defer bgOps.Done()
+				defer scrubbing.Store(false)
+				if repair {
+					_, _ = a.Repair(ctx)
+				} else {
+					_, _ = a.Check(ctx)
+				}
+			}()
+		}
+		if !growing.Load() && a.Size() < maxSize && rng.IntN(5) == 0 {
+			growing.Store(true)
+			to := min(maxSize, a.Size()+int64(1+rng.IntN(4))*chunk*int64(n))
+			bgOps.Add(1)
+			go func() {
+				defer bgOps.Done()
+				defer growing.Store(false)
+				_ = a.Grow(to) // ErrBusy while not optimal: fine
+			}()
+		}
+		time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
+		i := rng.IntN(n)
+		f := fs[i]
+		kinds := []string{fkReadRange, fkReadErr, fkLatency}
+		if whole < 0 {
+			kinds = append(kinds, fkWriteErr, fkStall, fkDisappear, fkFail)
+		}
+		kind := kinds[rng.IntN(len(kinds))]
+		ph := phase(growing.Load())
+		switch kind {
+		case fkReadRange:
+			off := geo.dataOffset + rng.Int64N(geo.dataSize/BlockSize)*BlockSize
+			l := int64(1+rng.IntN(16)) * BlockSize
+			poisonMember(i, off, l)
+			f.FailRange(off, l, true, false)
+		case fkReadErr:
+			// A burst of read errors anywhere on the member: the reads
+			// that meet it are served and healed from the other copy, or
+			// (where none is left) recorded bad.
+			poisonMember(i, geo.dataOffset, geo.dataSize)
+			f.FailReadsAfter(int64(rng.IntN(30)))
+		case fkLatency:
+			f.SetLatency(time.Duration(rng.IntN(2000)) * time.Microsecond)
+		case fkWriteErr:
+			whole = i
+			poisonMember(i, geo.dataOffset, geo.dataSize)
+			f.FailWritesAfter(int64(rng.IntN(20)))
+		case fkStall:
+			whole = i
+			poisonMember(i, geo.dataOffset, geo.dataSize)
+			f.Stall()
+		case fkDisappear:
+			whole = i
+			poisonMember(i, geo.dataOffset, geo.dataSize)
+			f.Disappear()
+		case fkFail:
+			whole = i
+			_ = a.FailMember(i) // ErrLastCopy when its partner is out
+		}
+		tot.fault(kind, ph)
+		hold := time.Duration(5+rng.IntN(40)) * time.Millisecond
+		if kind == fkStall {
+			hold = opts.MemberTimeout * time.Duration(2+rng.IntN(3))
+		}
+		time.Sleep(hold)
+		// Faults end; a read-range fault may stay a few steps longer.
+		if kind != fkReadRange || rng.IntN(3) == 0 {
+			f.ClearFaults()
+		}
+		f.Unstall()
+		f.Reappear()
+		if latency {
+			f.SetLatency(25 * time.Microsecond)
+		} else {
+			f.SetLatency(0)
+		}
+		if whole >= 0 {
+			w := whole
+			switch MemberState(a.slots[w].state.Load()) {
+			case MemberInSync:
+				whole = -1
+			case MemberFaulty, MemberMissing:
+				// Back in: re-add (bitmap recovery) or a blank disk (full).
+				var err error
+				if rng.IntN(3) == 0 {
+					bases[w] = NewMemMember(matrixMember)
+					fs[w] = NewFaultyMember(bases[w])
+					fs[w].SetVolatile(volatile)
+					if latency {
+						fs[w].SetLatency(25 * time.Microsecond)
+					}
+					err = a.ReplaceMember(w, fs[w])
+				} else {
+					_, err = a.AddMember(fs[w])
+				}
+				if err == nil {
+					whole = -1 // recovering now; faults may hit it again
+				} else if !errors.Is(err, ErrBusy) {
+					t.Fatalf("re-adding member %d: %v", w, err)
+				}
+			}
+		}
+		tot.mu.Lock()
+		tot.steps++
+		tot.mu.Unlock()
+	}
+	stop.Store(true)
+	wg.Wait()
+	bgOps.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	for _, f := range fs {
+		f.ClearFaults()
+		f.Unstall()
+		f.Reappear()
+		f.SetLatency(0)
+	}
+	for _, s := range a.slots {
+		if r := s.ref.Load(); r != nil {
+			tot.mu.Lock()
+			tot.timeouts += s.timeouts.Load()
+			tot.mu.Unlock()
+		}
+	}
+	crashed := volatile && rng.IntN(2) == 0
+	if crashed {
+		tot.fault(fkCrash, phase(false))
+		for _, k := range rng.Perm(n) {
+			fs[k].Disappear()
+		}
+		for _, f := range fs {
+			f.Crash(rng)
+		}
+		_ = a.Close() // the members are gone: only stops the goroutines
+		for _, f := range fs {
+			f.Reappear()
+		}
+	} else {
+		// Members that are out come back first, so Close leaves them
+		// assemblable (a stale member is rebuilt after Assemble).
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_ = a.WaitSync(wctx)
+		cancel()
+		if err := a.Close(); err != nil {
+			t.Logf("close: %v", err)
+		}
+		for _, f := range fs {
+			if err := f.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ms2 := make([]Member, n)
+	for k, p := range rng.Perm(n) {
+		ms2[k] = fs[p]
+	}
+	for _, f := range fs {
+		f.SetVolatile(false)
+	}
+	b, err := Assemble(ms2, AssembleOptions{Options: opts})
+	if err != nil {
+		t.Fatalf("assemble after the round (crash %v): %v", crashed, err)
+	}
+	defer b.Close()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := b.WaitSync(wctx); err != nil {
+		t.Fatal(err)
+	}
+	st := b.Status()
+	if st.State == ArrayFailed {
+		t.Fatalf("failed after reassembly: %+v", st)
+	}
+	var eioEnd int64
+	p := make([]byte, BlockSize)
+	for blk := int64(0); blk < b.Size()/BlockSize; blk++ {
+		_, err := b.ReadAt(p, blk*BlockSize)
+		if err != nil {
+			if !errors.Is(err, syscall.EIO) || !model[blk].indet && !poisoned(blk) {
+				t.Errorf("block %d after reassembly: %v (it has a good copy)", blk, err)
+			}
+			eioEnd++
+			continue
+		}
+		if !model[blk].matches(p, crashed) {
+			wrong.Add(1)
+			t.Errorf("block %d after reassembly (crash %v): wrong data", blk, crashed)
+		}
+	}
+	if st.LostBlocks != eioEnd {
+		t.Errorf("engine reports %d lost blocks, %d read as EIO", st.LostBlocks, eioEnd)
+	}
+	res, err := b.Check(wctx)
+	if err != nil || res.Mismatches != 0 {
+		t.Errorf("check after reassembly: %+v %v", res, err)
+	}
+	t.Logf("members %d chunk %d volatile %v latency %v crash %v: ops %d, EIO blocks %d during, %d after; bad %d lost %d",
+		n, chunk, volatile, latency, crashed, ops.Load(), eioRead.Load(), eioEnd, st.BadBlocks, st.LostBlocks)
+	tot.mu.Lock()
+	tot.rounds++
+	tot.ops += ops.Load()
+	tot.eioRead += eioRead.Load()
+	tot.eioEnd += eioEnd
+	tot.lostRep += st.LostBlocks
+	tot.wrong += wrong.Load()
+	tot.mu.Unlock()
+}
