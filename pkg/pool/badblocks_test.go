@@ -53,9 +53,11 @@ func TestLostBlockThroughPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two members: every block is on both, at the same member offset. Make the data area
-	// unreadable on both, read one block, and clear the faults.
+	// (after the engine's metadata head, extentMetaSize) unreadable on both, read one
+	// block, and clear the faults. The superblocks stay readable: a member whose
+	// superblock cannot be read either is failed as a whole instead.
 	for _, f := range *fs {
-		f.FailRange(0, f.Size(), true, false)
+		f.FailRange(extentMetaSize, f.Size()-extentMetaSize, true, false)
 	}
 	buf := make([]byte, raid10.BlockSize)
 	_, err = a.ReadAt(buf, 8*raid10.BlockSize)
