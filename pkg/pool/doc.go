@@ -36,6 +36,9 @@
 // configured, takes over. ReplaceDisk rebuilds every affected volume onto a new disk, with
 // progress in VolumeInfo.Sync. A missing disk that returns (AddDisk, or the next Open) is
 // re-added and resyncs only the regions its absence left dirty (the engine's bitmap).
+// A member request past Config.MemberTimeout fails the member, and so the disk, the same
+// way. Blocks the engine records bad (VolumeInfo.BadBlocks; LostBlocks where no copy is
+// readable) fail no disk but keep the volume Degraded until they are written again.
 //
 // Events (disk failed, disk replaced, volume health changes) arrive on Pool.Events within
 // a monitor tick; Pool.Status is the full snapshot. Pool.Check proves the labels and the
