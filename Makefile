@@ -42,6 +42,10 @@ vm: ## Run CMD in the QEMU test VM (kernel nbd/md): make vm CMD='cat /proc/mdsta
 bench: deps ## Run the benchmarks (ratios against a reference measured in the same run; ~15 min).
 	source hack/tool-env.sh && $(GO) test -run '^$$' -bench . -benchmem -timeout 45m ./pkg/...
 
+.PHONY: soak
+soak: ## Run the engine's fault matrix with random seeds for SOAK (default 10m); RAID10_SEED=<seed> replays a round.
+	set -o pipefail; RAID10_SOAK=$${SOAK:-10m} $(GO) test -race -count=1 -timeout 0 -run '^TestFaultMatrix$$' -v ./pkg/raid10/ 2>&1 | grep -v '^[IEW][0-9]'
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	@for t in "FuzzRequests ./pkg/nbd" "FuzzNegotiation ./pkg/nbd" "FuzzSuperblock ./pkg/raid10" "FuzzBitmapBlock ./pkg/raid10" "FuzzDecodeLabel ./pkg/pool"; do \

@@ -845,6 +845,17 @@ func (a *Array) stateLocked() ArrayState {
 	return st
 }
 
+// anyBroken reports whether some member failed but could not be marked
+// faulty: it may have missed writes, so no bitmap bit may be cleared.
+func (a *Array) anyBroken() bool {
+	for _, s := range a.slots {
+		if s.broken.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 func (a *Array) allInSync() bool {
 	for _, s := range a.slots {
 		if MemberState(s.state.Load()) != MemberInSync {

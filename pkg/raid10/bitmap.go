@@ -292,7 +292,7 @@ func (b *bitmap) sweeper() {
 // or a resync is pending.
 func (b *bitmap) sweep() {
 	a := b.a
-	if !a.allInSync() || a.resyncActive.Load() {
+	if !a.allInSync() || a.resyncActive.Load() || a.anyBroken() {
 		return
 	}
 	// Candidates are marked with a CAS on the state word alone; no lock.
@@ -300,6 +300,9 @@ func (b *bitmap) sweep() {
 	sts := b.states()
 	for r := range sts {
 		st := &sts[r]
+		if a.regionNeedsResync(int64(r)) {
+			continue // its copies may differ: the bit must survive a restart
+		}
 		switch v := st.Load(); v {
 		case bmOnDisk | bmCand:
 			cands = append(cands, int64(r))
@@ -357,7 +360,7 @@ func (b *bitmap) sweep() {
 // no resync is pending (the members were flushed just before).
 func (b *bitmap) clearAllIfClean() {
 	a := b.a
-	if !a.allInSync() || a.resyncPending() {
+	if !a.allInSync() || a.resyncPending() || a.anyBroken() {
 		return
 	}
 	b.mu.Lock()
