@@ -320,9 +320,9 @@ func TestGuestResendFio(t *testing.T) {
 	for time.Since(start) < soak {
 		runs++
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		out, err := exec.CommandContext(ctx, "fio", "--name=resend", "--filename="+d.Path(), "--size=4M",
+		out, err := exec.CommandContext(ctx, "fio", "--name=resend", "--filename="+d.Path(), "--size=256k",
 			"--bs=4k", "--rw=randwrite", "--ioengine=libaio", "--iodepth=16", "--direct=1",
-			"--loops=2", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1",
+			"--loops=16", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1",
 			"--verify_state_save=0", "--output-format=json").CombinedOutput()
 		if ctx.Err() != nil {
 			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
