@@ -148,7 +148,8 @@ type Array struct {
 	bm *bitmap
 
 	// epoch is advanced by the deadline monitor; see deadline.go.
-	epoch atomic.Int64
+	epoch    atomic.Int64
+	mtimeout atomic.Int64 // Options.MemberTimeout in ns, < 0 disabled (benchmarks switch it)
 
 	// metaMu serialises superblock writes and member state changes.
 	metaMu        sync.Mutex
@@ -202,6 +203,7 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 	}
 	a.barrierCond = sync.NewCond(&a.barrierMu)
 	a.size.Store(geo.size)
+	a.mtimeout.Store(int64(opts.MemberTimeout))
 	a.handoffBelow = int64(runtime.GOMAXPROCS(0))
 	for i := range a.slots {
 		s := &slot{idx: i}

@@ -150,6 +150,11 @@ func (a *Array) recordBadLocked(s *slot, r *memberRef, off, length int64) bool {
 	if st := MemberState(s.state.Load()); st != MemberInSync && st != MemberRecovering {
 		return false
 	}
+	if s.broken.Load() {
+		// Its superblock cannot be written: no mark of it is durable, and
+		// one kept in memory must not count as recorded either.
+		return false
+	}
 	start, count := off/BlockSize, length/BlockSize
 	if l := r.bad.Load(); l != nil && l.countIn(start, count) == count {
 		return true

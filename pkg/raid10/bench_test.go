@@ -188,6 +188,28 @@ func benchIO(b *testing.B, write bool) {
 					}
 					b.ReportMetric(mw*100, "mutex-%")
 				})
+				// The same array without the member deadline: member calls
+				// are all made inline (see deadline.go), the cost of the
+				// hand-off shows as the ratio of the two x-ref figures.
+				b.Run(fmt.Sprintf("qd%d/raid10-nodeadline", qd), func(b *testing.B) {
+					a := e.arr
+					old := a.mtimeout.Swap(-1)
+					defer a.mtimeout.Store(old)
+					op := func(p []byte, off int64) error {
+						var err error
+						if write {
+							_, err = a.WriteAt(p, off)
+						} else {
+							_, err = a.ReadAt(p, off)
+						}
+						return err
+					}
+					el, mw := runQD(b, qd, a.Size(), op)
+					if ref, ok := refNs.Load(key); ok {
+						b.ReportMetric(ref.(float64)/(float64(el.Nanoseconds())/float64(b.N)), "x-ref")
+					}
+					b.ReportMetric(mw*100, "mutex-%")
+				})
 			}
 		})
 	}

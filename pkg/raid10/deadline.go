@@ -39,10 +39,7 @@ var errTimedOut = &wrapped{msg: "raid10: member request timed out", errno: sysca
 
 // timeout is the deadline in force, 0 when disabled.
 func (a *Array) timeout() time.Duration {
-	if a.opts.MemberTimeout < 0 {
-		return 0
-	}
-	return a.opts.MemberTimeout
+	return time.Duration(max(0, a.mtimeout.Load()))
 }
 
 // rescue reports whether requests to s are handed to workers so that a
@@ -64,7 +61,7 @@ func newRef(m Member, uuid [16]byte) *memberRef {
 // older than the deadline.
 func (a *Array) deadlineMonitor() {
 	defer a.bg.Done()
-	tick := a.timeout() / 4
+	tick := max(a.timeout()/4, time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	for {
