@@ -161,13 +161,14 @@ type Array struct {
 	// resync: regions whose copies may differ (after an unclean shutdown or
 	// a create without AssumeClean). Reads there use the first copy.
 	resyncActive atomic.Bool
-	resyncNeed   []atomic.Uint64 // one bit per region
+	resyncNeedP  atomic.Pointer[[]atomic.Uint64] // one bit per region; Grow replaces it
 
 	syncRun sync.Mutex // held by the daemon and scrubs while they run
 	kick    chan struct{}
 	stop    chan struct{}
 	bg      sync.WaitGroup
 	workers sync.WaitGroup
+	late    sync.WaitGroup // goroutines of member calls that may outlive their caller
 
 	progMu    sync.Mutex
 	prog      SyncProgress
@@ -189,20 +190,21 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 		opts.MemberTimeout = DefaultMemberTimeout
 	}
 	a := &Array{
-		geo:        geo,
-		uuid:       uuid,
-		opts:       opts,
-		slots:      make([]*slot, geo.n),
-		buckets:    make([]bucket, nBuckets),
-		syncWake:   make(chan struct{}, 1),
-		work:       make(chan *wreq, 256),
-		kick:       make(chan struct{}, 1),
-		stop:       make(chan struct{}),
-		resyncNeed: make([]atomic.Uint64, (geo.regions+63)/64),
-		zombies:    make(map[any]int),
+		geo:      geo,
+		uuid:     uuid,
+		opts:     opts,
+		slots:    make([]*slot, geo.n),
+		buckets:  make([]bucket, nBuckets),
+		syncWake: make(chan struct{}, 1),
+		work:     make(chan *wreq, 256),
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		zombies:  make(map[any]int),
 	}
 	a.barrierCond = sync.NewCond(&a.barrierMu)
 	a.size.Store(geo.size)
+	need := make([]atomic.Uint64, (geo.regions+63)/64)
+	a.resyncNeedP.Store(&need)
 	a.mtimeout.Store(int64(opts.MemberTimeout))
 	a.handoffBelow = int64(runtime.GOMAXPROCS(0))
 	for i := range a.slots {
@@ -347,8 +349,11 @@ func (a *Array) ReadAt(p []byte, off int64) (int, error) {
 	return done, nil
 }
 
+// resyncNeed returns the resync bits (one per region).
+func (a *Array) resyncNeed() []atomic.Uint64 { return *a.resyncNeedP.Load() }
+
 func (a *Array) regionNeedsResync(r int64) bool {
-	return a.resyncNeed[r>>6].Load()&(1<<(r&63)) != 0
+	return a.resyncNeed()[r>>6].Load()&(1<<(r&63)) != 0
 }
 
 // readPiece reads within one chunk.
@@ -674,7 +679,11 @@ func (a *Array) Flush() error {
 		}
 		refs[i] = r
 		done[i] = make(chan error, 1)
-		go func() { done[i] <- a.memberFlush(r) }()
+		a.late.Add(1)
+		go func() {
+			defer a.late.Done()
+			done[i] <- a.memberFlush(r)
+		}()
 	}
 	for i := range a.slots {
 		if done[i] == nil {
@@ -978,8 +987,9 @@ func (a *Array) waitWorkers() {
 }
 
 func (a *Array) resyncPending() bool {
-	for i := range a.resyncNeed {
-		if a.resyncNeed[i].Load() != 0 {
+	need := a.resyncNeed()
+	for i := range need {
+		if need[i].Load() != 0 {
 			return true
 		}
 	}

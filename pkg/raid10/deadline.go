@@ -89,7 +89,11 @@ func (a *Array) deadlineMonitor() {
 				r.kill()
 				// Not on this goroutine: the superblock writes may take a
 				// while, and other members are watched meanwhile.
-				go a.memberFailed(s, r, "timeout", errTimedOut)
+				a.late.Add(1)
+				go func() {
+					defer a.late.Done()
+					a.memberFailed(s, r, "timeout", errTimedOut)
+				}()
 			}
 		}
 	}
@@ -193,7 +197,9 @@ func (a *Array) metaIO(r *memberRef, call func() error) error {
 	}
 	done := make(chan error, 1)
 	var state atomic.Int32
+	a.late.Add(1)
 	go func() {
+		defer a.late.Done()
 		err := run()
 		if state.CompareAndSwap(reqPending, reqDone) {
 			done <- err

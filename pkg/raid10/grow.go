@@ -161,12 +161,13 @@ func (a *Array) Grow(newSize int64) error {
 		st[r].Store(oldSt[r].Load())
 	}
 	b.stp.Store(&st)
-	if w := (regions + 63) / 64; w > int64(len(a.resyncNeed)) {
+	if w := (regions + 63) / 64; w > int64(len(a.resyncNeed())) {
 		rn := make([]atomic.Uint64, w)
-		for i := range a.resyncNeed {
-			rn[i].Store(a.resyncNeed[i].Load())
+		need := a.resyncNeed()
+		for i := range need {
+			rn[i].Store(need[i].Load())
 		}
-		a.resyncNeed = rn
+		a.resyncNeedP.Store(&rn)
 	}
 	a.size.Store(newSize)
 	klog.V(1).InfoS("raid10: grown", "size", newSize, "oldSize", old.size, "dataSize", dataSize, "regions", regions)

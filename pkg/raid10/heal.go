@@ -51,10 +51,16 @@ func addRun(rs []badRange, b, n int64) []badRange {
 // are. complete is false if a copy that stays in sync could not be written.
 func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[*slot]*memberRef) (lost int64, complete bool) {
 	complete = true
+	unavailable := false // an in-sync copy is past its deadline
 	d0, d1, o0, o1 := a.geo.mapChunk(c)
 	cp := [2]copyState{{s: a.slots[d0], off: o0 + within}, {s: a.slots[d1], off: o1 + within}}
 	for k := range cp {
 		cp[k].in = cp[k].s.inSync()
+		if cp[k].in != nil && cp[k].in.timedOut.Load() {
+			// Past its deadline: not read, not written, not marked. Its
+			// blocks may be fine; they are just not available now.
+			cp[k].in, unavailable = nil, true
+		}
 		if tr, ok := targets[cp[k].s]; ok && cp[k].s.ref.Load() == tr && MemberState(cp[k].s.state.Load()) == MemberRecovering {
 			cp[k].target = tr
 		}
@@ -160,6 +166,12 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 			if got < 0 {
 				lost++
 				clear(q)
+				if unavailable {
+					// The copy that may hold it is hung: nothing is marked;
+					// a recovery cannot go on without it (below).
+					complete = false
+					continue
+				}
 				for k := range cp {
 					if cp[k].in != nil || cp[k].target != nil {
 						cp[k].bad = addRun(cp[k].bad, cp[k].off/BlockSize+i, 1)
@@ -169,6 +181,17 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 			}
 			if j := 1 - got; needs(j, failed[j], cp[j].off/BlockSize+i, 1) {
 				write(j, q, cp[j].off+i*BlockSize)
+			}
+		}
+	}
+	if unavailable && lost > 0 && mode == modeRecover {
+		// The only source is hung: the targets cannot get this chunk, and
+		// marking it bad on them would lose data the source may still
+		// hold. They are failed instead (as md stops a recovery without a
+		// source); a re-add after the source is back rebuilds them.
+		for k := range cp {
+			if cp[k].target != nil {
+				a.memberFailed(cp[k].s, cp[k].target, "recovery", errTimedOut)
 			}
 		}
 	}

@@ -84,7 +84,7 @@ func Create(members []Member, opts CreateOptions) (*Array, error) {
 	if !opts.AssumeClean {
 		a.bm.setAll()
 		for r := int64(0); r < geo.regions; r++ {
-			a.resyncNeed[r>>6].Or(1 << (r & 63))
+			a.resyncNeed()[r>>6].Or(1 << (r & 63))
 		}
 		a.resyncActive.Store(true)
 	}
@@ -217,6 +217,7 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 		}
 		if recorded {
 			s.state.Store(int32(MemberFaulty))
+			s.broken.Store(false) // out of the array now: nothing of it counts
 			if r := s.ref.Load(); r != nil {
 				r.kill() // waiters on its calls give up on it
 			}
@@ -363,7 +364,7 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	if !ref.clean {
 		dirty := a.bm.dirtyRegions()
 		for _, r := range dirty {
-			a.resyncNeed[r>>6].Or(1 << (r & 63))
+			a.resyncNeed()[r>>6].Or(1 << (r & 63))
 		}
 		if len(dirty) > 0 {
 			a.resyncActive.Store(true)
@@ -417,6 +418,7 @@ func (a *Array) ReplaceMember(slot int, m Member) error {
 	}
 	s.fullSync = full
 	s.redoDirty, s.recovered = false, 0
+	s.broken.Store(false)
 	s.sbSeq = seq
 	ref := newRef(m, uuid)
 	ref.bad.Store(newBadList(bad))

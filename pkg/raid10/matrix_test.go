@@ -502,7 +502,12 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 			f.Crash(rng)
 		}
 		_ = a.Close() // the members are gone: only stops the goroutines
+		// A crash ends every call of the old process: none may land after
+		// the reboot (here the old array's goroutines live on).
+		a.workers.Wait()
+		a.late.Wait()
 		for _, f := range fs {
+			f.Crash(nil) // whatever the late calls cached is lost too
 			f.Reappear()
 		}
 	} else {
@@ -514,6 +519,8 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 		if err := a.Close(); err != nil {
 			t.Logf("close: %v", err)
 		}
+		a.workers.Wait() // abandoned calls end before the members are reused
+		a.late.Wait()
 		for _, f := range fs {
 			if err := f.Flush(); err != nil {
 				t.Fatal(err)
@@ -527,7 +534,11 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	for _, f := range fs {
 		f.SetVolatile(false)
 	}
-	b, err := Assemble(ms2, AssembleOptions{Options: opts})
+	// No faults from here on: a deadline the loaded test machine cannot
+	// miss, so a slow scheduler never fails a member.
+	calm := opts
+	calm.MemberTimeout = 10 * time.Second
+	b, err := Assemble(ms2, AssembleOptions{Options: calm})
 	if err != nil {
 		t.Fatalf("assemble after the round (crash %v): %v", crashed, err)
 	}
@@ -563,6 +574,28 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	res, err := b.Check(wctx)
 	if err != nil || res.Mismatches != 0 {
 		t.Errorf("check after reassembly: %+v %v", res, err)
+	}
+	// The superblocks agree with Status: after Close every member's own
+	// superblock is in sync, clean, and carries the bad blocks Status
+	// counted for it.
+	st = b.Status()
+	if err := b.Close(); err != nil {
+		t.Errorf("close after reassembly: %v", err)
+	}
+	for _, m := range ms2 {
+		sb, err := readSuperblock(m)
+		if err != nil {
+			t.Fatalf("superblock after close: %v", err)
+		}
+		ms := st.Members[sb.role]
+		var bad int64
+		for _, r := range sb.bad {
+			bad += r.count
+		}
+		if !sb.clean || sb.recoveryOff != recoveryDone || sb.slots[sb.role] != slotActive || ms.State != MemberInSync || bad != ms.BadBlocks {
+			t.Errorf("member %d: superblock clean %v recovery %d slot %d bad %d; status %v bad %d",
+				sb.role, sb.clean, sb.recoveryOff, sb.slots[sb.role], bad, ms.State, ms.BadBlocks)
+		}
 	}
 	t.Logf("members %d chunk %d volatile %v latency %v crash %v: ops %d, EIO blocks %d during, %d after; bad %d lost %d",
 		n, chunk, volatile, latency, crashed, ops.Load(), eioRead.Load(), eioEnd, st.BadBlocks, st.LostBlocks)

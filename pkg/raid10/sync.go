@@ -160,7 +160,7 @@ func (a *Array) runResync() {
 				a.throttle()
 			}
 			if done {
-				a.resyncNeed[r>>6].And(^(uint64(1) << (r & 63)))
+				a.resyncNeed()[r>>6].And(^(uint64(1) << (r & 63)))
 			} else {
 				// A copy could not be written (a member that cannot be
 				// failed): the region stays marked, so Close leaves the
@@ -178,7 +178,7 @@ func (a *Array) runResync() {
 // write that failed may have reached one copy only). Until then reads
 // there use the first copy, so the block's value stays stable.
 func (a *Array) markResync(r int64) {
-	a.resyncNeed[r>>6].Or(1 << (r & 63))
+	a.resyncNeed()[r>>6].Or(1 << (r & 63))
 	a.resyncActive.Store(true)
 	a.kickSync()
 }
