@@ -260,3 +260,27 @@ func TestSlowWriteFencesLaterOverlaps(t *testing.T) {
 		t.Fatalf("block holds %q..., want the later write's B", got[:8])
 	}
 }
+
+// TestGuardStopsWhenIdle checks that the guard a write started ends once no write is in
+// flight, so that an idle server has no ticking goroutine.
+func TestGuardStopsWhenIdle(t *testing.T) {
+	srv, sock := startServer(t, Options{SlowWrite: 20 * time.Millisecond}, Export{Backend: newMemBackend(1 << 20)})
+	c := dialRaw(t, sock)
+	c.goExport("")
+	c.request(CmdWrite, 0, 1, 0, 4096, fill('W'))
+	if h, errno := c.reply(); h != 1 || errno != 0 {
+		t.Fatalf("reply %d errno %d", h, errno)
+	}
+	if !srv.guarding.Load() {
+		t.Fatal("no guard after a write")
+	}
+	waitFor(t, "the guard to stop", func() bool { return !srv.guarding.Load() })
+	c.request(CmdRead, 0, 2, 0, 4096, nil) // reads start no guard
+	if h, errno := c.reply(); h != 2 || errno != 0 {
+		t.Fatalf("reply %d errno %d", h, errno)
+	}
+	c.read(make([]byte, 4096))
+	if srv.guarding.Load() {
+		t.Fatal("a read started the guard")
+	}
+}
