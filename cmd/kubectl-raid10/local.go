@@ -12,15 +12,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raid10-csi/raid10-csi/pkg/admin"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
-// connect returns the running agent's API, or the pool opened in this process when no agent
-// answers and a pool configuration is given.
-func connect(ctx context.Context, o *Options) (localAPI, error) {
-	sock := adminSocket(o.RunDir)
-	if _, err := os.Stat(sock); err == nil {
-		h, err := dialAgent(ctx, sock)
+// connect returns the API of the process that holds the pool (the standalone agent's admin
+// socket in --run-dir, else the plugin's in --state-dir), or the pool opened in this process
+// when neither answers and a pool configuration is given.
+func connect(ctx context.Context, o *Options) (admin.API, error) {
+	var socks []string
+	for _, dir := range []string{o.RunDir, o.StateDir} {
+		if dir == "" {
+			continue
+		}
+		sock := admin.Socket(dir)
+		socks = append(socks, sock)
+		if _, err := os.Stat(sock); err != nil {
+			continue
+		}
+		h, err := admin.Dial(ctx, sock)
 		if err == nil {
 			return h, nil
 		}
@@ -29,7 +39,7 @@ func connect(ctx context.Context, o *Options) (localAPI, error) {
 		}
 	}
 	if o.PoolConfig == "" {
-		return nil, fmt.Errorf("no node agent at %s and no --pool-config to open the pool directly", sock)
+		return nil, fmt.Errorf("no node agent at %s and no --pool-config to open the pool directly", strings.Join(socks, " or "))
 	}
 	cfg, err := pool.LoadConfig(o.PoolConfig)
 	if err != nil {
@@ -39,7 +49,7 @@ func connect(ctx context.Context, o *Options) (localAPI, error) {
 	if err != nil {
 		return nil, err
 	}
-	return direct{p}, nil
+	return admin.Direct{P: p}, nil
 }
 
 // parseArgs parses flags anywhere among the positional arguments and checks their count.
@@ -171,7 +181,7 @@ func runLocal(ctx context.Context, o *Options, args []string, out io.Writer) err
 		}
 		var v pool.VolumeInfo
 		if cmd == "create" {
-			v, err = api.CreateVolume(ctx, createRequest{Name: pos[0], Size: size, Members: members})
+			v, err = api.CreateVolume(ctx, admin.CreateRequest{Name: pos[0], Size: size, Members: members})
 		} else {
 			v, err = api.ExpandVolume(ctx, pos[0], size)
 		}
@@ -215,7 +225,7 @@ func runLocal(ctx context.Context, o *Options, args []string, out io.Writer) err
 
 // waitFor polls a volume until it reaches the wanted health, printing a line whenever its
 // health or rebuild progress changes.
-func waitFor(ctx context.Context, api localAPI, r renderer, name string, want pool.Health, timeout time.Duration) error {
+func waitFor(ctx context.Context, api admin.API, r renderer, name string, want pool.Health, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	last := ""

@@ -8,8 +8,10 @@
 // replace-disk is its only write: it sets the Raid10Node's spec.diskReplacement, which that
 // node's agent carries out (pool.ReplaceDisk) and answers in status.lastDiskReplacement.
 //
-// Local mode talks to the node agent's admin socket (<run-dir>/admin.sock) when one runs,
-// and otherwise opens the pool itself from --pool-config. `kubectl-raid10 --local serve`
+// Local mode talks to the admin socket (pkg/admin) of the process that holds the node's pool
+// when one runs: the standalone agent's <run-dir>/admin.sock, else the plugin's
+// <state-dir>/admin.sock (--mode=node and --mode=all); otherwise it opens the pool itself
+// from --pool-config. `kubectl-raid10 --local serve`
 // is a standalone node agent: it opens the pool and serves every volume over NBD on
 // <run-dir>/nbd/<volume>.sock (used by `make demo`; the CSI plugin's --mode=all is the
 // agent of a real node).
@@ -34,8 +36,11 @@ type Options struct {
 	Local bool
 	// PoolConfig is the pool's JSON configuration (local mode, when no agent runs, and serve).
 	PoolConfig string
-	// RunDir holds the agent's admin socket and NBD sockets.
+	// RunDir holds the standalone agent's admin socket and NBD sockets.
 	RunDir string
+	// StateDir is the plugin's --state-dir, where it serves its admin socket (--mode=node
+	// and --mode=all); tried after RunDir.
+	StateDir string
 	// Output is "table", "json" or "yaml".
 	Output string
 	// Kubeconfig is the kubeconfig file of cluster mode; empty: $KUBECONFIG, ~/.kube/config.
@@ -62,8 +67,9 @@ const usage = `usage: kubectl raid10 [flags] <command> [args]
 Modes:
   (default)      cluster mode, through the Raid10Volume/Raid10Node resources, with the
                  kubeconfig kubectl uses (--kubeconfig, $KUBECONFIG, ~/.kube/config)
-  --local        this node's pool directly: through the running node agent's admin socket,
-                 or by opening the pool from --pool-config when no agent runs
+  --local        this node's pool directly: through the admin socket of the process that
+                 holds it (the standalone agent's in --run-dir, the plugin's in --state-dir),
+                 or by opening the pool from --pool-config when nothing runs
                  (also written as a leading "local" command: kubectl raid10 local status)
 
 Cluster commands (-o table|json|yaml):
@@ -104,6 +110,7 @@ func main() {
 	fs.BoolVar(&o.Local, "local", os.Getenv("RAID10_LOCAL") == "1", "local mode: this node's pool, no cluster (env RAID10_LOCAL=1)")
 	fs.StringVar(&o.PoolConfig, "pool-config", os.Getenv("RAID10_POOL_CONFIG"), "pool configuration (JSON) for serve and for local mode without an agent (env RAID10_POOL_CONFIG)")
 	fs.StringVar(&o.RunDir, "run-dir", envOr("RAID10_RUN_DIR", "/run/raid10-csi"), "directory of the agent's admin and NBD sockets (env RAID10_RUN_DIR)")
+	fs.StringVar(&o.StateDir, "state-dir", envOr("RAID10_STATE_DIR", "/var/lib/raid10-csi"), "the plugin's --state-dir, whose admin socket is used when none is in --run-dir (env RAID10_STATE_DIR)")
 	fs.StringVar(&o.Output, "o", "table", "output format: table, json or yaml")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (cluster mode; default $KUBECONFIG, then ~/.kube/config)")
 	fs.StringVar(&o.Context, "context", "", "kubeconfig context (cluster mode; default the current context)")

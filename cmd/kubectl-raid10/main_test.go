@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/raid10-csi/raid10-csi/internal/testenv"
+	"github.com/raid10-csi/raid10-csi/pkg/admin"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -141,7 +142,7 @@ func startAgent(t *testing.T, o *Options) {
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if h, err := dialAgent(ctx, adminSocket(o.RunDir)); err == nil {
+		if h, err := admin.Dial(ctx, admin.Socket(o.RunDir)); err == nil {
 			h.Close()
 			return
 		}

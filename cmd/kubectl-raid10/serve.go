@@ -2,19 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
 
+	"github.com/raid10-csi/raid10-csi/pkg/admin"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
@@ -24,14 +20,13 @@ import (
 // subcommands on <run-dir>/admin.sock (JSON over HTTP on a unix socket, mode 0600).
 type agent struct {
 	p      *pool.Pool
-	api    direct
 	nbdDir string
 
 	mu      sync.Mutex // guards exports
 	exports map[string]*nbd.Server
 }
 
-func adminSocket(runDir string) string { return filepath.Join(runDir, "admin.sock") }
+var _ admin.VolumeOps = (*agent)(nil)
 
 // NBDSocket is where the agent serves a volume.
 func nbdSocket(runDir, volume string) string {
@@ -56,42 +51,42 @@ func runServe(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	a := &agent{p: p, api: direct{p}, nbdDir: filepath.Join(o.RunDir, "nbd"), exports: map[string]*nbd.Server{}}
+	a := &agent{p: p, nbdDir: filepath.Join(o.RunDir, "nbd"), exports: map[string]*nbd.Server{}}
 	for _, v := range p.Volumes() {
 		if err := a.export(v.Name); err != nil {
 			klog.ErrorS(err, "Volume not served", "volume", v.Name)
 		}
 	}
-	sock := adminSocket(o.RunDir)
-	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", sock)
-	syscall.Umask(old)
+	srv, err := admin.Listen(admin.Socket(o.RunDir), p, a)
 	if err != nil {
 		_ = p.Close()
-		return fmt.Errorf("admin socket: %w", err)
+		return err
 	}
-	srv := &http.Server{Handler: a.mux(), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "Admin server stopped")
-		}
-	}()
-	klog.InfoS("Node agent ready", "pool", p.UUID(), "admin", sock, "nbdDir", a.nbdDir)
-	<-ctx.Done()
+	klog.InfoS("Node agent ready", "pool", p.UUID(), "admin", srv.Addr(), "nbdDir", a.nbdDir)
+	err = srv.Serve(ctx)
 	klog.InfoS("Node agent stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
 	a.mu.Lock()
 	for name, s := range a.exports {
 		_ = s.Shutdown(sctx)
 		delete(a.exports, name)
 	}
 	a.mu.Unlock()
-	return p.Close()
+	return errors.Join(err, p.Close())
+}
+
+// Created implements admin.VolumeOps: a new volume is served at once.
+func (a *agent) Created(name string) error { return a.export(name) }
+
+// Deleting implements admin.VolumeOps.
+func (a *agent) Deleting(name string) { a.unexport(name) }
+
+// Expanded implements admin.VolumeOps: the export's size is fixed, so clients reconnect to
+// see the new one.
+func (a *agent) Expanded(name string) error {
+	a.unexport(name)
+	return a.export(name)
 }
 
 // export starts serving a volume over NBD (the default export of its socket).
@@ -134,86 +129,4 @@ func (a *agent) unexport(name string) {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	}
-}
-
-func (a *agent) mux() *http.ServeMux {
-	m := http.NewServeMux()
-	handle := func(op string, f func(ctx context.Context, req diskRequest, cr createRequest) (any, error)) {
-		m.HandleFunc("POST /v1/"+op, func(w http.ResponseWriter, r *http.Request) {
-			var req diskRequest
-			var cr createRequest
-			if r.ContentLength != 0 {
-				dec := json.NewDecoder(r.Body)
-				var raw json.RawMessage
-				if err := dec.Decode(&raw); err != nil {
-					writeErr(w, fmt.Errorf("%w: %w", pool.ErrInvalidArgument, err))
-					return
-				}
-				_ = json.Unmarshal(raw, &req)
-				_ = json.Unmarshal(raw, &cr)
-			}
-			out, err := f(r.Context(), req, cr)
-			if err != nil {
-				klog.ErrorS(err, "Admin request failed", "op", op)
-				writeErr(w, err)
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(out)
-		})
-	}
-	handle("status", func(ctx context.Context, _ diskRequest, _ createRequest) (any, error) {
-		return a.api.Status(ctx)
-	})
-	handle("volumes/create", func(ctx context.Context, _ diskRequest, cr createRequest) (any, error) {
-		v, err := a.api.CreateVolume(ctx, cr)
-		if err != nil {
-			return nil, err
-		}
-		return v, a.export(v.Name)
-	})
-	handle("volumes/delete", func(ctx context.Context, req diskRequest, _ createRequest) (any, error) {
-		a.unexport(req.Name)
-		return struct{}{}, a.api.DeleteVolume(ctx, req.Name)
-	})
-	handle("volumes/expand", func(ctx context.Context, req diskRequest, _ createRequest) (any, error) {
-		v, err := a.api.ExpandVolume(ctx, req.Name, req.Size)
-		if err != nil {
-			return nil, err
-		}
-		a.unexport(req.Name) // the export's size is fixed: clients reconnect to see the new one
-		return v, a.export(req.Name)
-	})
-	handle("disks/fail", func(ctx context.Context, req diskRequest, _ createRequest) (any, error) {
-		return struct{}{}, a.api.FailDisk(ctx, req.Ref)
-	})
-	handle("disks/replace", func(ctx context.Context, req diskRequest, _ createRequest) (any, error) {
-		return a.api.ReplaceDisk(ctx, req.Ref, req.Disk)
-	})
-	handle("disks/add", func(ctx context.Context, req diskRequest, _ createRequest) (any, error) {
-		return a.api.AddDisk(ctx, req.Disk)
-	})
-	handle("disks/readd", func(ctx context.Context, req diskRequest, _ createRequest) (any, error) {
-		return a.api.ReaddDisk(ctx, req.Ref)
-	})
-	return m
-}
-
-func writeErr(w http.ResponseWriter, err error) {
-	code := codeOf(err)
-	status := http.StatusInternalServerError
-	switch code {
-	case "InvalidArgument":
-		status = http.StatusBadRequest
-	case "NotFound":
-		status = http.StatusNotFound
-	case "AlreadyExists":
-		status = http.StatusConflict
-	case "Internal":
-	default:
-		status = http.StatusPreconditionFailed
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(wireError{Code: code, Message: err.Error()})
 }

@@ -15,6 +15,9 @@
 // the CreateVolume name) is kept in --state-dir/volumes.json. Only this node exists:
 // topology raid10.csi.io/node=<--node-id>.
 //
+// In node and all modes the plugin serves the node's admin socket, --state-dir/admin.sock
+// (pkg/admin), for `kubectl-raid10 --local`.
+//
 // Every mode serves /metrics, /healthz and /readyz on --metrics-address (empty: none): CSI
 // call counts and latencies; in node and all modes also the pool's volumes and disks and
 // each attached volume's NBD requests (with the node agent's controller-runtime metrics in
@@ -238,6 +241,9 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	var tasks []func(context.Context) error
 	tasks = append(tasks, d.Run)
+	if np != nil {
+		tasks = append(tasks, adminTask(o.StateDir, np))
+	}
 	if o.MetricsAddress != "" {
 		tasks = append(tasks, func(ctx context.Context) error {
 			return metrics.Serve(ctx, o.MetricsAddress, reg, checks...)
