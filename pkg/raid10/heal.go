@@ -65,6 +65,9 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 			cp[k].target = tr
 		}
 	}
+	if unavailable && mode == modeResync {
+		complete = false // the hung copy cannot be made equal now
+	}
 	n := int64(len(p)) / BlockSize
 	var region int64 = -1
 	if mode == modeRead {
