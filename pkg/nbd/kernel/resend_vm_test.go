@@ -51,7 +51,6 @@ func TestKernelResendVM(t *testing.T) {
 // attachStalling serves b on a device with two connections and the short request timeout.
 func attachStalling(t *testing.T, b nbd.Backend) (*Device, func()) {
 	t.Helper()
-	vm.GuestHalf(t, "TestKernelResendVM")
 	// SlowWrite at a quarter of the timeout, as the 1 s default is to the attach's timeout.
 	srv, err := nbd.NewServer(nbd.Options{SlowWrite: resendTimeout / 4}, nbd.Export{Name: "vol", Backend: b})
 	if err != nil {
@@ -133,6 +132,7 @@ func directIO(t *testing.T, path string) (*os.File, []byte) {
 // W1 on the other connection; once W1 is acknowledged, W2 (B to X) is written and
 // acknowledged; the held W1 then reaches the backend. A read of X must return B.
 func TestGuestResendOrder(t *testing.T) {
+	vm.GuestHalf(t, "TestKernelResendVM")
 	const x = 1 << 20
 	fb, err := nbd.OpenFileBackend(filepath.Join(t.TempDir(), "disk.img"), 64<<20)
 	if err != nil {
@@ -296,6 +296,7 @@ type fioFigures struct {
 // that lands after a newer one is read back with the wrong header. fio must report no error
 // and its verification must pass.
 func TestGuestResendFio(t *testing.T) {
+	vm.GuestHalf(t, "TestKernelResendVM")
 	soak := resendFioDefault
 	if v := os.Getenv(soakEnv); v != "" {
 		d, err := time.ParseDuration(v)
