@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,9 +44,12 @@ func TestMain(m *testing.M) {
 // TestRestartVM runs TestRestartInGuest in the VM: restarts of the plugin under fio.
 func TestRestartVM(t *testing.T) {
 	vm.HostHalf(t)
-	timeout, rounds := 7*time.Minute, "ext4:2:1,xfs:1:1"
+	timeout, rounds := 8*time.Minute, "ext4:1:1:0:1,xfs:1:1"
 	if os.Getenv(restartLongEnv) == "1" {
-		timeout, rounds = 80*time.Minute, "ext4:20:20:5,xfs:20:20:5"
+		timeout, rounds = 80*time.Minute, "ext4:20:20:5:10,xfs:20:20:5:10"
+	}
+	if r := os.Getenv("RAID10_RESTART_ROUNDS"); r != "" { // by hand: other rounds
+		rounds = r
 	}
 	res := vm.RunGoTestOpts(t, vm.Options{Timeout: timeout, Memory: 2048, Env: []string{"RAID10_RESTART_ROUNDS=" + rounds}},
 		".", "-test.run=^TestRestartInGuest$", "-test.v", "-test.timeout="+(timeout-90*time.Second).String())
@@ -68,6 +72,7 @@ type round struct {
 	errors  int
 	verify  bool
 	handed  bool          // the logs show a handover (graceful)
+	old     *plugin       // the process restarted
 	ios     int           // writes fio completed
 	mean    time.Duration // their mean completion latency
 	fioTail string
@@ -84,7 +89,9 @@ type round struct {
 // its errors and its verification; every round must have no error and a passing
 // verification, a graceful one must have handed over and stalled less than the kernel's
 // request timeout (no request waited for it), and the filesystem must check clean at the end.
-// RAID10_RESTART_ROUNDS is "fs:graceful:kills[:drains],...".
+// Overlaps start the new process while the old one still serves (a surge update): it takes
+// the devices from the old one directly. RAID10_RESTART_ROUNDS is
+// "fs:graceful:kills[:drains[:overlaps]],...".
 func TestRestartInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestRestartVM")
 	spec := os.Getenv("RAID10_RESTART_ROUNDS")
@@ -119,6 +126,11 @@ func TestRestartInGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dumpLog := func(p *plugin) {
+		b, _ := os.ReadFile(p.log)
+		lines := strings.Split(string(b), "\n")
+		t.Logf("%s (%v; last lines):\n%s", p.log, p.cmd.ProcessState, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
 	n := 0
 	startProc := func(name, args string) *plugin {
 		p := &plugin{log: filepath.Join(dir, name+".log"), start: time.Now(), done: make(chan struct{})}
@@ -143,18 +155,23 @@ func TestRestartInGuest(t *testing.T) {
 	holders := 0
 	startHolder := func() *plugin {
 		holders++
-		return startProc(fmt.Sprintf("holder-%02d", holders), "--mode=holder --state-dir="+filepath.Join(dir, "state")+" -v=2")
+		h := startProc(fmt.Sprintf("holder-%02d", holders), "--mode=holder --state-dir="+filepath.Join(dir, "state")+" -v=2")
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) { // a holder is up before a plugin stops
+			if c, err := net.Dial("unix", filepath.Join(dir, "state", "handover", "holder.sock")); err == nil {
+				_ = c.Close()
+				return h
+			}
+			if time.Now().After(deadline) {
+				dumpLog(h)
+				t.Fatal("the holder does not listen after a minute")
+			}
+		}
 	}
 	holder := startHolder()
 	defer func() {
 		_ = holder.cmd.Process.Signal(syscall.SIGTERM)
 		<-holder.done
 	}()
-	dumpLog := func(p *plugin) {
-		b, _ := os.ReadFile(p.log)
-		lines := strings.Split(string(b), "\n")
-		t.Logf("%s (last lines):\n%s", p.log, strings.Join(lines[max(0, len(lines)-40):], "\n"))
-	}
 	var cur *plugin
 	defer func() {
 		if cur != nil {
@@ -205,9 +222,12 @@ func TestRestartInGuest(t *testing.T) {
 		fs := f[0]
 		graceful, _ := strconv.Atoi(f[1])
 		kills, _ := strconv.Atoi(f[2])
-		drains := 0
+		drains, overlaps := 0, 0
 		if len(f) > 3 {
 			drains, _ = strconv.Atoi(f[3])
+		}
+		if len(f) > 4 {
+			overlaps, _ = strconv.Atoi(f[4])
 		}
 		capab := &csi.VolumeCapability{
 			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
@@ -227,8 +247,8 @@ func TestRestartInGuest(t *testing.T) {
 		dev := mountSource(t, staging)
 		t.Logf("%s: volume %s staged on %s", fs, id, dev)
 
-		kinds := make([]string, 0, graceful+kills+drains)
-		for i := 0; i < max(graceful, kills, drains); i++ { // interleaved, so that each sees the same state
+		kinds := make([]string, 0, graceful+kills+drains+overlaps)
+		for i := 0; i < max(graceful, kills, drains, overlaps); i++ { // interleaved, so that each sees the same state
 			if i < graceful {
 				kinds = append(kinds, "graceful")
 			}
@@ -238,13 +258,16 @@ func TestRestartInGuest(t *testing.T) {
 			if i < drains {
 				kinds = append(kinds, "drain")
 			}
+			if i < overlaps {
+				kinds = append(kinds, "overlap")
+			}
 		}
 		for i, kind := range kinds {
 			if kind == "drain" { // no holder: the plugin drains its connections and closes them
 				_ = holder.cmd.Process.Signal(syscall.SIGTERM)
 				<-holder.done
 			}
-			r := restartUnderFio(t, filepath.Join(staging, "fio.dat"), kind, &cur, startPlugin, waitServing)
+			r := restartUnderFio(t, filepath.Join(staging, "fio.dat"), dev, kind, &cur, startPlugin, waitServing)
 			if kind == "drain" {
 				holder = startHolder()
 			}
@@ -256,13 +279,15 @@ func TestRestartInGuest(t *testing.T) {
 				order = append(order, key)
 			}
 			results[key] = append(results[key], r)
+			// A failed round is reported and the rounds go on, so that the table is complete.
 			if r.errors != 0 || !r.verify {
 				dumpLog(cur)
-				t.Fatalf("%s %s: fio failed:\n%s", fs, kind, r.fioTail)
+				t.Errorf("%s %s round %d: fio failed:\n%s", fs, kind, i+1, r.fioTail)
 			}
-			if kind == "graceful" && (!r.handed || r.stall >= 10*time.Second) {
+			if (kind == "graceful" || kind == "overlap") && (!r.handed || r.stall >= 10*time.Second) {
+				dumpLog(r.old)
 				dumpLog(cur)
-				t.Fatalf("%s graceful restart: handover %v, stall %s (the kernel's request timeout is 10 s)", fs, r.handed, r.stall)
+				t.Errorf("%s %s round %d: handover %v, stall %s (the kernel's request timeout is 10 s)", fs, kind, i+1, r.handed, r.stall)
 			}
 		}
 		mustRun(t, "umount", staging)
@@ -303,9 +328,9 @@ func TestRestartInGuest(t *testing.T) {
 }
 
 // restartUnderFio runs fio (4096 random 4 KiB writes at queue depth 16 and at most 1000 per
-// second, with verification: 4 to 8 s under TCG) on file and restarts the plugin 2.5 s into
-// it.
-func restartUnderFio(t *testing.T, file, kind string, cur **plugin, startPlugin func() *plugin, waitServing func(*plugin) time.Duration) round {
+// second, with verification: 4 to 8 s under TCG) on file, on device dev, and restarts the
+// plugin once 256 of its writes have reached the device.
+func restartUnderFio(t *testing.T, file, dev, kind string, cur **plugin, startPlugin func() *plugin, waitServing func(*plugin) time.Duration) round {
 	t.Helper()
 	fio := exec.Command("fio", "--name=restart", "--filename="+file, "--size=16M", "--bs=4k",
 		"--rw=randwrite", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--rate_iops=1000",
@@ -318,16 +343,43 @@ func restartUnderFio(t *testing.T, file, kind string, cur **plugin, startPlugin 
 	}
 	fioDone := make(chan error, 1)
 	go func() { fioDone <- fio.Wait() }()
-	time.Sleep(2500 * time.Millisecond)
+	// Restart once fio's direct writes run (not while it lays out its file): 256 more writes
+	// completed on the device than at its start.
+	stat := filepath.Join("/sys/block", filepath.Base(dev), "stat")
+	base := writesDone(t, stat)
+	fioStart := time.Now()
+	for writesDone(t, stat) < base+256 {
+		select {
+		case err := <-fioDone:
+			t.Fatalf("fio ended before its writes reached the device: %v\n%s", err, errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Since(fioStart) > time.Minute {
+			_ = fio.Process.Kill()
+			t.Fatal("fio's writes do not reach the device")
+		}
+	}
 
 	old := *cur
-	r := round{kind: kind}
+	r := round{kind: kind, old: old}
 	signalled := time.Now()
-	if kind == "kill" {
+	switch kind {
+	case "kill":
 		_ = old.cmd.Process.Signal(syscall.SIGKILL)
 		<-old.done
 		*cur = startPlugin()
-	} else { // graceful, or drain (no holder runs)
+	case "overlap":
+		// The new process starts while the old one serves and takes the devices from it;
+		// the old one idles until it is told to stop.
+		*cur = startPlugin()
+		waitServing(*cur)
+		_ = old.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-old.done:
+		case <-time.After(time.Minute):
+			t.Fatal("the old plugin still runs a minute after SIGTERM")
+		}
+	default: // graceful, or drain (no holder runs)
 		// As a DaemonSet's rolling update: the old process ends (handing its devices to the
 		// holder), then the new one starts (taking them).
 		_ = old.cmd.Process.Signal(syscall.SIGTERM)
@@ -340,10 +392,11 @@ func restartUnderFio(t *testing.T, file, kind string, cur **plugin, startPlugin 
 	}
 	waitServing(*cur)
 	r.served = time.Since(signalled)
-	if kind == "graceful" {
+	if kind == "graceful" || kind == "overlap" {
+		to := map[string]string{"graceful": "holder", "overlap": "successor"}[kind]
 		ob, _ := os.ReadFile(old.log)
 		nb, _ := os.ReadFile((*cur).log)
-		r.handed = strings.Contains(string(ob), "Handed the NBD devices to the holder") &&
+		r.handed = strings.Contains(string(ob), "Handed the NBD devices to the "+to) &&
 			strings.Contains(string(nb), "Took the NBD devices over")
 		for _, l := range strings.Split(string(ob)+string(nb), "\n") {
 			if strings.Contains(l, "Handed the NBD devices") || strings.Contains(l, "Took the NBD devices") {
@@ -389,6 +442,24 @@ func restartUnderFio(t *testing.T, file, kind string, cur **plugin, startPlugin 
 		r.fioTail = errOut.String() + out.String()
 	}
 	return r
+}
+
+// writesDone reads the writes completed by a block device (/sys/block/X/stat, field 5).
+func writesDone(t *testing.T, stat string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 5 {
+		t.Fatalf("%s: %q", stat, b)
+	}
+	n, err := strconv.ParseInt(f[4], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // mountSource returns the device mounted at path.
