@@ -372,6 +372,16 @@ func restartUnderFio(t *testing.T, file, dev, kind string, cur **plugin, startPl
 		// The new process starts while the old one serves and takes the devices from it;
 		// the old one idles until it is told to stop.
 		*cur = startPlugin()
+		// The old process answers on the CSI socket until the new one took over: wait for
+		// the new one's word first.
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			if b, _ := os.ReadFile((*cur).log); strings.Contains(string(b), "Took the NBD devices over") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the new plugin took nothing over in 2 minutes")
+			}
+		}
 		waitServing(*cur)
 		_ = old.cmd.Process.Signal(syscall.SIGTERM)
 		select {
