@@ -297,6 +297,9 @@ func sendMsg(c *net.UnixConn, b []byte, fds []int) error {
 	if _, _, err := c.WriteMsgUnix(h[:], oob, nil); err != nil {
 		return fmt.Errorf("%w: send: %w", ErrHandover, err)
 	}
+	if len(b) == 0 {
+		return nil // the end: the peer may close as soon as it has read the header
+	}
 	if _, err := c.Write(b); err != nil {
 		return fmt.Errorf("%w: send: %w", ErrHandover, err)
 	}
