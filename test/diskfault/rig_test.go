@@ -1,0 +1,193 @@
+package diskfault
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
+	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+// TestDiskFaultVM boots the VM and runs the in-guest fault tests of this package there;
+// each must pass there. brd gives 8 ramdisks of 192 MiB (pages are allocated only when
+// written): ram0-3 for the slow-disk test, ram4-7 for the bad-block test.
+func TestDiskFaultVM(t *testing.T) {
+	vm.HostHalf(t)
+	vm.RunGoTestOpts(t, vm.Options{Timeout: 5 * time.Minute, Memory: 2048,
+		Modules:      []string{"nbd", "brd", "ext4", "dm_mod", "dm_delay"},
+		ModuleParams: map[string]string{"brd": fmt.Sprintf("rd_nr=8 rd_size=%d", ramSize>>10)}},
+		".", "-test.run=^(TestSlowDiskInGuest|TestBadBlocksInGuest)$", "-test.v", "-test.timeout=4m")
+}
+
+// ramSize is the size of each brd ramdisk (TestDiskFaultVM's rd_size).
+const ramSize = 192 << 20
+
+const sectorsPerRam = ramSize / 512
+
+// run runs a command, logs it with its duration, and fails t on error.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	t.Logf("%s %s (%s)", name, strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func needTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			testenv.Missing(t, "diskfault: %s not found (hack/install-deps.sh installs it)", tool)
+		}
+	}
+}
+
+// dmDev is one device-mapper device over a brd ramdisk, the member of an array.
+type dmDev struct {
+	name string // dm name; the device is /dev/mapper/<name>
+	ram  string // /dev/ramN under it
+}
+
+func (d dmDev) path() string { return "/dev/mapper/" + d.name }
+
+// linear is the table mapping the whole ramdisk.
+func (d dmDev) linear() string { return fmt.Sprintf("0 %d linear %s 0", sectorsPerRam, d.ram) }
+
+// delayed is the table of the whole ramdisk with every request held for ms milliseconds.
+func (d dmDev) delayed(ms int) string {
+	return fmt.Sprintf("0 %d delay %s 0 %d", sectorsPerRam, d.ram, ms)
+}
+
+// withErrors is the table of the ramdisk with [from, from+n) bytes answering every
+// request with an error (`error` target) and the rest linear.
+func (d dmDev) withErrors(from, n int64) string {
+	s, c := from/512, n/512
+	return fmt.Sprintf("0 %d linear %s 0\n%d %d error\n%d %d linear %s %d",
+		s, d.ram, s, c, s+c, sectorsPerRam-s-c, d.ram, s+c)
+}
+
+// newDM creates the dm devices name0.. over /dev/ram<first>.. as linear maps; they are
+// removed at the end of the test.
+func newDM(t *testing.T, name string, first, n int) []dmDev {
+	t.Helper()
+	var devs []dmDev
+	for i := 0; i < n; i++ {
+		d := dmDev{name: fmt.Sprintf("%s%d", name, i), ram: fmt.Sprintf("/dev/ram%d", first+i)}
+		run(t, "dmsetup", "create", d.name, "--noudevsync", "--table", d.linear())
+		devs = append(devs, d)
+		t.Cleanup(func() {
+			if out, err := exec.Command("dmsetup", "remove", "--noudevsync", d.name).CombinedOutput(); err != nil {
+				t.Errorf("dmsetup remove %s: %v\n%s", d.name, err, out)
+			}
+		})
+	}
+	run(t, "dmsetup", "mknodes")
+	return devs
+}
+
+// swap replaces d's table under the running array, as a disk that changes its behaviour
+// would: the table is loaded into the inactive slot, then resume suspends the device,
+// swaps the tables and resumes it in one ioctl (suspending a delay target releases the
+// requests it holds). It returns when the resume began and ended: the new table took
+// over in between.
+func swap(t *testing.T, d dmDev, table string) (from, to time.Time) {
+	t.Helper()
+	run(t, "dmsetup", "load", d.name, "--table", table)
+	from = time.Now()
+	run(t, "dmsetup", "resume", "--noudevsync", d.name)
+	return from, time.Now()
+}
+
+// openMembers opens the dm devices as raid10 members (O_DIRECT).
+func openMembers(t *testing.T, devs []dmDev) ([]raid10.Member, []*raid10.FileMember) {
+	t.Helper()
+	var ms []raid10.Member
+	var fms []*raid10.FileMember
+	for _, d := range devs {
+		m, err := raid10.OpenFileMember(d.path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.Direct() {
+			t.Fatalf("%s: no O_DIRECT", d.path())
+		}
+		ms = append(ms, m)
+		fms = append(fms, m)
+		t.Cleanup(func() { m.Close() })
+	}
+	return ms, fms
+}
+
+// dataOffset reads the data offset from the superblock (copy A, byte 64) of a member.
+func dataOffset(t *testing.T, path string) int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b [8]byte
+	if _, err := f.ReadAt(b[:], 64); err != nil {
+		t.Fatal(err)
+	}
+	return int64(binary.LittleEndian.Uint64(b[:]))
+}
+
+// serve serves arr over NBD to the guest's kernel and returns /dev/nbdX. The kernel's
+// request timeout (30 s) is far above the member deadline, so a stalled member is the
+// engine's to handle, not a kernel re-send. Detached at the end of the test.
+func serve(t *testing.T, arr *raid10.Array, volumeID string) string {
+	t.Helper()
+	srv, err := nbd.NewServer(nbd.Options{MinBlockSize: raid10.BlockSize}, nbd.Export{Name: "vol", Backend: arr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nl, err := kernel.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kernel.OpenState(filepath.Join(t.TempDir(), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kernel.SetIOFlusher(); err != nil {
+		t.Fatal(err)
+	}
+	a := kernel.NewAttacher(srv, nl, st, kernel.Options{Connections: 2, Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
+	d, err := a.Attach(volumeID, "vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Detach(volumeID); err != nil {
+			t.Error(err)
+		}
+		a.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		nl.Close()
+	})
+	return d.Path()
+}
+
+// figure logs one measured figure in a form that is easy to collect from the output.
+func figure(t *testing.T, name string, format string, args ...any) {
+	t.Helper()
+	t.Logf("figure: %s: %s", name, fmt.Sprintf(format, args...))
+}
