@@ -7,7 +7,9 @@
 //
 // --mode=node opens the node's disk pool (--pool-config), runs the node agent that reconciles
 // the node's Raid10Volumes into it, and serves the CSI node service over it; it reattaches
-// the NBD devices recorded in --state-dir first.
+// the NBD devices recorded in --state-dir first. Once its CSI endpoint serves, it registers
+// itself with the kubelet (the plugin-registration socket in --registration-dir, reporting
+// --kubelet-registration-path), so no node-driver-registrar sidecar is needed.
 //
 // --mode=all needs no cluster: it opens the pool and reattaches devices as --mode=node does,
 // and serves identity, controller and node from one endpoint. The controller provisions
@@ -35,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -81,6 +84,27 @@ type Options struct {
 	// HandoverWait is how long a node plugin told to stop keeps serving while it waits for
 	// a successor to hand its devices to (handover.go); 0: it stops at once.
 	HandoverWait time.Duration
+	// NetlinkNetNS is the network namespace file the kernel's nbd netlink family is dialed
+	// in (node and all modes): /proc/1/ns/net with the host's PID namespace reaches the
+	// host's, where kernels before netns-aware nbd keep the family. Empty: our own.
+	NetlinkNetNS string
+	// RegistrationDir is the kubelet's plugins_registry directory the node mode registers
+	// the driver in (driver.Registration); empty: no self-registration.
+	RegistrationDir string
+	// KubeletRegistrationPath is the CSI socket's path on the host, reported to the kubelet;
+	// empty: the path of a unix --endpoint (right when the plugin runs on the host).
+	KubeletRegistrationPath string
+}
+
+// registrationPath is the CSI endpoint's path as the kubelet sees it.
+func (o *Options) registrationPath() string {
+	if o.KubeletRegistrationPath != "" {
+		return o.KubeletRegistrationPath
+	}
+	if p, ok := strings.CutPrefix(o.Endpoint, "unix://"); ok {
+		return p
+	}
+	return ""
 }
 
 // DefaultMetricsAddress is the default of --metrics-address.
@@ -110,6 +134,17 @@ func (o *Options) Validate() error {
 		}
 		if o.StateDir == "" {
 			return fmt.Errorf("--state-dir: must not be empty in --mode=%s", o.Mode)
+		}
+		if o.Mode == driver.ModeNode && o.RegistrationDir != "" {
+			if !filepath.IsAbs(o.RegistrationDir) {
+				return fmt.Errorf("--registration-dir=%q: must be an absolute path (the kubelet's plugins_registry) or empty", o.RegistrationDir)
+			}
+			if p := o.registrationPath(); !filepath.IsAbs(p) {
+				return fmt.Errorf("--kubelet-registration-path=%q: must be the absolute host path of the CSI socket (needed with --registration-dir unless --endpoint is unix:///absolute/path)", p)
+			}
+		}
+		if o.NetlinkNetNS != "" && !filepath.IsAbs(o.NetlinkNetNS) {
+			return fmt.Errorf("--netlink-netns=%q: must be an absolute path to a network namespace file (e.g. /proc/1/ns/net) or empty", o.NetlinkNetNS)
 		}
 		if err := pool.ValidateMemberTimeout(o.MemberTimeout); err != nil {
 			return fmt.Errorf("--member-timeout=%s: %w", o.MemberTimeout, err)
@@ -143,6 +178,9 @@ func main() {
 	flag.DurationVar(&o.MemberTimeout, "member-timeout", 0, "deadline of one member request (node and all modes): a disk that has not answered within it is failed and the request completes from the other copy; negative: off; 0: the pool configuration's memberTimeout, else 5s. Must stay below the kernel's NBD request timeout less 2s")
 	flag.StringVar(&o.MetricsAddress, "metrics-address", DefaultMetricsAddress, "host:port serving /metrics, /healthz and /readyz over HTTP; empty: none")
 	flag.DurationVar(&o.HandoverWait, "handover-wait", DefaultHandoverWait, "node and all modes: after SIGTERM, how long to keep serving while waiting for a successor process to hand the NBD devices to (no I/O stall); 0: stop at once (requests in flight then wait for the kernel's request timeout)")
+	flag.StringVar(&o.NetlinkNetNS, "netlink-netns", "", "node and all modes: the network namespace file to open the kernel's nbd netlink socket in, e.g. /proc/1/ns/net with the pod's hostPID (kernels such as Debian 12's 6.1 have the nbd family only in the host's network namespace); empty: the process's own")
+	flag.StringVar(&o.RegistrationDir, "registration-dir", driver.DefaultRegistrationDir, "node mode: the kubelet's plugin registration directory; the plugin registers itself there (socket raid10.csi.io-reg.sock), no node-driver-registrar needed; empty: no registration")
+	flag.StringVar(&o.KubeletRegistrationPath, "kubelet-registration-path", "", "node mode: the CSI socket's path on the host, as the kubelet dials it (e.g. /var/lib/kubelet/plugins/raid10.csi.io/csi.sock); empty: the path of a unix --endpoint")
 	flag.Parse()
 
 	if err := o.Validate(); err != nil {
@@ -248,6 +286,10 @@ func Run(ctx context.Context, o *Options) error {
 		tasks = append(tasks, func(ctx context.Context) error {
 			return metrics.Serve(ctx, o.MetricsAddress, reg, checks...)
 		})
+	}
+	if o.Mode == driver.ModeNode && o.RegistrationDir != "" {
+		reg := &driver.Registration{DriverName: v1alpha1.DriverName, Endpoint: o.registrationPath(), Dir: o.RegistrationDir, Ready: d.Ready}
+		tasks = append(tasks, reg.Run)
 	}
 	if agentCfg != nil {
 		tasks = append(tasks, func(ctx context.Context) error {
@@ -367,7 +409,7 @@ func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	np := &nodePlugin{pool: p}
-	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), kernel.Options{}, handed...)
+	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), kernel.Options{NetNS: o.NetlinkNetNS}, handed...)
 	if err != nil {
 		np.close()
 		return nil, err

@@ -51,6 +51,26 @@ func TestValidate(t *testing.T) {
 		{"MemberTimeoutOverKernel", func(o *Options) { node(driver.ModeNode)(o); o.MemberTimeout = pool.MaxMemberTimeout }, "--member-timeout"},
 		{"MemberTimeoutOverKernelAll", func(o *Options) { node(driver.ModeAll)(o); o.MemberTimeout = time.Hour }, "--member-timeout"},
 		{"NegativeHandoverWait", func(o *Options) { node(driver.ModeNode)(o); o.HandoverWait = -time.Second }, "--handover-wait"},
+		{"NetlinkNetNS", func(o *Options) { node(driver.ModeNode)(o); o.NetlinkNetNS = "/proc/1/ns/net" }, ""},
+		{"RelativeNetlinkNetNS", func(o *Options) { node(driver.ModeNode)(o); o.NetlinkNetNS = "proc/1/ns/net" }, "--netlink-netns"},
+		{"Registration", func(o *Options) { node(driver.ModeNode)(o); o.RegistrationDir = "/var/lib/kubelet/plugins_registry" }, ""},
+		{"RegistrationPath", func(o *Options) {
+			node(driver.ModeNode)(o)
+			o.RegistrationDir, o.KubeletRegistrationPath = "/r", "/var/lib/kubelet/plugins/raid10.csi.io/csi.sock"
+		}, ""},
+		{"RelativeRegistrationDir", func(o *Options) { node(driver.ModeNode)(o); o.RegistrationDir = "plugins_registry" }, "--registration-dir"},
+		{"RegistrationOverTCP", func(o *Options) {
+			node(driver.ModeNode)(o)
+			o.RegistrationDir, o.Endpoint = "/r", "tcp://127.0.0.1:10000"
+		}, "--kubelet-registration-path"},
+		{"RelativeRegistrationPath", func(o *Options) {
+			node(driver.ModeNode)(o)
+			o.RegistrationDir, o.KubeletRegistrationPath = "/r", "csi.sock"
+		}, "--kubelet-registration-path"},
+		{"RegistrationIgnoredInAllMode", func(o *Options) {
+			node(driver.ModeAll)(o)
+			o.RegistrationDir, o.Endpoint = "/r", "tcp://127.0.0.1:10000"
+		}, ""},
 		{"Holder", func(o *Options) { o.Mode, o.StateDir = modeHolder, "/var/lib/x" }, ""},
 		{"HolderWithoutStateDir", func(o *Options) { o.Mode, o.StateDir = modeHolder, "" }, "--state-dir"},
 	} {

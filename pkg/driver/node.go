@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -36,6 +37,9 @@ type VolumeAttacher interface {
 	// the pool grew it), in place under a mounted filesystem, and returns the device's size
 	// in bytes. A volume not attached here is an error wrapping ErrFailedPrecondition.
 	Expand(ctx context.Context, volumeID string) (int64, error)
+	// Device returns the path of the volume's attached device, "" when it is not attached
+	// here.
+	Device(volumeID string) string
 }
 
 // VolumeState is what the node service needs to know of a volume.
@@ -60,6 +64,9 @@ type NodeConfig struct {
 	Mounter mount.Interface
 	// Exec runs blkid, mkfs, fsck and the resize tools (utilexec.New() in production).
 	Exec utilexec.Interface
+	// Mounts finds the mounts that still use a device before NodeUnstageVolume detaches it;
+	// nil: the kernel's mount table (MountInfo, /proc/self/mountinfo).
+	Mounts MountTable
 }
 
 // NodeServer is the CSI node service: it attaches a volume of the local pool over NBD,
@@ -72,6 +79,7 @@ type NodeServer struct {
 	maxVolumes int64
 	attacher   VolumeAttacher
 	mounter    *mount.SafeFormatAndMount
+	mounts     MountTable
 	resizer    *mount.ResizeFs
 	locks      *VolumeLocks
 }
@@ -91,11 +99,15 @@ func NewNodeServer(cfg NodeConfig) (*NodeServer, error) {
 	if cfg.MaxVolumes <= 0 {
 		cfg.MaxVolumes = DefaultMaxVolumesPerNode
 	}
+	if cfg.Mounts == nil {
+		cfg.Mounts = MountInfo{}
+	}
 	return &NodeServer{
 		nodeID:     cfg.NodeID,
 		maxVolumes: cfg.MaxVolumes,
 		attacher:   cfg.Attacher,
 		mounter:    mount.NewSafeFormatAndMount(cfg.Mounter, cfg.Exec),
+		mounts:     cfg.Mounts,
 		resizer:    mount.NewResizeFs(cfg.Exec),
 		locks:      &VolumeLocks{},
 	}, nil
@@ -183,7 +195,11 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 }
 
 // NodeUnstageVolume unmounts the staging path (missing or not mounted is success) and
-// detaches the volume's NBD device.
+// detaches the volume's NBD device. While any other mount of the device remains (a publish
+// bind, a Block bind of the device node, a mount made by hand), it is refused with
+// FailedPrecondition naming that mount: detaching would fail its I/O. The device is looked
+// up in the mount table, not through the staging path, which may have been unmounted behind
+// the driver's back while a pod's bind of it lives on.
 func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
 	if err := requireFields(field{"volume_id", id}, field{"staging_target_path", staging}); err != nil {
@@ -193,15 +209,28 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 		return nil, err
 	}
 	defer n.locks.Release(id)
-	// Detaching under a bind mount that a pod still uses would fail its I/O: refuse while
-	// the staged filesystem is mounted anywhere else.
-	if notMnt, err := n.mounter.IsLikelyNotMountPoint(staging); err == nil && !notMnt {
-		dev, refs, err := mount.GetDeviceNameFromMount(n.mounter, staging)
-		if err != nil {
-			return nil, fmt.Errorf("device of %s: %w", staging, err)
+	dev := n.attacher.Device(id)
+	if dev == "" { // not attached by this process: still, never unmount under a pod's bind
+		if notMnt, err := n.mounter.IsLikelyNotMountPoint(staging); err == nil && !notMnt {
+			if dev, _, err = mount.GetDeviceNameFromMount(n.mounter, staging); err != nil {
+				return nil, fmt.Errorf("device of %s: %w", staging, err)
+			}
 		}
-		if refs > 1 {
-			return nil, fmt.Errorf("volume %q: %s is still mounted at %d other paths (unpublish first): %w", id, dev, refs-1, ErrFailedPrecondition)
+	}
+	if dev != "" {
+		mps, err := n.mounts.MountsOf(dev)
+		if err != nil {
+			return nil, fmt.Errorf("volume %q: mounts of %s: %w", id, dev, err)
+		}
+		var others []string
+		for _, mp := range mps {
+			if filepath.Clean(mp) != filepath.Clean(staging) {
+				others = append(others, mp)
+			}
+		}
+		if len(others) > 0 {
+			return nil, fmt.Errorf("volume %q: %s is still mounted at %s (%d mount(s) besides the staging path; unpublish first): %w",
+				id, dev, strings.Join(others, ", "), len(others), ErrFailedPrecondition)
 		}
 	}
 	if err := mount.CleanupMountPoint(staging, n.mounter, true); err != nil {
@@ -210,7 +239,7 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if err := n.attacher.Detach(ctx, id); err != nil {
 		return nil, fmt.Errorf("detach volume %q: %w", id, err)
 	}
-	klog.FromContext(ctx).Info("Volume unstaged", "stagingPath", staging)
+	klog.FromContext(ctx).Info("Volume unstaged", "stagingPath", staging, "device", dev)
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 

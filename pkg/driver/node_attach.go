@@ -46,7 +46,7 @@ var (
 )
 
 // OpenPoolAttacher is the start-up of a node plugin's data path: it connects to the kernel's
-// nbd netlink family, loads the device state file at statePath (its directory must exist),
+// nbd netlink family (in the network namespace of opts.NetNS when set), loads the device state file at statePath (its directory must exist),
 // marks the process an I/O flusher (a failure, for want of CAP_SYS_RESOURCE, is only logged),
 // adopts the devices a predecessor handed over (kernel.TakeHandover), reclaims the devices a
 // crashed predecessor leaked (kernel.Reclaim) and reattaches every device recorded. A device
@@ -57,9 +57,9 @@ func OpenPoolAttacher(ctx context.Context, p *pool.Pool, statePath string, opts 
 	if err != nil {
 		return nil, err
 	}
-	nl, err := kernel.Dial()
+	nl, err := kernel.DialNetNS(opts.NetNS)
 	if err != nil {
-		return nil, fmt.Errorf("nbd netlink (is the nbd module loaded?): %w", err)
+		return nil, fmt.Errorf("nbd netlink: %w", err)
 	}
 	if err := kernel.SetIOFlusher(); err != nil {
 		klog.ErrorS(err, "Not an I/O flusher: memory reclaim may wait on our own devices")

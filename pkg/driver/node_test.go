@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,6 +19,8 @@ import (
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 	testingexec "k8s.io/utils/exec/testing"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
 // fakeAttacher is a stateful VolumeAttacher: volumes it knows attach to /dev/fakeN.
@@ -48,6 +52,12 @@ func (f *fakeAttacher) Attach(_ context.Context, id string) (string, error) {
 	d := fmt.Sprintf("/dev/fake%d", len(f.attached))
 	f.attached[id] = d
 	return d, nil
+}
+
+func (f *fakeAttacher) Device(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.attached[id]
 }
 
 func (f *fakeAttacher) Detach(_ context.Context, id string) error {
@@ -123,12 +133,32 @@ func (e *fakeExec) ran(cmd string) int {
 	return n
 }
 
+// mounterTable is the MountTable of a FakeMounter: the mounts whose device is dev (the
+// FakeMounter, like the kernel, shows a bind of a mount point with its device).
+type mounterTable struct{ m mount.Interface }
+
+var _ MountTable = mounterTable{}
+
+func (mt mounterTable) MountsOf(dev string) ([]string, error) {
+	mps, err := mt.m.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, mp := range mps {
+		if mp.Device == dev {
+			out = append(out, mp.Path)
+		}
+	}
+	return out, nil
+}
+
 func newTestNode(t *testing.T) (*NodeServer, *fakeAttacher, *mount.FakeMounter, *fakeExec) {
 	t.Helper()
 	att := newFakeAttacher("vol-1", "vol-2")
 	m := mount.NewFakeMounter(nil)
 	ex := &fakeExec{fs: map[string]string{}}
-	n, err := NewNodeServer(NodeConfig{NodeID: "node-a", Attacher: att, Mounter: m, Exec: ex})
+	n, err := NewNodeServer(NodeConfig{NodeID: "node-a", Attacher: att, Mounter: m, Exec: ex, Mounts: mounterTable{m}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,5 +526,101 @@ func TestNodeModeDriver(t *testing.T) {
 	_, err = c.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-1"})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "staging_target_path") {
 		t.Fatalf("stage without staging path: %v", err)
+	}
+}
+
+// TestNodeUnstageStagingUnmounted: the staging path was unmounted behind the driver's back
+// while a pod's bind of it lives on. Unstage must look the device up in the mount table and
+// refuse, naming the bind, rather than take the unmounted staging path for "nothing uses
+// it" and detach the device under the pod.
+func TestNodeUnstageStagingUnmounted(t *testing.T) {
+	n, att, m, _ := newTestNode(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "pod", "mount")
+	if _, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging, VolumeCapability: mountCap("ext4")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging, TargetPath: target, VolumeCapability: mountCap("ext4")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unmount(staging); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging})
+		if status.Code(toStatus(err)) != codes.FailedPrecondition || !strings.Contains(err.Error(), target) {
+			t.Fatalf("unstage %d with the staging path unmounted and %s bound: %v, want FailedPrecondition naming it", i, target, err)
+		}
+		if att.Device("vol-1") == "" {
+			t.Fatal("the device was detached under the publish bind")
+		}
+	}
+	if _, err := n.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "vol-1", TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-1", StagingTargetPath: staging}); err != nil {
+		t.Fatalf("unstage after unpublish: %v", err)
+	}
+	if att.Device("vol-1") != "" {
+		t.Fatal("still attached after unstage")
+	}
+}
+
+// TestNodeUnstageBlockPublished: a published Block volume (its device node bound onto a
+// file) is not unstaged either.
+func TestNodeUnstageBlockPublished(t *testing.T) {
+	n, att, _, _ := newTestNode(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "pods", "dev")
+	if _, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-2", StagingTargetPath: staging, VolumeCapability: blockCap()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "vol-2", StagingTargetPath: staging, TargetPath: target, VolumeCapability: blockCap()}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-2", StagingTargetPath: staging})
+	if status.Code(toStatus(err)) != codes.FailedPrecondition || att.Device("vol-2") == "" {
+		t.Fatalf("unstage of a published block volume: %v (device %q), want FailedPrecondition and still attached", err, att.Device("vol-2"))
+	}
+}
+
+// TestMountInfoMountsOf reads a mountinfo file against a real block device node (made with
+// mknod, nothing mounted): a filesystem on the device matches by major:minor whatever its
+// source column says, a bind of the node itself matches through the mount point's stat,
+// other devices and a device that does not exist match nothing, and a non-device is refused.
+func TestMountInfoMountsOf(t *testing.T) {
+	testenv.RequireRoot(t, "mknod of a block device node")
+	dir := t.TempDir()
+	dev, bind := filepath.Join(dir, "nbd7"), filepath.Join(dir, "pod-dev")
+	for _, p := range []string{dev, bind} {
+		if err := unix.Mknod(p, unix.S_IFBLK|0o600, int(unix.Mkdev(43, 7))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info := filepath.Join(dir, "mountinfo")
+	table := strings.Join([]string{
+		"22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw",
+		"40 22 43:7 / /var/lib/kubelet/staging rw shared:2 - ext4 /dev/nbd7 rw",
+		"41 22 43:7 / /var/lib/kubelet/pods/p/mount rw shared:2 - ext4 /dev/disk/by-id/other-name rw",
+		"42 22 43:8 / /var/lib/kubelet/other rw shared:3 - ext4 /dev/nbd8 rw",
+		"43 22 0:5 /nbd7 " + bind + " rw shared:4 - devtmpfs udev rw",
+		"44 22 0:5 / /dev rw shared:5 - devtmpfs udev rw",
+	}, "\n") + "\n"
+	if err := os.WriteFile(info, []byte(table), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mt := MountInfo{Path: info}
+	got, err := mt.MountsOf(dev)
+	want := []string{"/var/lib/kubelet/staging", "/var/lib/kubelet/pods/p/mount", bind}
+	if err != nil || strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("MountsOf(%s) = %v, %v; want %v", dev, got, err, want)
+	}
+	if got, err := mt.MountsOf(filepath.Join(dir, "gone")); err != nil || len(got) != 0 {
+		t.Fatalf("MountsOf(a missing device) = %v, %v; want none", got, err)
+	}
+	if _, err := mt.MountsOf(info); status.Code(toStatus(err)) != codes.InvalidArgument {
+		t.Fatalf("MountsOf(a regular file): %v, want InvalidArgument", err)
 	}
 }

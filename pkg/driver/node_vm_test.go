@@ -172,6 +172,14 @@ func TestNodeInGuest(t *testing.T) {
 	if err := unstage("vol-ext4", st1); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("unstage while published: %v, want FailedPrecondition", err)
 	}
+	// The staging path unmounted behind the driver's back while the pod's bind lives on:
+	// unstage finds the bind in the mount table by the device's numbers, refuses naming it,
+	// and the pod's writes and fsync go on (a detach here failed them with EIO).
+	step("umount the staging path", func() error { return syscall.Unmount(st1, 0) })
+	if err := unstage("vol-ext4", st1); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tg1) {
+		t.Fatalf("unstage with the staging path unmounted and %s bound: %v, want FailedPrecondition naming it", tg1, err)
+	}
+	step("fsync through the bind after the refused unstage", func() error { return writeSync(filepath.Join(tg1, "h"), data) })
 	step("unpublish ext4", func() error { return unpublish("vol-ext4", tg1) })
 	step("unpublish ext4 again", func() error { return unpublish("vol-ext4", tg1) })
 	step("unstage ext4", func() error { return unstage("vol-ext4", st1) })
@@ -244,6 +252,10 @@ func TestNodeInGuest(t *testing.T) {
 	step("write the block device", func() error { return writeSync(tg3, block) })
 	if got, err := os.ReadFile(dev3); err != nil || !bytes.Equal(got[:len(block)], block) {
 		t.Fatalf("read back from %s: %v", dev3, err)
+	}
+	// The bind of the device node is a mount of devtmpfs, not of the device: still found.
+	if err := unstage("vol-block", st3); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tg3) {
+		t.Fatalf("unstage of a published block volume: %v, want FailedPrecondition naming %s", err, tg3)
 	}
 	bstats, err := c.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-block", VolumePath: tg3})
 	if err != nil || len(bstats.Usage) != 1 || bstats.Usage[0].Total != 64<<20 {

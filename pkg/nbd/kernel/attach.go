@@ -55,6 +55,10 @@ type Options struct {
 	DeadConnTimeout time.Duration
 	// BlockSize of the device (default 4096).
 	BlockSize int64
+	// NetNS is the network namespace file whose nbd netlink family the node plugin dials
+	// (DialNetNS; driver.OpenPoolAttacher), e.g. /proc/1/ns/net with the host's PID
+	// namespace; empty: the process's own. The Attacher itself does not use it.
+	NetNS string
 }
 
 func (o Options) withDefaults() Options {

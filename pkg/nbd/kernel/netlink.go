@@ -52,7 +52,9 @@ const (
 )
 
 // ErrNoNBD is returned by Dial when the kernel has no nbd family (module not loaded).
-var ErrNoNBD = errors.New("kernel: no nbd generic netlink family (is the nbd module loaded?)")
+// On kernels whose nbd family lives only in the initial network namespace, a process in
+// another namespace gets it too (DialNetNS).
+var ErrNoNBD = errors.New("kernel: no nbd generic netlink family (is the nbd module loaded, and is this the host's network namespace?)")
 
 // Config describes a device for Connect and Reconfigure.
 type Config struct {
@@ -86,10 +88,36 @@ type Netlink struct {
 	family genetlink.Family
 }
 
-// Dial opens a generic netlink socket and resolves the nbd family.
-func Dial() (*Netlink, error) {
-	c, err := genetlink.Dial(nil)
+// Dial opens a generic netlink socket in the calling thread's network namespace and
+// resolves the nbd family (DialNetNS with no namespace).
+func Dial() (*Netlink, error) { return DialNetNS("") }
+
+// DialNetNS opens the generic netlink socket in the network namespace of the file netns
+// (a namespace file such as /proc/1/ns/net, or one bound under /run/netns) and resolves
+// the nbd family there; "" is the calling thread's namespace. A socket belongs to the
+// namespace it was created in for its whole life, so only the creation enters netns: it runs
+// on a locked OS thread that setns()es into it and back (github.com/mdlayher/socket), and no
+// other goroutine ever sees the switch.
+//
+// Why: older kernels, Debian 12's 6.1 among them, register the nbd family without netnsok
+// (drivers/block/nbd.c), so it exists only in the initial network namespace: a node plugin
+// in a pod with a network namespace of its own finds no family there (ErrNoNBD) and must
+// dial the host's.
+func DialNetNS(netns string) (*Netlink, error) {
+	var cfg netlink.Config
+	if netns != "" {
+		f, err := os.Open(netns)
+		if err != nil {
+			return nil, fmt.Errorf("kernel: network namespace for netlink: %w", err)
+		}
+		defer f.Close()
+		cfg.NetNS = int(f.Fd())
+	}
+	c, err := genetlink.Dial(&cfg)
 	if err != nil {
+		if netns != "" {
+			return nil, fmt.Errorf("kernel: dial generic netlink in the network namespace %s (a namespace file, and CAP_SYS_ADMIN to enter it): %w", netns, err)
+		}
 		return nil, fmt.Errorf("kernel: dial generic netlink: %w", err)
 	}
 	f, err := c.GetFamily(familyName)
