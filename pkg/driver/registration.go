@@ -140,7 +140,7 @@ func (r *Registration) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		srv.Stop()
-		<-errc
+		_ = <-errc // Serve's error after Stop is only that it stopped
 		remove()
 		return nil
 	case err := <-errc:

@@ -110,7 +110,7 @@ func DialNetNS(netns string) (*Netlink, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kernel: network namespace for netlink: %w", err)
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		cfg.NetNS = int(f.Fd())
 	}
 	c, err := genetlink.Dial(&cfg)
