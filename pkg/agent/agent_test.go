@@ -255,6 +255,10 @@ func TestAgentRealAPIServer(t *testing.T) {
 		v := getVolume(t, c, vol.Name)
 		if v.Status.Health == v1alpha1.VolumeHealthRebuilding {
 			sawRebuilding = true
+			if rc := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionRedundant); rc == nil ||
+				rc.Status != metav1.ConditionFalse || rc.Reason != "Rebuilding" {
+				t.Errorf("Redundant condition while Rebuilding: %+v", rc)
+			}
 		}
 		if r := v.Status.Rebuild; r != nil && (len(progress) == 0 || progress[len(progress)-1] != r.Percent) {
 			progress = append(progress, r.Percent)
@@ -271,6 +275,9 @@ func TestAgentRealAPIServer(t *testing.T) {
 	got = getVolume(t, c, vol.Name)
 	if got.Status.InSync != "4/4" || got.Status.Rebuild != nil {
 		t.Fatalf("status after the rebuild: %+v", got.Status)
+	}
+	if rc := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionRedundant); rc == nil || rc.Status != metav1.ConditionTrue {
+		t.Fatalf("Redundant condition after the rebuild: %+v", rc)
 	}
 
 	// Expansion: spec grows; the array follows, or (while the pool cannot grow it) the

@@ -163,7 +163,50 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		}
 	}
 	setCondition(&st.Conditions, cond, now)
+	setCondition(&st.Conditions, redundantCondition(info, st, vol.Generation), now)
 	return st
+}
+
+// Redundant condition reasons of a Raid10Volume: the health, or BadBlocks for a volume
+// whose members are all in sync but with blocks recorded bad.
+const (
+	ReasonRedundantHealthy = "Healthy"
+	ReasonRedundantBad     = "BadBlocks"
+)
+
+// redundantCondition says whether every chunk has both its copies: True only while Healthy.
+// A Rebuilding volume has one copy of the chunks of the member being rebuilt until the
+// rebuild ends: its message carries the progress.
+func redundantCondition(info pool.VolumeInfo, st v1alpha1.Raid10VolumeStatus, gen int64) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionRedundant, Status: metav1.ConditionFalse,
+		Reason: string(info.Health), ObservedGeneration: gen}
+	switch info.Health {
+	case pool.Healthy:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonRedundantHealthy
+		c.Message = "every chunk has both its copies, " + st.InSync + " members in sync"
+	case pool.Rebuilding:
+		c.Message = "redundancy reduced until the rebuild ends: " + st.InSync + " members in sync"
+		if r := st.Rebuild; r != nil {
+			c.Message += fmt.Sprintf(", member %d %d%% rebuilt", r.Member, r.Percent)
+			if r.ETASeconds != nil {
+				c.Message += fmt.Sprintf(", ETA %s", time.Duration(*r.ETASeconds)*time.Second)
+			}
+		}
+	case pool.Degraded:
+		if info.InSync == len(info.Members) {
+			c.Reason = ReasonRedundantBad
+		}
+		c.Message = "redundancy reduced: " + st.InSync + " members in sync"
+		if b := blocksNote(info.BadBlocks, info.LostBlocks); b != "" {
+			c.Message += ", " + b
+		}
+	default:
+		c.Message = "data lost: some chunk has no copy left"
+		if info.Reason != "" {
+			c.Message += ": " + info.Reason
+		}
+	}
+	return c
 }
 
 // blocksNote says how many blocks are recorded bad and lost; empty when none are.

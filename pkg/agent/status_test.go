@@ -38,18 +38,28 @@ func TestVolumeStatus(t *testing.T) {
 		rebuild    int32 // percent, -1 for none
 		startTime  *metav1.Time
 		memberWant []v1alpha1.MemberState
+		redundant  string // the Redundant condition: "True" or the False reason, then its message
 	}{
 		{
 			name:  "Healthy",
 			info:  pool.VolumeInfo{Size: 1 << 30, Health: pool.Healthy, InSync: 4, Members: members("in-sync", "in-sync", "in-sync", "in-sync")},
 			phase: v1alpha1.VolumePhaseReady, inSync: "4/4", ready: metav1.ConditionTrue, rebuild: -1,
 			memberWant: []v1alpha1.MemberState{"InSync", "InSync", "InSync", "InSync"},
+			redundant:  "True: every chunk has both its copies, 4/4 members in sync",
+		},
+		{
+			name:  "BadBlocks",
+			info:  pool.VolumeInfo{Size: 1 << 30, Health: pool.Degraded, InSync: 4, BadBlocks: 3, Members: members("in-sync", "in-sync", "in-sync", "in-sync")},
+			phase: v1alpha1.VolumePhaseReady, inSync: "4/4", ready: metav1.ConditionTrue, rebuild: -1,
+			memberWant: []v1alpha1.MemberState{"InSync", "InSync", "InSync", "InSync"},
+			redundant:  "BadBlocks: redundancy reduced: 4/4 members in sync, 3 bad blocks (each still read from its other copy)",
 		},
 		{
 			name:  "Degraded",
 			info:  pool.VolumeInfo{Size: 1 << 30, Health: pool.Degraded, InSync: 3, Members: members("in-sync", "faulty", "in-sync", "missing")},
 			phase: v1alpha1.VolumePhaseReady, inSync: "3/4", ready: metav1.ConditionTrue, rebuild: -1,
 			memberWant: []v1alpha1.MemberState{"InSync", "Failed", "InSync", "Missing"},
+			redundant:  "Degraded: redundancy reduced: 3/4 members in sync",
 		},
 		{
 			name: "RebuildStarts",
@@ -57,6 +67,7 @@ func TestVolumeStatus(t *testing.T) {
 				Sync: &pool.Progress{Kind: "recovery", Done: 1 << 20, Total: 4 << 20, Percent: 25.7, Rate: 1 << 20, ETA: 2500 * time.Millisecond}},
 			phase: v1alpha1.VolumePhaseReady, inSync: "3/4", ready: metav1.ConditionTrue, rebuild: 25, startTime: ptrTime(metav1.NewTime(now)),
 			memberWant: []v1alpha1.MemberState{"InSync", "Rebuilding", "InSync", "InSync"},
+			redundant:  "Rebuilding: redundancy reduced until the rebuild ends: 3/4 members in sync, member 1 25% rebuilt, ETA 3s",
 		},
 		{
 			name: "RebuildKeepsStart",
@@ -65,12 +76,14 @@ func TestVolumeStatus(t *testing.T) {
 				Sync: &pool.Progress{Kind: "recovery", Done: 3 << 20, Total: 4 << 20, Percent: 75}},
 			phase: v1alpha1.VolumePhaseReady, inSync: "3/4", ready: metav1.ConditionTrue, rebuild: 75, startTime: &started,
 			memberWant: []v1alpha1.MemberState{"InSync", "Rebuilding", "InSync", "InSync"},
+			redundant:  "Rebuilding: redundancy reduced until the rebuild ends: 3/4 members in sync, member 1 75% rebuilt",
 		},
 		{
 			name:  "Failed",
 			info:  pool.VolumeInfo{Size: 1 << 30, Health: pool.Failed, Members: members("missing", "missing"), Reason: "not assembled"},
 			phase: v1alpha1.VolumePhaseFailed, inSync: "0/2", ready: metav1.ConditionFalse, rebuild: -1,
 			memberWant: []v1alpha1.MemberState{"Missing", "Missing"},
+			redundant:  "Failed: data lost: some chunk has no copy left: not assembled",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,6 +97,17 @@ func TestVolumeStatus(t *testing.T) {
 			cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 			if cond == nil || cond.Status != tc.ready || cond.ObservedGeneration != 3 {
 				t.Fatalf("Ready condition %+v", cond)
+			}
+			red := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRedundant)
+			got := "missing"
+			if red != nil {
+				got = red.Reason + ": " + red.Message
+				if red.Status == metav1.ConditionTrue {
+					got = "True: " + red.Message
+				}
+			}
+			if got != tc.redundant {
+				t.Errorf("Redundant condition %q, want %q", got, tc.redundant)
 			}
 			for i, m := range st.Members {
 				if m.State != tc.memberWant[i] || m.Index != int32(i) || m.Disk != ids[tc.info.Members[i].DiskUUID] {

@@ -489,7 +489,10 @@ func volumeCondition(vol *v1alpha1.Raid10Volume) *csi.VolumeCondition {
 		msg += ", " + st.InSync + " members in sync"
 	}
 	if r := st.Rebuild; r != nil {
-		msg += fmt.Sprintf(", rebuilding member %d: %d%%", r.Member, r.Percent)
+		msg += fmt.Sprintf(", redundancy reduced: rebuilding member %d, %d%%", r.Member, r.Percent)
+		if r.ETASeconds != nil {
+			msg += fmt.Sprintf(", ETA %s", time.Duration(*r.ETASeconds)*time.Second)
+		}
 	}
 	if b := blocksMessage(st.BadBlocks, st.LostBlocks); b != "" && st.Message == "" {
 		msg += ", " + b // the agent's message counts them otherwise

@@ -46,8 +46,9 @@ type VolumeAttacher interface {
 type VolumeState struct {
 	// SizeBytes is the volume's usable size.
 	SizeBytes int64
-	// Abnormal is true while the volume is Degraded or Failed, or has lost blocks (bad on
-	// every copy); Message says why and counts bad and lost blocks.
+	// Abnormal is true while the volume is Degraded, Rebuilding (redundancy reduced until
+	// the rebuild ends) or Failed, or has lost blocks (bad on every copy); Message says why,
+	// with a rebuild's progress, and counts bad and lost blocks.
 	Abnormal bool
 	Message  string
 }
@@ -332,8 +333,8 @@ func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 }
 
 // NodeGetVolumeStats reports bytes and inodes of a filesystem volume (statfs of the path), or
-// the size of a block volume, and the volume's condition: abnormal while Degraded or Failed
-// or while blocks are lost.
+// the size of a block volume, and the volume's condition: abnormal while Degraded,
+// Rebuilding or Failed or while blocks are lost (volumeState).
 func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
 	if err := requireFields(field{"volume_id", id}, field{"volume_path", path}); err != nil {

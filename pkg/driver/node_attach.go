@@ -149,9 +149,13 @@ func (a *PoolAttacher) Volume(_ context.Context, volumeID string) (VolumeState, 
 	return volumeState(vi), nil
 }
 
-// volumeState is the node service's view of a pool volume: abnormal while Degraded or
-// Failed, or while any block is lost (bad on every copy: reads there fail with EIO), with a
-// message that says why and counts the bad and lost blocks.
+// volumeState is the node service's view of a pool volume. It is abnormal whenever the
+// volume has less redundancy than its layout promises or lost data: Degraded (a member down,
+// or blocks recorded bad), Rebuilding (a member is being filled from its mirror: until it
+// is done one copy of its chunks exists, so the progress is in the message) and Failed; and
+// whenever blocks are lost (bad on every copy: reads there fail with EIO). Healthy is normal,
+// also during a resync after an unclean stop or a scrub (both copies are there). The
+// message says why and counts the bad and lost blocks.
 func volumeState(vi pool.VolumeInfo) VolumeState {
 	vs := VolumeState{SizeBytes: int64(vi.Size)}
 	var notes []string
@@ -160,7 +164,12 @@ func volumeState(vi pool.VolumeInfo) VolumeState {
 		vs.Abnormal = true
 		notes = append(notes, fmt.Sprintf("volume is %s: %d of %d members in sync", vi.Health, vi.InSync, len(vi.Members)))
 	case pool.Rebuilding:
-		notes = append(notes, "volume is Rebuilding")
+		vs.Abnormal = true
+		n := fmt.Sprintf("volume is Rebuilding, redundancy reduced: %d of %d members in sync", vi.InSync, len(vi.Members))
+		if p := vi.Sync; p != nil {
+			n += ", " + progressMessage(p)
+		}
+		notes = append(notes, n)
 	}
 	if vi.LostBlocks > 0 {
 		vs.Abnormal = true
@@ -173,6 +182,18 @@ func volumeState(vi pool.VolumeInfo) VolumeState {
 	}
 	vs.Message = strings.Join(notes, "; ")
 	return vs
+}
+
+// progressMessage says how far a rebuild (or resync, scrub) is: "recovery 42% (..., ETA 1m3s)".
+func progressMessage(p *pool.Progress) string {
+	m := fmt.Sprintf("%s %d%% (%d of %d bytes", p.Kind, int(p.Percent), p.Done, p.Total)
+	if p.Rate > 0 {
+		m += fmt.Sprintf(", %d bytes/s", int64(p.Rate))
+	}
+	if p.ETA > 0 {
+		m += ", ETA " + p.ETA.Round(time.Second).String()
+	}
+	return m + ")"
 }
 
 // blocksMessage counts a volume's bad and lost blocks for a VolumeCondition; empty when

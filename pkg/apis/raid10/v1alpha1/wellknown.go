@@ -18,6 +18,11 @@ const (
 	PVNameAnnotation       = "raid10.csi.io/pv-name"
 	// ConditionReady is the condition type both resources report.
 	ConditionReady = "Ready"
+	// ConditionRedundant is the Raid10Volume condition that is True while every chunk has
+	// both its copies (health Healthy) and False, with the health as its reason, while
+	// redundancy is reduced (Degraded, Rebuilding with the progress, bad blocks) or data is
+	// lost (Failed): `kubectl wait --for=condition=Redundant r10v/NAME` waits for a rebuild.
+	ConditionRedundant = "Redundant"
 	// ReasonInsufficientCapacity is the Ready condition reason (status False) that the node
 	// agent sets on a Raid10Volume it cannot allocate; the controller then answers
 	// ResourceExhausted so that the provisioner picks another node.
