@@ -144,6 +144,8 @@ type Array struct {
 	handoffBelow int64        // in-flight count under which the copies go in parallel
 	work         chan *wreq
 	reqs         *reqList
+	nWorkers     atomic.Int64 // workers started (submit adds on demand)
+	idleWorkers  atomic.Int64 // workers waiting for a request
 
 	bm *bitmap
 
@@ -220,6 +222,7 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 // start launches the write workers, the sync daemon and the bitmap sweeper.
 func (a *Array) start() {
 	nw := max(8, 2*runtime.GOMAXPROCS(0)) * a.geo.n
+	a.nWorkers.Store(int64(nw))
 	for range nw {
 		a.workers.Add(1)
 		go a.worker()
@@ -234,9 +237,29 @@ func (a *Array) start() {
 	a.kickSync()
 }
 
+// submit hands req to a worker, starting one more when none is idle (up
+// to one per preallocated request): with the member deadline every member
+// call of a device-latency member goes through here, so there must be as
+// many workers as calls in flight, as there were submitters with inline
+// calls. Workers stay for the array's life.
+func (a *Array) submit(req *wreq) {
+	if a.idleWorkers.Load() <= 0 && a.nWorkers.Load() < int64(cap(a.work)) {
+		a.nWorkers.Add(1)
+		a.workers.Add(1)
+		go a.worker()
+	}
+	a.work <- req
+}
+
 func (a *Array) worker() {
 	defer a.workers.Done()
-	for r := range a.work {
+	for {
+		a.idleWorkers.Add(1)
+		r, ok := <-a.work
+		a.idleWorkers.Add(-1)
+		if !ok {
+			return
+		}
 		if r.op == opRead {
 			r.buf = getBounce(len(r.p))
 			r.err = a.memberRead(r.s, r.ref, (*r.buf)[:len(r.p)], r.off)
@@ -551,7 +574,7 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) er
 		}
 		if req := a.reqs.pop(); req != nil {
 			req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = ss[k], rs[k], op, p, os[k], length, fua
-			a.work <- req
+			a.submit(req)
 			reqs[k] = req
 		}
 	}

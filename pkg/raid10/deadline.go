@@ -109,7 +109,7 @@ func (a *Array) handedOff(s *slot, r *memberRef, op opKind, p []byte, off, lengt
 		return nil, false
 	}
 	req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = s, r, op, p, off, length, fua
-	a.work <- req
+	a.submit(req)
 	return a.await(req), true
 }
 
