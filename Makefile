@@ -22,6 +22,10 @@ build: ## Build the binaries into ./bin.
 	$(GO) build -o $(BIN)/raid10-csi ./cmd/raid10-csi
 	$(GO) build -o $(BIN)/kubectl-raid10 ./cmd/kubectl-raid10
 
+.PHONY: image
+image: ## Build the plugin and pause images as tarballs in _output/image without Docker (docker load / ctr images import).
+	bash hack/image.sh
+
 .PHONY: test
 test: deps ## Run every test: unit, real NBD clients, the QEMU VM and the real kube-apiserver.
 	bash hack/test.sh

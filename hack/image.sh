@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `make image`: the plugin image and the pause image as tarballs in _output/image, without
+# Docker or a registry. The Dockerfile's final stage says what goes in (hack/image,
+# internal/ociimage): its Debian suite and `apt-get install` packages become a root
+# filesystem made with mmdebstrap (variant minbase, no recommends, documentation left out as
+# in debian:*-slim), cached under ${RAID10_CACHE:-~/.cache/raid10-csi}/image keyed by suite,
+# packages and this script, so a second run skips it; the binaries are built with the
+# Dockerfile's flags. Load the results with `docker load -i`, `podman load -i` or
+# `ctr -n k8s.io images import`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
+out=${IMAGE_OUT:-_output/image}
+mkdir -p "$out/bin" "$CACHE/image"
+t0=$SECONDS
+
+read -r suite pkgs < <(go run ./hack/image -print-packages)
+key=$( { echo "$suite $pkgs"; cat hack/image.sh; } | sha256sum | cut -c1-16)
+rootfs=$CACHE/image/rootfs-$suite-$key.tar
+if [[ -s $rootfs ]]; then
+  echo "image: root filesystem cached: $rootfs"
+else
+  if ! command -v mmdebstrap >/dev/null; then
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends mmdebstrap
+  fi
+  echo "image: making the $suite root filesystem with: $pkgs (mmdebstrap, a few minutes)"
+  mmdebstrap --quiet --variant=minbase --include="${pkgs// /,}" \
+    --aptopt='APT::Install-Recommends "false"' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
+    "$suite" "$rootfs.tmp"
+  mv "$rootfs.tmp" "$rootfs"
+  echo "image: root filesystem made in $((SECONDS - t0))s: $rootfs"
+fi
+
+# The Dockerfile's build stage: static binaries, trimmed paths, no symbols.
+for cmd in raid10-csi kubectl-raid10; do
+  CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$out/bin/$cmd" "./cmd/$cmd"
+done
+CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$out/bin/pause" ./hack/pause
+go run ./hack/image -rootfs "$rootfs" -bin "$out/bin" -pause "$out/bin/pause" -out "$out"
+echo "image: done in $((SECONDS - t0))s"
