@@ -4,7 +4,7 @@
 # internal/ociimage): its Debian suite and `apt-get install` packages become a root
 # filesystem made with mmdebstrap (variant minbase, no recommends, documentation left out as
 # in debian:*-slim), cached under ${RAID10_CACHE:-~/.cache/raid10-csi}/image keyed by suite,
-# packages and this script, so a second run skips it; the binaries are built with the
+# packages and the recipe version below, so a second run skips it; the binaries are built with the
 # Dockerfile's flags. Load the results with `docker load -i`, `podman load -i` or
 # `ctr -n k8s.io images import`.
 set -euo pipefail
@@ -14,8 +14,11 @@ out=${IMAGE_OUT:-_output/image}
 mkdir -p "$out/bin" "$CACHE/image"
 t0=$SECONDS
 
-read -r suite pkgs < <(go run ./hack/image -print-packages)
-key=$( { echo "$suite $pkgs"; cat hack/image.sh; } | sha256sum | cut -c1-16)
+spec=$(go run ./hack/image -print-packages)
+read -r suite pkgs <<<"$spec"
+# Bump when the mmdebstrap options below change: it is part of the cache key.
+recipe=1
+key=$(echo "$recipe $suite $pkgs" | sha256sum | cut -c1-16)
 rootfs=$CACHE/image/rootfs-$suite-$key.tar
 if [[ -s $rootfs ]]; then
   echo "image: root filesystem cached: $rootfs"
