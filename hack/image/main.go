@@ -69,7 +69,10 @@ func run(dockerfile string, printPkgs bool, rootfs, bins, pause, out, tag, pause
 	if err := ociimage.Write(img, tag, file); err != nil {
 		return err
 	}
-	fmt.Printf("image: %s (%s, entrypoint %v)\n", file, tag, df.Entrypoint)
+	if err := ociimage.Verify(file, tag, df); err != nil {
+		return err
+	}
+	fmt.Printf("image: %s (%s, entrypoint %v): files, entrypoint and packages match the Dockerfile\n", file, tag, df.Entrypoint)
 	if pause == "" {
 		return nil
 	}

@@ -144,33 +144,42 @@ func CheckPackages(rootfs string, pkgs []string) error {
 		return fmt.Errorf("ociimage: root filesystem: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	tr := tar.NewReader(f)
+	installed, err := packagesIn(f)
+	if err != nil {
+		return fmt.Errorf("ociimage: %s: %w", rootfs, err)
+	}
+	return missing(installed, pkgs)
+}
+
+// packagesIn reads var/lib/dpkg/status from a root filesystem tar stream.
+func packagesIn(r io.Reader) (map[string]bool, error) {
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("ociimage: %s has no var/lib/dpkg/status", rootfs)
+			return nil, errors.New("no var/lib/dpkg/status in the root filesystem")
 		}
 		if err != nil {
-			return fmt.Errorf("ociimage: read %s: %w", rootfs, err)
+			return nil, fmt.Errorf("read the root filesystem: %w", err)
 		}
-		if path.Clean(strings.TrimPrefix(h.Name, "./")) != "var/lib/dpkg/status" {
-			continue
+		if path.Clean(strings.TrimPrefix(h.Name, "./")) == "var/lib/dpkg/status" {
+			return dpkgInstalled(tr)
 		}
-		installed, err := dpkgInstalled(tr)
-		if err != nil {
-			return err
-		}
-		var missing []string
-		for _, p := range pkgs {
-			if !installed[p] {
-				missing = append(missing, p)
-			}
-		}
-		if len(missing) > 0 {
-			return fmt.Errorf("%w: %s", ErrMissingPackage, strings.Join(missing, ", "))
-		}
-		return nil
 	}
+}
+
+// missing reports the packages of pkgs that installed lacks.
+func missing(installed map[string]bool, pkgs []string) error {
+	var out []string
+	for _, p := range pkgs {
+		if !installed[p] {
+			out = append(out, p)
+		}
+	}
+	if len(out) > 0 {
+		return fmt.Errorf("%w: %s", ErrMissingPackage, strings.Join(out, ", "))
+	}
+	return nil
 }
 
 // dpkgInstalled parses a dpkg status file: the packages whose Status is "install ok
@@ -192,4 +201,80 @@ func dpkgInstalled(r io.Reader) (map[string]bool, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// ErrMismatch is wrapped by Verify's error.
+var ErrMismatch = errors.New("ociimage: the image does not match the Dockerfile")
+
+// Verify reads the image tarball file back (as `docker load` would) and checks it against
+// df: the entrypoint, a top layer holding exactly df's COPY files (mode 0755) and, below it,
+// a root filesystem with every package of df installed. PluginImage's output passes; an
+// image built from another Dockerfile does not.
+func Verify(file, tag string, df *Dockerfile) error {
+	ref, err := name.NewTag(tag)
+	if err != nil {
+		return fmt.Errorf("ociimage: tag %q: %w", tag, err)
+	}
+	img, err := tarball.ImageFromPath(file, &ref)
+	if err != nil {
+		return fmt.Errorf("ociimage: read %s: %w", file, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return fmt.Errorf("ociimage: config of %s: %w", file, err)
+	}
+	if strings.Join(cf.Config.Entrypoint, "\x00") != strings.Join(df.Entrypoint, "\x00") {
+		return fmt.Errorf("%w: entrypoint %q, the Dockerfile's %q", ErrMismatch, cf.Config.Entrypoint, df.Entrypoint)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	if len(layers) != 2 {
+		return fmt.Errorf("%w: %d layers, want the root filesystem and the COPY layer", ErrMismatch, len(layers))
+	}
+	top, err := layerFiles(layers[1])
+	if err != nil {
+		return err
+	}
+	want := map[string]int64{}
+	for _, f := range df.Files {
+		want[f.Path] = 0o755
+	}
+	if fmt.Sprint(top) != fmt.Sprint(want) { // fmt prints maps sorted by key
+		return fmt.Errorf("%w: COPY layer holds %v, the Dockerfile's COPY gives %v", ErrMismatch, top, want)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rc.Close() }()
+	installed, err := packagesIn(rc)
+	if err != nil {
+		return err
+	}
+	return missing(installed, df.Packages)
+}
+
+// layerFiles lists the regular files of a layer (absolute paths) with their modes.
+func layerFiles(l v1.Layer) (map[string]int64, error) {
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rc.Close() }()
+	out := map[string]int64{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if h.Typeflag == tar.TypeReg {
+			out["/"+strings.TrimPrefix(h.Name, "./")] = h.Mode
+		}
+	}
 }
