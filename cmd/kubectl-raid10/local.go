@@ -84,6 +84,9 @@ func runLocal(ctx context.Context, o *Options, args []string, out io.Writer) err
 		}
 		return runServe(ctx, o)
 	}
+	if cmd == "scrub" {
+		return runLocalScrub(ctx, o, rest, out)
+	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.StringVar(&o.Output, "o", o.Output, "output format: table, json or yaml")
 	var (

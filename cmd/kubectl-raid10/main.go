@@ -97,6 +97,9 @@ Local commands (--local):
   disk add PATH [--spare] [--wipe]
                                  add a disk (or bring back a missing one)
   disk readd DISK                put a failed disk that works again back (bitmap resync)
+  scrub VOLUME|--all [--repair] [--follow] [--stop]
+                                 check (compare the copies, count mismatches) or repair a
+                                 volume in the background; --follow prints progress to the end
   wait NAME [--for Healthy] [--timeout 10m]
                                  wait for a volume's health, printing rebuild progress
   serve                          run the standalone node agent (local mode only)

@@ -149,6 +149,18 @@ func TestServer(t *testing.T) {
 				t.Fatalf("readd unknown: %v", err)
 			}
 			waitHealthy(t, c, "v1")
+			if _, err := c.StartScrub(ctx, "v1", "verify"); !errors.Is(err, pool.ErrInvalidArgument) {
+				t.Fatalf("scrub of a bad kind: %v", err)
+			}
+			if _, err := c.StartScrub(ctx, "nope", pool.ScrubCheck); !errors.Is(err, pool.ErrNotFound) {
+				t.Fatalf("scrub of an unknown volume: %v", err)
+			}
+			if sc, err := c.StartScrub(ctx, "v1", pool.ScrubRepair); err != nil || sc.Kind != pool.ScrubRepair {
+				t.Fatalf("scrub: %+v %v", sc, err)
+			}
+			if sc, err := c.StopScrub(ctx, "v1"); err != nil || sc.State == pool.ScrubRunning {
+				t.Fatalf("stop scrub: %+v %v", sc, err)
+			}
 			if err := c.DeleteVolume(ctx, "v1"); !errors.Is(err, tc.wantVols) {
 				t.Fatalf("delete: %v, want %v", err, tc.wantVols)
 			}

@@ -24,6 +24,10 @@ type API interface {
 	AddDisk(ctx context.Context, dc pool.DiskConfig) (pool.DiskInfo, error)
 	// ReaddDisk puts a failed disk back.
 	ReaddDisk(ctx context.Context, ref string) (pool.DiskInfo, error)
+	// StartScrub starts a scrub of a volume in the background (pool.StartScrub).
+	StartScrub(ctx context.Context, name string, kind pool.ScrubKind) (pool.ScrubInfo, error)
+	// StopScrub pauses a volume's running scrub (pool.StopScrub).
+	StopScrub(ctx context.Context, name string) (pool.ScrubInfo, error)
 	// Close releases the API.
 	Close() error
 }
@@ -41,6 +45,8 @@ type DiskRequest struct {
 	Disk pool.DiskConfig `json:"disk"`
 	Size uint64          `json:"size,omitempty"`
 	Name string          `json:"name,omitempty"`
+	// Kind is the scrub kind of scrubs/start.
+	Kind pool.ScrubKind `json:"kind,omitempty"`
 }
 
 // Direct is the pool opened in the caller's process.
@@ -80,6 +86,16 @@ func (d Direct) AddDisk(_ context.Context, dc pool.DiskConfig) (pool.DiskInfo, e
 // ReaddDisk implements API.
 func (d Direct) ReaddDisk(_ context.Context, ref string) (pool.DiskInfo, error) {
 	return d.P.ReaddDisk(ref)
+}
+
+// StartScrub implements API.
+func (d Direct) StartScrub(_ context.Context, name string, kind pool.ScrubKind) (pool.ScrubInfo, error) {
+	return d.P.StartScrub(name, kind)
+}
+
+// StopScrub implements API.
+func (d Direct) StopScrub(_ context.Context, name string) (pool.ScrubInfo, error) {
+	return d.P.StopScrub(name)
 }
 
 // Close closes the pool.

@@ -109,6 +109,16 @@ func (h *Client) ReaddDisk(ctx context.Context, ref string) (d pool.DiskInfo, er
 	return d, h.call(ctx, "disks/readd", DiskRequest{Ref: ref}, &d)
 }
 
+// StartScrub implements API.
+func (h *Client) StartScrub(ctx context.Context, name string, kind pool.ScrubKind) (s pool.ScrubInfo, err error) {
+	return s, h.call(ctx, "scrubs/start", DiskRequest{Name: name, Kind: kind}, &s)
+}
+
+// StopScrub implements API.
+func (h *Client) StopScrub(ctx context.Context, name string) (s pool.ScrubInfo, err error) {
+	return s, h.call(ctx, "scrubs/stop", DiskRequest{Name: name}, &s)
+}
+
 // Close releases the client's connections.
 func (h *Client) Close() error {
 	h.c.CloseIdleConnections()

@@ -181,6 +181,12 @@ func (s *Server) mux() *http.ServeMux {
 	handle("disks/readd", func(ctx context.Context, req DiskRequest, _ CreateRequest) (any, error) {
 		return s.api.ReaddDisk(ctx, req.Ref)
 	})
+	handle("scrubs/start", func(ctx context.Context, req DiskRequest, _ CreateRequest) (any, error) {
+		return s.api.StartScrub(ctx, req.Name, req.Kind)
+	})
+	handle("scrubs/stop", func(ctx context.Context, req DiskRequest, _ CreateRequest) (any, error) {
+		return s.api.StopScrub(ctx, req.Name)
+	})
 	return m
 }
 

@@ -56,6 +56,8 @@ var (
 	volLostBlocks = desc("volume_lost_blocks", "Blocks bad on every copy: reads there fail with an I/O error until the block is written again.", "volume")
 	memBadBlocks  = desc("volume_member_bad_blocks", "Blocks recorded bad on one member of a volume; sum by (disk) for a disk.", "volume", "member", "disk")
 	memTimeouts   = desc("volume_member_timeouts_total", "Requests of one member of a volume that passed the member deadline (--member-timeout); each fails the member.", "volume", "member", "disk")
+	volScrubMism  = desc("volume_scrub_mismatches_total", "Blocks (4 KiB) whose two copies a scrub (check or repair) found different, summed over every scrub since the plugin started.", "volume")
+	volScrubLast  = desc("volume_scrub_last_completed_timestamp_seconds", "When a scrub of the volume last reached its end (Unix time); absent before the first since the plugin started.", "volume")
 	memState      = desc("volume_member_state", "State of one member of a volume (engine's view): 1 for the current state.", "volume", "member", "state")
 	diskInfo      = desc("disk_info", "A disk of the pool (always 1), joining its UUID to path and identity.", "disk", "path", "identity")
 	diskState     = desc("disk_state", "State of a disk: 1 for the current state, 0 for the others.", "disk", "state")
@@ -80,7 +82,7 @@ func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		volReadOps, volWriteOps, volReadBytes, volWriteBytes, volSize, volHealth, volMembers, volInSync,
 		volSyncRatio, volSyncRate, volSyncLeft, volSyncETA, memErrors, memState,
-		volBadBlocks, volLostBlocks, memBadBlocks, memTimeouts,
+		volBadBlocks, volLostBlocks, memBadBlocks, memTimeouts, volScrubMism, volScrubLast,
 		diskInfo, diskState, diskSize, diskFree,
 		poolRaw, poolUsable, poolFreeRaw, poolFreeUse, poolLargest, poolSpare,
 	} {
@@ -144,6 +146,14 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(volSyncLeft, float64(max(p.Total-p.Done, 0)), v.Name, p.Kind)
 			gauge(volSyncETA, p.ETA.Seconds(), v.Name, p.Kind)
 		}
+		var mism int64
+		if sc := v.Scrub; sc != nil {
+			mism = sc.MismatchesTotal
+			if sc.LastCompleted != nil {
+				gauge(volScrubLast, float64(sc.LastCompleted.UnixNano())/1e9, v.Name)
+			}
+		}
+		counter(volScrubMism, uint64(mism), v.Name)
 		gauge(volBadBlocks, float64(v.BadBlocks), v.Name)
 		gauge(volLostBlocks, float64(v.LostBlocks), v.Name)
 		for _, m := range v.Members {

@@ -147,6 +147,30 @@ raid10_pool_free_usable_bytes{pool="default"} `+strconv.FormatUint(p.Capacity().
 		t.Fatalf("members in sync = %v, want 4", got)
 	}
 
+	// A scrub: the mismatch counter is there from the start (0), the completion time once
+	// a scrub has reached the end.
+	if got, ok := value(t, reg, "raid10_volume_scrub_mismatches_total", map[string]string{"volume": "v1"}); !ok || got != 0 {
+		t.Fatalf("scrub mismatches before any scrub: %v (found %v)", got, ok)
+	}
+	if _, ok := value(t, reg, "raid10_volume_scrub_last_completed_timestamp_seconds", map[string]string{"volume": "v1"}); ok {
+		t.Fatal("scrub completion time before any scrub")
+	}
+	if _, err := p.StartScrub("v1", pool.ScrubCheck); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if vi, _ := p.Volume("v1"); vi.Scrub != nil && vi.Scrub.State == pool.ScrubDone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("scrub not done after a minute")
+		}
+	}
+	if got, ok := value(t, reg, "raid10_volume_scrub_last_completed_timestamp_seconds", map[string]string{"volume": "v1"}); !ok ||
+		got < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Fatalf("scrub completion time %v (found %v)", got, ok)
+	}
+
 	// A failed disk: the volume is Degraded, the disk Failed, one member faulty.
 	if err := p.FailDisk(paths[2]); err != nil {
 		t.Fatal(err)

@@ -64,6 +64,9 @@ type Config struct {
 	// (raid10.DefaultMemberTimeout), negative turns it off; a positive value must stay below
 	// MaxMemberTimeout. In JSON a duration string ("5s", "1500ms") or a number of seconds.
 	MemberTimeout Duration `json:"memberTimeout,omitempty"`
+	// Scrub is the schedule of the volumes' scrubs: by default a check every first Sunday
+	// of the month in a nightly window (ScrubConfig).
+	Scrub ScrubConfig `json:"scrub,omitempty"`
 }
 
 // Duration is a time.Duration that JSON writes as a duration string ("5s") and reads from a
@@ -165,6 +168,9 @@ func (c Config) Validate() error {
 	}
 	if err := ValidateMemberTimeout(time.Duration(c.MemberTimeout)); err != nil {
 		return fmt.Errorf("memberTimeout: %w", err)
+	}
+	if err := c.Scrub.Validate(); err != nil {
+		return err
 	}
 	for i, d := range c.Disks {
 		if d.Path == "" {

@@ -40,7 +40,16 @@
 // way. Blocks the engine records bad (VolumeInfo.BadBlocks; LostBlocks where no copy is
 // readable) fail no disk but keep the volume Degraded until they are written again.
 //
-// Events (disk failed, disk replaced, volume health changes) arrive on Pool.Events within
+// # Scrub
+//
+// StartScrub runs the engine's check or repair of a volume in the background (StopScrub
+// pauses it); its state and counts are in VolumeInfo.Scrub. A scheduler (Config.Scrub,
+// md's first-Sunday monthly check in a nightly window by default) starts checks, pauses
+// those its window ends and continues them the next night until each volume is checked
+// once per cycle. A paused check resumes where it stopped only when the engine has a range
+// scrub (rangeScrubber); until then it starts over.
+//
+// Events (disk failed, disk replaced, volume health changes, scrub results) arrive on Pool.Events within
 // a monitor tick; Pool.Status is the full snapshot. Pool.Check proves the labels and the
 // arrays consistent (tests end every fault scenario with it).
 //

@@ -39,7 +39,7 @@ func (p *Pool) volumeInfo(v *volume) VolumeInfo {
 // volumeInfoOf describes v with its array's status st (nil when v has no array). Caller
 // holds p.mu.
 func (p *Pool) volumeInfoOf(v *volume, sp *raid10.Status) VolumeInfo {
-	vi := VolumeInfo{Name: v.name, UUID: v.uuid.String(), Size: v.size, Health: Failed}
+	vi := VolumeInfo{Name: v.name, UUID: v.uuid.String(), Size: v.size, Health: Failed, Scrub: p.scrubInfo(v)}
 	var st raid10.Status
 	if sp != nil {
 		st = *sp

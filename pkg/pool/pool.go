@@ -33,6 +33,9 @@ type Pool struct {
 	done       chan struct{}
 	events     chan Event
 	lastHealth map[UUID]Health // monitor: health last reported per volume
+	scrubs     map[UUID]*scrubRun
+	lastWindow map[UUID]time.Time // scheduler: the cycle each volume's last scheduled scrub began in
+	now        func() time.Time   // the scheduler's clock (tests set it)
 
 	// failpoint, set by tests, is called at every durability ordering point; an error makes
 	// the operation stop there as if the process had died.
@@ -83,6 +86,9 @@ func Open(cfg Config) (*Pool, error) {
 
 		events:     make(chan Event, eventBuffer),
 		lastHealth: map[UUID]Health{},
+		scrubs:     map[UUID]*scrubRun{},
+		lastWindow: map[UUID]time.Time{},
+		now:        time.Now,
 	}
 	var want UUID
 	if cfg.PoolUUID != "" {
@@ -260,6 +266,7 @@ func Open(cfg Config) (*Pool, error) {
 	}
 	klog.InfoS("Pool open", "pool", p.uuid, "name", p.name, "disks", len(p.disks), "volumes", len(p.volumes))
 	go p.monitor()
+	go p.scheduler()
 	return p, nil
 }
 
@@ -433,6 +440,7 @@ func (p *Pool) Close() error {
 	close(p.stop)
 	p.mu.Unlock()
 	<-p.done
+	p.stopScrubs()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var first error

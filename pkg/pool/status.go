@@ -103,6 +103,8 @@ type VolumeInfo struct {
 	// TimedOut counts member requests that passed the member deadline, summed over the
 	// members.
 	TimedOut uint64 `json:"timedOut,omitempty"`
+	// Scrub is the volume's current or last scrub since the pool opened; nil if none.
+	Scrub *ScrubInfo `json:"scrub,omitempty"`
 }
 
 // Capacity is the pool's capacity. Usable figures are after mirroring: a RAID10 (md near-2)

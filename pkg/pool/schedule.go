@@ -1,0 +1,159 @@
+package pool
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// ScrubConfig is the pool's scrub schedule (Config.Scrub). The defaults follow md on Debian:
+// mdadm's checkarray runs a check of every array on the first Sunday of each month, and
+// systemd's mdcheck timers run it in a nightly window (01:00 for 6 hours), continuing the
+// next night where it stopped until it is done.
+type ScrubConfig struct {
+	// Schedule is when a new cycle starts: "monthly" (the first Sunday of each month, the
+	// default), "weekly" (every Sunday) or "off".
+	Schedule string `json:"schedule,omitempty"`
+	// Start is the time of day (local, "HH:MM") the nightly window opens; default "01:00".
+	Start string `json:"start,omitempty"`
+	// Window is how long a scheduled scrub runs each night before it pauses; default 6h.
+	Window Duration `json:"window,omitempty"`
+	// Repair makes scheduled scrubs repair (rewrite the second copy of differing blocks)
+	// instead of check; off by default, as md's checkarray.
+	Repair bool `json:"repair,omitempty"`
+}
+
+// Scrub schedules.
+const (
+	ScrubMonthly = "monthly"
+	ScrubWeekly  = "weekly"
+	ScrubOff     = "off"
+)
+
+// Scrub schedule defaults.
+const (
+	DefaultScrubStart  = "01:00"
+	DefaultScrubWindow = 6 * time.Hour
+)
+
+func (c ScrubConfig) withDefaults() ScrubConfig {
+	if c.Schedule == "" {
+		c.Schedule = ScrubMonthly
+	}
+	if c.Start == "" {
+		c.Start = DefaultScrubStart
+	}
+	if c.Window == 0 {
+		c.Window = Duration(DefaultScrubWindow)
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c ScrubConfig) Validate() error {
+	c = c.withDefaults()
+	switch c.Schedule {
+	case ScrubMonthly, ScrubWeekly, ScrubOff:
+	default:
+		return fmt.Errorf("%w: scrub.schedule %q: must be %s, %s or %s", ErrInvalidArgument, c.Schedule, ScrubMonthly, ScrubWeekly, ScrubOff)
+	}
+	if _, err := time.Parse("15:04", c.Start); err != nil {
+		return fmt.Errorf("%w: scrub.start %q: must be HH:MM", ErrInvalidArgument, c.Start)
+	}
+	if w := time.Duration(c.Window); w <= 0 || w > 24*time.Hour {
+		return fmt.Errorf("%w: scrub.window %s: must be positive and at most 24h", ErrInvalidArgument, w)
+	}
+	return nil
+}
+
+// scrubWindow says whether now lies in a scheduled scrub window and, if so, when the
+// current cycle began (the scheduled start of the first window of this cycle) and when
+// tonight's window closes. Windows open every day at Start for Window; a cycle starts on
+// its scheduled day (the first Sunday of the month, or every Sunday) and lasts until the
+// next one, so a scrub that did not finish in the first window continues in the next nights
+// of the same cycle. c has its defaults and is valid.
+func scrubWindow(c ScrubConfig, now time.Time) (in bool, cycle, closes time.Time) {
+	if c.Schedule == ScrubOff {
+		return false, time.Time{}, time.Time{}
+	}
+	hm, _ := time.Parse("15:04", c.Start)
+	at := func(d time.Time) time.Time {
+		return time.Date(d.Year(), d.Month(), d.Day(), hm.Hour(), hm.Minute(), 0, 0, now.Location())
+	}
+	open := at(now)
+	if open.After(now) {
+		open = at(now.AddDate(0, 0, -1)) // the window that opened last night
+	}
+	closes = open.Add(time.Duration(c.Window))
+	if !now.Before(closes) {
+		return false, time.Time{}, time.Time{}
+	}
+	// The cycle's start: the latest scheduled day at or before the window's day.
+	day := open
+	for i := 0; i < 40; i++ {
+		if day.Weekday() == time.Sunday && (c.Schedule == ScrubWeekly || day.Day() <= 7) {
+			return true, at(day), closes
+		}
+		day = day.AddDate(0, 0, -1)
+	}
+	return false, time.Time{}, time.Time{} // not reached: every month has a first Sunday
+}
+
+// scheduleInterval is how often the scheduler looks at the clock.
+const scheduleInterval = time.Minute
+
+// scheduler starts the scheduled scrubs, pauses them when their window closes and continues
+// them in the next window of the cycle, until each volume has finished one scrub per cycle.
+func (p *Pool) scheduler() {
+	c := p.cfg.Scrub.withDefaults()
+	if c.Schedule == ScrubOff {
+		return
+	}
+	t := time.NewTicker(scheduleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		p.scheduleOnce(c, p.now())
+	}
+}
+
+// scheduleOnce is one look of the scheduler at time now.
+func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
+	in, cycle, _ := scrubWindow(c, now)
+	kind := ScrubCheck
+	if c.Repair {
+		kind = ScrubRepair
+	}
+	p.mu.Lock()
+	var start, stop []string
+	for u, v := range p.volumes {
+		r := p.scrubs[u]
+		running := r != nil && r.cancel != nil
+		switch {
+		case running && r.info.Scheduled && !in:
+			stop = append(stop, v.name) // the window closed: pause until the next one
+		case running || !in:
+		case r != nil && r.info.LastCompleted != nil && !r.info.LastCompleted.Before(cycle):
+			// done in this cycle (a scheduled or a manual scrub)
+		case !p.lastWindow[u].Equal(cycle) || (r != nil && r.info.State == ScrubPaused && r.info.Scheduled):
+			start = append(start, v.name)
+			p.lastWindow[u] = cycle
+		}
+	}
+	p.mu.Unlock()
+	for _, name := range stop {
+		if _, err := p.StopScrub(name); err != nil {
+			klog.ErrorS(err, "Pausing the scheduled scrub", "volume", name)
+		}
+	}
+	for _, name := range start {
+		if _, err := p.startScrub(name, kind, true); err != nil {
+			klog.InfoS("Scheduled scrub not started", "volume", name, "err", err)
+		}
+	}
+}
