@@ -20,7 +20,7 @@ read -r suite pkgs <<<"$spec"
 recipe=1
 key=$(echo "$recipe $suite $pkgs" | sha256sum | cut -c1-16)
 rootfs=$CACHE/image/rootfs-$suite-$key.tar
-if [[ -s $rootfs ]]; then
+if [[ -f $rootfs && -s $rootfs ]]; then
   echo "image: root filesystem cached: $rootfs"
 else
   if ! command -v mmdebstrap >/dev/null; then
@@ -29,13 +29,15 @@ else
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends mmdebstrap
   fi
   echo "image: making the $suite root filesystem with: $pkgs (mmdebstrap, a few minutes)"
-  mmdebstrap --quiet --variant=minbase --include="${pkgs// /,}" \
+  tmp=${rootfs%.tar}.partial.tar
+  rm -rf "$tmp"
+  mmdebstrap --quiet --format=tar --variant=minbase --include="${pkgs// /,}" \
     --aptopt='APT::Install-Recommends "false"' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
-    "$suite" "$rootfs.tmp"
-  mv "$rootfs.tmp" "$rootfs"
+    "$suite" "$tmp"
+  mv "$tmp" "$rootfs"
   echo "image: root filesystem made in $((SECONDS - t0))s: $rootfs"
 fi
 

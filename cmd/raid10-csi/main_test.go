@@ -297,3 +297,18 @@ func TestRegistryPerMode(t *testing.T) {
 type fakeIO map[string]nbd.Stats
 
 func (f fakeIO) IOStats() map[string]nbd.Stats { return f }
+
+// TestRegistrationPath: the endpoint reported to the kubelet is --kubelet-registration-path,
+// else the path of a unix --endpoint, else nothing (Validate refuses that in node mode).
+func TestRegistrationPath(t *testing.T) {
+	for _, tc := range []struct{ endpoint, flag, want string }{
+		{"unix:///var/lib/kubelet/plugins/raid10.csi.io/csi.sock", "", "/var/lib/kubelet/plugins/raid10.csi.io/csi.sock"},
+		{"unix:///csi/csi.sock", "/var/lib/kubelet/plugins/raid10.csi.io/csi.sock", "/var/lib/kubelet/plugins/raid10.csi.io/csi.sock"},
+		{"tcp://127.0.0.1:10000", "", ""},
+	} {
+		o := Options{Endpoint: tc.endpoint, KubeletRegistrationPath: tc.flag}
+		if got := o.registrationPath(); got != tc.want {
+			t.Errorf("endpoint %q, flag %q: %q, want %q", tc.endpoint, tc.flag, got, tc.want)
+		}
+	}
+}
