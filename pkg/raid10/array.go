@@ -174,6 +174,7 @@ type Array struct {
 
 	progMu    sync.Mutex
 	prog      SyncProgress
+	progBase  int64 // Done at the start (a resumed scrub), left out of the rate
 	syncStart time.Time
 	lastFg    uint64
 }

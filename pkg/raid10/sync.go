@@ -46,6 +46,7 @@ func (a *Array) syncDaemon() {
 func (a *Array) beginProgress(kind SyncKind, total int64) {
 	a.progMu.Lock()
 	a.prog = SyncProgress{Kind: kind, Running: true, Total: total}
+	a.progBase = 0
 	a.syncStart = time.Now()
 	a.lastFg = a.fgOps()
 	a.progMu.Unlock()
@@ -67,10 +68,11 @@ func (a *Array) progress() SyncProgress {
 	a.progMu.Lock()
 	p := a.prog
 	start := a.syncStart
+	base := a.progBase
 	a.progMu.Unlock()
 	if p.Running {
 		if el := time.Since(start).Seconds(); el > 0 {
-			p.Rate = float64(p.Done) / el
+			p.Rate = float64(p.Done-base) / el
 		}
 		if p.Rate > 0 {
 			p.ETA = time.Duration(float64(p.Total-p.Done) / p.Rate * float64(time.Second))
@@ -92,7 +94,7 @@ func (a *Array) fgOps() uint64 {
 // (md's sync_speed_max and sync_speed_min).
 func (a *Array) throttle() {
 	a.progMu.Lock()
-	done := a.prog.Done
+	done := a.prog.Done - a.progBase // a resumed scrub's skipped part is not work done
 	el := time.Since(a.syncStart)
 	a.progMu.Unlock()
 	rate := float64(done) / max(el.Seconds(), 1e-6)
@@ -373,14 +375,31 @@ func (a *Array) WaitSync(ctx context.Context) error {
 // Check compares the copies of every chunk and counts differing blocks,
 // like writing "check" to md's sync_action. It waits for a running resync
 // or recovery to end first. Progress shows in Status().Sync.
-func (a *Array) Check(ctx context.Context) (ScrubResult, error) { return a.scrub(ctx, false) }
+func (a *Array) Check(ctx context.Context) (ScrubResult, error) { return a.scrub(ctx, false, 0) }
 
 // Repair is Check that also rewrites the second copy of a differing block
 // from the first ("repair").
-func (a *Array) Repair(ctx context.Context) (ScrubResult, error) { return a.scrub(ctx, true) }
+func (a *Array) Repair(ctx context.Context) (ScrubResult, error) { return a.scrub(ctx, true, 0) }
 
-func (a *Array) scrub(ctx context.Context, repair bool) (ScrubResult, error) {
+// CheckRange is Check from array offset from (rounded down to its chunk) to
+// the end, so that a check cut short (its window ended, ctx cancelled) can
+// resume where it stopped, as md's sync_min allows. Progress counts from the
+// array's start: Status().Sync.Done includes the skipped part, and after a
+// cancellation it is where to resume.
+func (a *Array) CheckRange(ctx context.Context, from int64) (ScrubResult, error) {
+	return a.scrub(ctx, false, from)
+}
+
+// RepairRange is Repair from array offset from to the end; see CheckRange.
+func (a *Array) RepairRange(ctx context.Context, from int64) (ScrubResult, error) {
+	return a.scrub(ctx, true, from)
+}
+
+func (a *Array) scrub(ctx context.Context, repair bool, from int64) (ScrubResult, error) {
 	var res ScrubResult
+	if from < 0 {
+		return res, invalidf("scrub from %d", from)
+	}
 	if a.closed.Load() {
 		return res, ErrClosed
 	}
@@ -400,9 +419,14 @@ func (a *Array) scrub(ctx context.Context, repair bool) (ScrubResult, error) {
 	}
 	a.beginProgress(kind, a.geo.size)
 	defer a.endProgress()
+	first := min(from>>a.geo.chunkShift, a.geo.chunks)
+	a.progMu.Lock()
+	a.prog.Done = min(first<<a.geo.chunkShift, a.geo.size)
+	a.progBase = a.prog.Done
+	a.progMu.Unlock()
 	b0 := AlignedBuffer(int(a.geo.chunk))
 	b1 := AlignedBuffer(int(a.geo.chunk))
-	for c := int64(0); c < a.geo.chunks; c++ {
+	for c := first; c < a.geo.chunks; c++ {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
