@@ -63,6 +63,9 @@ func runCluster(ctx context.Context, o *Options, args []string, out io.Writer) e
 	if localOnly[cmd] {
 		return fmt.Errorf("%q works on one node's pool: run it there with --local (in a cluster, volumes come from PersistentVolumeClaims; disks change with replace-disk)", cmd)
 	}
+	if cmd == "scrub" {
+		return runClusterScrub(ctx, o, rest, out)
+	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.StringVar(&o.Output, "o", o.Output, "output format: table, json or yaml")
 	// Also after the command, where kubectl users put them.

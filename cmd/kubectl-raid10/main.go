@@ -5,8 +5,9 @@
 // Cluster mode (the default) reads the Raid10Node and Raid10Volume resources and their
 // events.k8s.io Events with the kubeconfig kubectl itself would use (--kubeconfig, else
 // $KUBECONFIG, else ~/.kube/config; --context): status, volumes, disks, describe volume.
-// replace-disk is its only write: it sets the Raid10Node's spec.diskReplacement, which that
-// node's agent carries out (pool.ReplaceDisk) and answers in status.lastDiskReplacement.
+// Its writes: replace-disk sets the Raid10Node's spec.diskReplacement, which that node's
+// agent carries out (pool.ReplaceDisk) and answers in status.lastDiskReplacement; scrub sets
+// a Raid10Volume's spec.scrub, answered in status.scrub.
 //
 // Local mode talks to the admin socket (pkg/admin) of the process that holds the node's pool
 // when one runs: the standalone agent's <run-dir>/admin.sock, else the plugin's
@@ -83,6 +84,10 @@ Cluster commands (-o table|json|yaml):
                                  (an id or path from "disks") by the blank disk at path NEW;
                                  the volumes on OLD rebuild onto NEW (--follow: print their
                                  progress until Healthy)
+  scrub VOLUME|--node NODE [--repair] [--follow] [--timeout 24h]
+                                 ask the volume's node agent for a check (compare the two
+                                 copies, count mismatches) or repair: sets spec.scrub, the
+                                 agent answers in status.scrub (--follow: progress to the end)
 
 Local commands (--local):
   status                         pool capacity, disks and volumes

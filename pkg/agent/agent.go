@@ -48,6 +48,10 @@ type Pool interface {
 	// another; the affected volumes rebuild onto it. Errors wrap pool.ErrNotFound,
 	// pool.ErrFailedPrecondition (an active disk, one already replaced), pool.ErrOtherPool, ...
 	ReplaceDisk(ref string, with pool.DiskConfig) (pool.DiskInfo, error)
+	// StartScrub starts a check or repair of a volume in the background (VolumeInfo.Scrub
+	// follows it); one of the same kind running is success. Errors wrap
+	// pool.ErrFailedPrecondition (a member not in sync, the other kind running), ...
+	StartScrub(name string, kind pool.ScrubKind) (pool.ScrubInfo, error)
 }
 
 var _ Pool = (*pool.Pool)(nil)
@@ -150,6 +154,7 @@ type volumeSeen struct {
 	expandMsg  string
 	badBlocks  int64
 	lostBlocks int64
+	scrub      string // scrubSeen of the last scrub reported
 }
 
 // nodeKey is the poller's fingerprint key of the Raid10Node (not a valid volume name).
@@ -343,6 +348,9 @@ func volumeFingerprint(v pool.VolumeInfo) string {
 	}
 	if p := v.Sync; p != nil {
 		s += fmt.Sprintf("|%s %d", p.Kind, int(p.Percent))
+	}
+	if sc := v.Scrub; sc != nil {
+		s += fmt.Sprintf("|scrub %s %s %d %d", sc.State, sc.Kind, int(sc.Percent), sc.Mismatches)
 	}
 	return s
 }

@@ -121,6 +121,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 	if expandMsg != "" {
 		st = ExpandPending(st, expandMsg)
 	}
+	st = a.requestedScrub(ctx, &vol, st)
 	a.volumeEvents(&vol, prev, st, expandMsg)
 	r, err := a.writeVolumeStatus(ctx, &vol, st)
 	if err != nil || r.RequeueAfter > 0 {
@@ -135,14 +136,17 @@ func (a *Agent) volumeEvents(vol *v1alpha1.Raid10Volume, prev, st v1alpha1.Raid1
 	seen, ok := a.volumeSeen[vol.Name]
 	if !ok {
 		// First sight since the agent started: what the object says was reported.
-		seen = volumeSeen{health: prev.Health, rebuilding: prev.Rebuild != nil, badBlocks: prev.BadBlocks, lostBlocks: prev.LostBlocks}
+		seen = volumeSeen{health: prev.Health, rebuilding: prev.Rebuild != nil, badBlocks: prev.BadBlocks, lostBlocks: prev.LostBlocks,
+			scrub: scrubSeen(prev.Scrub)}
 		if prev.Phase == v1alpha1.VolumePhaseExpanding && expandMsg != "" && strings.HasPrefix(prev.Message, expandMsg) {
 			seen.expandMsg = expandMsg
 		}
 	}
 	a.volumeSeen[vol.Name] = volumeSeen{health: st.Health, rebuilding: st.Rebuild != nil, expandMsg: expandMsg,
-		badBlocks: st.BadBlocks, lostBlocks: st.LostBlocks}
+		badBlocks: st.BadBlocks, lostBlocks: st.LostBlocks, scrub: scrubSeen(st.Scrub)}
 	a.mu.Unlock()
+
+	a.scrubEvents(vol, seen.scrub, st.Scrub)
 
 	// Only growth is news: a count that falls (the blocks were rewritten) needs no warning.
 	if st.BadBlocks > seen.badBlocks || st.LostBlocks > seen.lostBlocks {

@@ -93,6 +93,7 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		Conditions:         slices.Clone(prev.Conditions),
 		BadBlocks:          info.BadBlocks,
 		LostBlocks:         info.LostBlocks,
+		Scrub:              scrubStatus(prev.Scrub, info.Scrub),
 	}
 	rebuilding := int32(-1)
 	var notes []string

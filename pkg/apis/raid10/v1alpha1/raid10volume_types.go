@@ -59,6 +59,93 @@ type Raid10VolumeSpec struct {
 	// FSType is the filesystem of a Filesystem volume.
 	// +optional
 	FSType FSType `json:"fsType,omitempty"`
+	// Scrub asks the node agent for a scrub of the volume (`kubectl raid10 scrub`): one each
+	// time request changes; the agent answers in status.scrub.
+	// +optional
+	Scrub *ScrubRequest `json:"scrub,omitempty"`
+}
+
+// ScrubKind is what a scrub does.
+// +kubebuilder:validation:Enum=check;repair
+type ScrubKind string
+
+// Scrub kinds.
+const (
+	// ScrubKindCheck compares the two copies of every chunk and counts the blocks that
+	// differ (md's check).
+	ScrubKindCheck ScrubKind = "check"
+	// ScrubKindRepair also rewrites the second copy of each differing block from the first
+	// (md's repair).
+	ScrubKindRepair ScrubKind = "repair"
+)
+
+// ScrubRequest asks for one scrub.
+type ScrubRequest struct {
+	// Kind is check (the default) or repair.
+	// +optional
+	Kind ScrubKind `json:"kind,omitempty"`
+	// Request identifies the request (kubectl raid10 writes the time): the agent starts a
+	// scrub whenever it differs from status.scrub.request.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Request string `json:"request"`
+}
+
+// ScrubState is where a volume's last scrub is.
+// +kubebuilder:validation:Enum=Running;Paused;Done;Failed
+type ScrubState string
+
+// Scrub states.
+const (
+	ScrubStateRunning ScrubState = "Running"
+	// ScrubStatePaused: stopped before the end (its scheduled window closed).
+	ScrubStatePaused ScrubState = "Paused"
+	ScrubStateDone   ScrubState = "Done"
+	// ScrubStateFailed: the scrub stopped on an error or could not start (message).
+	ScrubStateFailed ScrubState = "Failed"
+)
+
+// ScrubStatus is the volume's current or last scrub.
+type ScrubStatus struct {
+	// Request is the spec.scrub.request the agent last acted on.
+	// +optional
+	Request string     `json:"request,omitempty"`
+	State   ScrubState `json:"state"`
+	Kind    ScrubKind  `json:"kind"`
+	// Scheduled is true for a scrub the node's schedule started.
+	// +optional
+	Scheduled bool `json:"scheduled,omitempty"`
+	// Percent done, 0 to 100.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Percent int32 `json:"percent"`
+	// DoneBytes of TotalBytes of the array are visited.
+	DoneBytes  int64 `json:"doneBytes"`
+	TotalBytes int64 `json:"totalBytes"`
+	// BytesPerSecond is the rate while it runs.
+	// +optional
+	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
+	// ETASeconds is the estimated time left at that rate.
+	// +optional
+	ETASeconds *int64 `json:"etaSeconds,omitempty"`
+	// Mismatches counts the 4 KiB blocks whose copies differed in this pass, Repaired
+	// those rewritten (repair), Lost those found with no readable copy.
+	Mismatches int64 `json:"mismatches"`
+	// +optional
+	Repaired int64 `json:"repaired,omitempty"`
+	// +optional
+	Lost int64 `json:"lost,omitempty"`
+	// StartTime is when the pass started; FinishTime when it ended, paused or failed.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+	// LastCompletedTime is when a scrub last reached the end of the volume.
+	// +optional
+	LastCompletedTime *metav1.Time `json:"lastCompletedTime,omitempty"`
+	// Message says why a scrub failed or did not start.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // VolumePhase is where a Raid10Volume is in its life.
@@ -184,6 +271,9 @@ type Raid10VolumeStatus struct {
 	// Rebuild is the progress of a running rebuild; absent when none runs.
 	// +optional
 	Rebuild *RebuildProgress `json:"rebuild,omitempty"`
+	// Scrub is the volume's current or last scrub (requested or scheduled).
+	// +optional
+	Scrub *ScrubStatus `json:"scrub,omitempty"`
 	// DevicePath is the block device the array is served on, on its node (/dev/nbdN).
 	// +optional
 	DevicePath string `json:"devicePath,omitempty"`
@@ -214,6 +304,8 @@ type Raid10VolumeStatus struct {
 // +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.devicePath`,priority=1
 // +kubebuilder:printcolumn:name="Requested",type=integer,JSONPath=`.spec.sizeBytes`,priority=1
 // +kubebuilder:printcolumn:name="LostBlocks",type=integer,JSONPath=`.status.lostBlocks`,priority=1,description="Blocks bad on every copy: reads there fail"
+// +kubebuilder:printcolumn:name="Scrub",type=string,JSONPath=`.status.scrub.state`,priority=1,description="State of the current or last scrub"
+// +kubebuilder:printcolumn:name="Mismatches",type=integer,JSONPath=`.status.scrub.mismatches`,priority=1,description="Blocks whose copies the last scrub found different"
 type Raid10Volume struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
