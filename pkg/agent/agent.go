@@ -52,6 +52,9 @@ type Pool interface {
 	// follows it); one of the same kind running is success. Errors wrap
 	// pool.ErrFailedPrecondition (a member not in sync, the other kind running), ...
 	StartScrub(name string, kind pool.ScrubKind) (pool.ScrubInfo, error)
+	// RecordScrubCompleted tells the pool's scrub schedule when the volume's last scrub
+	// reached the end before the pool opened (from status.scrub).
+	RecordScrubCompleted(name string, at time.Time) error
 }
 
 var _ Pool = (*pool.Pool)(nil)

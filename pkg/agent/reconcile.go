@@ -106,6 +106,12 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 		}
 	}
 
+	if sc := prev.Scrub; sc != nil && sc.LastCompletedTime != nil && (info.Scrub == nil || info.Scrub.LastCompleted == nil) {
+		// The pool keeps no record of scrubs across restarts; the status does.
+		if err := a.pool.RecordScrubCompleted(vol.Name, sc.LastCompletedTime.Time); err != nil {
+			logger.Error(err, "Restoring the last scrub's completion")
+		}
+	}
 	st := VolumeStatus(prev, &vol, info, DiskIDs(a.pool.Status().Disks), now)
 	if a.devices != nil {
 		st.DevicePath = a.devices.Device(vol.Name)

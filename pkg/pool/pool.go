@@ -36,6 +36,7 @@ type Pool struct {
 	scrubs     map[UUID]*scrubRun
 	lastWindow map[UUID]time.Time // scheduler: the cycle each volume's last scheduled scrub began in
 	now        func() time.Time   // the scheduler's clock (tests set it)
+	restored   map[UUID]time.Time // RecordScrubCompleted: last scrub completions from before Open
 
 	// failpoint, set by tests, is called at every durability ordering point; an error makes
 	// the operation stop there as if the process had died.
@@ -89,6 +90,7 @@ func Open(cfg Config) (*Pool, error) {
 		scrubs:     map[UUID]*scrubRun{},
 		lastWindow: map[UUID]time.Time{},
 		now:        time.Now,
+		restored:   map[UUID]time.Time{},
 	}
 	var want UUID
 	if cfg.PoolUUID != "" {

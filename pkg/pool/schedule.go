@@ -138,7 +138,7 @@ func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
 		case running && r.info.Scheduled && !in:
 			stop = append(stop, v.name) // the window closed: pause until the next one
 		case running || !in:
-		case r != nil && r.info.LastCompleted != nil && !r.info.LastCompleted.Before(cycle):
+		case p.lastCompleted(u, r) >= cycle.UnixNano():
 			// done in this cycle (a scheduled or a manual scrub)
 		case !p.lastWindow[u].Equal(cycle) || (r != nil && r.info.State == ScrubPaused && r.info.Scheduled):
 			start = append(start, v.name)
@@ -156,4 +156,35 @@ func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
 			klog.InfoS("Scheduled scrub not started", "volume", name, "err", err)
 		}
 	}
+}
+
+// lastCompleted is when volume u's last scrub reached the end, in Unix nanoseconds (0:
+// never): the later of this process's record and the one RecordScrubCompleted restored.
+// Caller holds p.mu.
+func (p *Pool) lastCompleted(u UUID, r *scrubRun) int64 {
+	var t int64
+	if at, ok := p.restored[u]; ok {
+		t = at.UnixNano()
+	}
+	if r != nil && r.info.LastCompleted != nil {
+		t = max(t, r.info.LastCompleted.UnixNano())
+	}
+	return t
+}
+
+// RecordScrubCompleted tells the schedule when volume name's last scrub reached the end
+// before this process opened the pool (the node agent keeps it in the Raid10Volume's
+// status.scrub), so that a restart does not repeat the cycle's check. The pool keeps no
+// such record on disk. An unknown volume is ErrNotFound.
+func (p *Pool) RecordScrubCompleted(name string, at time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.byName[name]
+	if v == nil {
+		return fmt.Errorf("%w: volume %q", ErrNotFound, name)
+	}
+	if old, ok := p.restored[v.uuid]; !ok || at.After(old) {
+		p.restored[v.uuid] = at
+	}
+	return nil
 }

@@ -285,6 +285,26 @@ func TestScrubSchedule(t *testing.T) {
 	if s := state(); s.State != ScrubDone || !s.LastCompleted.Equal(done) {
 		t.Fatalf("a second scrub in one cycle: %+v", s)
 	}
+
+	// After a restart the agent restores the last completion (status.scrub): the cycle's
+	// check is not repeated; without it, it would be.
+	if _, err := p.CreateVolume("w", 16<<20, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RecordScrubCompleted("w", at("2026-11-01 02:00")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RecordScrubCompleted("nope", at("2026-11-01 02:00")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("RecordScrubCompleted of an unknown volume: %v", err)
+	}
+	p.scheduleOnce(c, at("2026-11-03 01:30"))
+	if vi, _ := p.Volume("w"); vi.Scrub != nil {
+		t.Fatalf("a volume checked in this cycle before the restart was scrubbed again: %+v", vi.Scrub)
+	}
+	p.scheduleOnce(c, at("2026-12-06 01:30")) // the next cycle
+	if vi, _ := p.Volume("w"); vi.Scrub == nil || !vi.Scrub.Scheduled {
+		t.Fatalf("next cycle: %+v", vi.Scrub)
+	}
 }
 
 // TestScrubVsRebuildRate measures a check and a rebuild of the same volume on the same file

@@ -312,6 +312,8 @@ func (p *Pool) DeleteVolume(name string) error {
 	delete(p.volumes, v.uuid)
 	delete(p.byName, name)
 	delete(p.scrubs, v.uuid) // a running pass ends with the array's ErrClosed
+	delete(p.restored, v.uuid)
+	delete(p.lastWindow, v.uuid)
 	klog.InfoS("Volume deleted", "volume", name, "volumeUUID", v.uuid)
 	return nil
 }

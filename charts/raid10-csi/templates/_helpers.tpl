@@ -43,5 +43,6 @@ capabilities:
 {{- end -}}
 {{- $c := dict "name" $p.name "disks" $disks "allocation" $p.allocation -}}
 {{- if $p.rebuildRateMax }}{{ $_ := set $c "rebuildRateMax" (int64 $p.rebuildRateMax) }}{{ end -}}
+{{- with $p.scrub }}{{ $_ := set $c "scrub" . }}{{ end -}}
 {{- toPrettyJson $c -}}
 {{- end -}}
