@@ -219,6 +219,7 @@ func TestHelmTemplate(t *testing.T) {
 				t.Errorf("node args %v lack %s", args, want)
 			}
 		}
+		checkNodePod(t, objs, true)
 		sc := find(objs, "StorageClass", "raid10")
 		params, _, _ := unstructured.NestedStringMap(sc.Object, "parameters")
 		if params["members"] != "4" || params["chunkSize"] != "512Ki" || params["csi.storage.k8s.io/fstype"] != "ext4" {
@@ -227,6 +228,10 @@ func TestHelmTemplate(t *testing.T) {
 		if ann := sc.GetAnnotations(); ann["storageclass.kubernetes.io/is-default-class"] != "" {
 			t.Errorf("the StorageClass is the default one without isDefault: %v", ann)
 		}
+	})
+
+	t.Run("OwnNetlinkNamespace", func(t *testing.T) {
+		checkNodePod(t, renderChart(t, bin, "--set", "node.netlinkNetNS="), false)
 	})
 
 	t.Run("CustomStorageClass", func(t *testing.T) {
@@ -359,6 +364,8 @@ func TestHelmSchemaRefusesBadValues(t *testing.T) {
 		{"Allocation", []string{"--set", "node.pool.allocation=random"}, "/node/pool/allocation"},
 		{"Timeout", []string{"--set", "sidecars.provisioner.timeout=2 minutes"}, "/sidecars/provisioner/timeout"},
 		{"MemberTimeout", []string{"--set", "node.memberTimeout=soon"}, "/node/memberTimeout"},
+		{"RelativeNetlinkNetNS", []string{"--set", "node.netlinkNetNS=proc/1/ns/net"}, "/node/netlinkNetNS"},
+		{"RegistrarIsGone", []string{"--set", "sidecars.registrar.image=x"}, "/sidecars"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"template", "raid10-csi", chartDir, "--kube-version", kubeVersion}, tc.set...)
@@ -392,4 +399,49 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// checkNodePod: the node plugin registers itself with the kubelet (the plugins_registry
+// directory mounted, the CSI socket's host path reported, no registrar sidecar) and, with
+// hostNetNS, opens its nbd netlink socket in the host's network namespace through hostPID
+// (never hostNetwork); without it, neither.
+func checkNodePod(t *testing.T, objs []*unstructured.Unstructured, hostNetNS bool) {
+	t.Helper()
+	c := nodeContainer(t, objs)
+	args := stringsOf(c["args"])
+	for _, want := range []string{"--registration-dir=/registration", "--kubelet-registration-path=/var/lib/kubelet/plugins/raid10.csi.io/csi.sock"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("node args %v lack %s", args, want)
+		}
+	}
+	if got := slices.Contains(args, "--netlink-netns=/proc/1/ns/net"); got != hostNetNS {
+		t.Errorf("node args %v: --netlink-netns=/proc/1/ns/net present %v, want %v", args, got, hostNetNS)
+	}
+	ds := find(objs, "DaemonSet", "raid10-csi-node")
+	spec, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+	if spec["hostPID"] != hostNetNS || spec["hostNetwork"] == true {
+		t.Errorf("node pod hostPID %v (want %v), hostNetwork %v (want false)", spec["hostPID"], hostNetNS, spec["hostNetwork"])
+	}
+	mounted := false
+	for _, m := range c["volumeMounts"].([]any) {
+		if mm := m.(map[string]any); mm["name"] == "registration-dir" && mm["mountPath"] == "/registration" {
+			mounted = true
+		}
+	}
+	vols, _, _ := unstructured.NestedSlice(spec, "volumes")
+	host := ""
+	for _, v := range vols {
+		if vm := v.(map[string]any); vm["name"] == "registration-dir" {
+			host, _, _ = unstructured.NestedString(vm, "hostPath", "path")
+		}
+	}
+	if !mounted || host != "/var/lib/kubelet/plugins_registry" {
+		t.Errorf("registration directory: mounted %v, host path %q; want /var/lib/kubelet/plugins_registry at /registration", mounted, host)
+	}
+	cs, _, _ := unstructured.NestedSlice(spec, "containers")
+	for _, c := range cs {
+		if name := c.(map[string]any)["name"]; name == "node-driver-registrar" {
+			t.Errorf("the node pod still runs %s", name)
+		}
+	}
 }
