@@ -140,7 +140,9 @@ func (r *Registration) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		srv.Stop()
-		_ = <-errc // Serve's error after Stop is only that it stopped
+		if err := <-errc; err != nil { // after Stop, Serve only reports that it stopped
+			klog.V(4).InfoS("registration server stopped", "err", err)
+		}
 		remove()
 		return nil
 	case err := <-errc:
