@@ -295,6 +295,13 @@ func describeVolume(ctx context.Context, c client.Client, r renderer, name strin
 		}
 		ew.printf(")\n")
 	}
+	if sc := st.Scrub; sc != nil {
+		ew.printf("  Scrub:       %s", strings.TrimPrefix(clusterScrubLine(v.Name, sc), v.Name+": "))
+		if sc.LastCompletedTime != nil {
+			ew.printf(", last completed %s ago", age(*sc.LastCompletedTime, now))
+		}
+		ew.printf("\n")
+	}
 	ew.printf("  Message:     %s\n", dash(st.Message))
 	ew.printf("  Observed:    generation %d of %d\n", st.ObservedGeneration, v.Generation)
 	if ew.err != nil {

@@ -51,6 +51,9 @@ func TestClusterScrub(t *testing.T) {
 			t.Fatalf("%s spec.scrub: %+v", name, rq)
 		}
 	}
+	if out := cl.kubectlOK("describe", "volume", "pvc-s1"); !strings.Contains(out, "Scrub:       repair") || !strings.Contains(out, "last completed") {
+		t.Fatalf("describe volume lacks the scrub:\n%s", out)
+	}
 	out = cl.kubectlOK("volumes", "pvc-s2", "-o", "json")
 	if !strings.Contains(out, `"scrub"`) {
 		t.Fatalf("volumes -o json has no scrub:\n%s", out)

@@ -57,7 +57,7 @@ func TestAdminSocketVM(t *testing.T) {
 // --state-dir (no --pool-config: nothing may open the disks a second time): status shows the
 // disks Active (not Refused as in use), a volume made through CSI is listed, a disk fails,
 // is replaced and the volume rebuilds until `wait` sees it Healthy; volume writes are
-// refused (they belong to CSI here); SIGTERM removes the socket.
+// refused (they belong to CSI here); a scrub runs to its end; SIGTERM removes the socket.
 func TestAdminSocketInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestAdminSocketVM")
 	plugin, kubectl := os.Getenv(pluginBinEnv), os.Getenv(kubectlBinEnv)
@@ -174,6 +174,9 @@ func TestAdminSocketInGuest(t *testing.T) {
 	k(true, "disk", "replace", filepath.Join(dir, "disk1.img"), repl)
 	if out := k(true, "wait", id, "--for", "Healthy", "--timeout", "2m"); !strings.Contains(out, "Healthy, 4/4") {
 		t.Fatalf("wait:\n%s", out)
+	}
+	if out := k(true, "scrub", id, "--follow"); !strings.Contains(out, id+": check Done 100.0%") || !strings.Contains(out, "0 mismatches") {
+		t.Fatalf("scrub --follow through the plugin:\n%s", out)
 	}
 	var disks []pool.DiskInfo
 	if err := json.Unmarshal([]byte(k(true, "disks", "-o", "json")), &disks); err != nil {
