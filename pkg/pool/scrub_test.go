@@ -363,3 +363,54 @@ func TestScrubVsRebuildRate(t *testing.T) {
 		})
 	}
 }
+
+// TestScrubBacksOffUnderIO: a check of a volume that serves writes meanwhile yields to them
+// (the engine's throttle falls back towards SyncRateMin while foreground I/O runs), so it
+// visits the array much more slowly than the same check on an idle volume. The rates are
+// logged; the test asserts only that the busy one is under half the idle one.
+func TestScrubBacksOffUnderIO(t *testing.T) {
+	p, _, _ := scrubPool(t, func(c *Config) { c.RebuildRateMax = 1 << 40 })
+	arr, err := p.Array("v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func() float64 {
+		t.Helper()
+		start := time.Now()
+		if _, err := p.StartScrub("v", ScrubCheck); err != nil {
+			t.Fatal(err)
+		}
+		s := waitScrub(t, p)
+		if s.State != ScrubDone {
+			t.Fatalf("check: %+v", s)
+		}
+		return float64(s.Total) / (1 << 20) / time.Since(start).Seconds()
+	}
+	idle := check()
+
+	stop := make(chan struct{})
+	writes := make(chan int, 1)
+	go func() {
+		buf := randBytes(4096)
+		n := 0
+		for {
+			select {
+			case <-stop:
+				writes <- n
+				return
+			default:
+			}
+			if _, err := arr.WriteAt(buf, int64(n%4096)*4096+32<<20); err != nil {
+				t.Error(err)
+			}
+			n++
+		}
+	}()
+	busy := check()
+	close(stop)
+	n := <-writes
+	t.Logf("check of 64 MiB: idle %.0f MiB/s, under %d foreground writes %.0f MiB/s (floor %d KiB/s)", idle, n, busy, 1000)
+	if busy > idle/2 {
+		t.Fatalf("the check did not yield to foreground I/O: %.0f MiB/s busy, %.0f MiB/s idle", busy, idle)
+	}
+}
