@@ -114,7 +114,7 @@ type wreq struct {
 	err    error
 	done   chan struct{}
 	idx    uint32       // position in reqList
-	buf    *[]byte      // a read's bounce buffer, owned by the worker
+	buf    *[]byte      // the call's bounce buffer (submit, worker), owned by the worker
 	state  atomic.Int32 // reqPending, reqDone, reqAbandoned
 }
 
@@ -244,6 +244,13 @@ func (a *Array) start() {
 // many workers as calls in flight, as there were submitters with inline
 // calls. Workers stay for the array's life.
 func (a *Array) submit(req *wreq) {
+	if req.op == opWrite && len(req.p) > 0 {
+		// The worker writes from a buffer of its own: if the call is
+		// abandoned (deadline.go), the caller reuses its buffer at once.
+		b := getBounce(len(req.p))
+		copy(*b, req.p)
+		req.buf, req.p = b, (*b)[:len(req.p)]
+	}
 	if a.idleWorkers.Load() <= 0 && a.nWorkers.Load() < int64(cap(a.work)) {
 		a.nWorkers.Add(1)
 		a.workers.Add(1)

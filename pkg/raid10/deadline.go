@@ -113,6 +113,22 @@ func (a *Array) handedOff(s *slot, r *memberRef, op opKind, p []byte, off, lengt
 	return a.await(req), true
 }
 
+// rescuedIO is a read or write of a resync, recovery, scrub or read fix-up:
+// handed off like foreground calls where the deadline can abandon it, so a
+// member that hangs under a sync holds neither the chunk's barrier (and the
+// foreground requests behind it) nor Close past the deadline.
+func (a *Array) rescuedIO(s *slot, r *memberRef, op opKind, p []byte, off int64) error {
+	if a.rescue(s) {
+		if err, ok := a.handedOff(s, r, op, p, off, int64(len(p)), false); ok {
+			return err
+		}
+	}
+	if op == opRead {
+		return a.memberRead(s, r, p, off)
+	}
+	return a.memberWrite(s, r, op, p, off, int64(len(p)), false)
+}
+
 // await waits for a handed-off call (or the death of its member) and
 // recycles the request unless it was abandoned.
 func (a *Array) await(req *wreq) error {

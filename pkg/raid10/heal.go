@@ -98,7 +98,7 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 	write := func(j int, q []byte, off int64) {
 		cs := &cp[j]
 		if cs.target != nil {
-			if err := a.memberWrite(cs.s, cs.target, opWrite, q, off, int64(len(q)), false); err != nil {
+			if err := a.rescuedIO(cs.s, cs.target, opWrite, q, off); err != nil {
 				a.memberFailed(cs.s, cs.target, "recovery write", err)
 				cs.target = nil
 				complete = false
@@ -109,7 +109,7 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 			}
 			return
 		}
-		if err := a.memberWrite(cs.s, cs.in, opWrite, q, off, int64(len(q)), false); err != nil {
+		if err := a.rescuedIO(cs.s, cs.in, opWrite, q, off); err != nil {
 			if !a.failed(cs.s, cs.in, err, off, int64(len(q))) {
 				complete = false // still in sync, and it missed the data
 			}
@@ -136,7 +136,7 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 		if r == nil || r.bad.Load().overlaps(cp[k].off/BlockSize, n) {
 			continue
 		}
-		if err := a.memberRead(cp[k].s, r, p, cp[k].off); err != nil {
+		if err := a.rescuedIO(cp[k].s, r, opRead, p, cp[k].off); err != nil {
 			cp[k].s.readErrs.Add(1)
 			klog.V(2).InfoS("raid10: read error, going block by block", "member", cp[k].s.idx, "chunk", c, "err", err)
 			break
@@ -157,7 +157,7 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 				if r == nil || r.bad.Load().has(cp[k].off/BlockSize+i) {
 					continue
 				}
-				if err := a.memberRead(cp[k].s, r, q, cp[k].off+i*BlockSize); err != nil {
+				if err := a.rescuedIO(cp[k].s, r, opRead, q, cp[k].off+i*BlockSize); err != nil {
 					cp[k].s.readErrs.Add(1)
 					failed[k] = true
 					cp[k].errs = true

@@ -464,10 +464,10 @@ func (a *Array) scrubChunk(c int64, b0, b1 []byte, repair bool, res *ScrubResult
 	p0, p1 := b0[:n], b1[:n]
 	heal := r0.bad.Load().overlaps(o0/BlockSize, n/BlockSize) || r1.bad.Load().overlaps(o1/BlockSize, n/BlockSize)
 	if !heal {
-		if err := a.memberRead(s0, r0, p0, o0); err != nil {
+		if err := a.rescuedIO(s0, r0, opRead, p0, o0); err != nil {
 			s0.readErrs.Add(1)
 			heal = true
-		} else if err := a.memberRead(s1, r1, p1, o1); err != nil {
+		} else if err := a.rescuedIO(s1, r1, opRead, p1, o1); err != nil {
 			s1.readErrs.Add(1)
 			heal = true
 		}
@@ -494,7 +494,7 @@ func (a *Array) scrubChunk(c int64, b0, b1 []byte, repair bool, res *ScrubResult
 		if err := a.bm.startWrite(region); err != nil {
 			return err
 		}
-		err := a.memberWrite(s1, r1, opWrite, p0[off:off+BlockSize], o1+off, BlockSize, false)
+		err := a.rescuedIO(s1, r1, opWrite, p0[off:off+BlockSize], o1+off)
 		a.bm.endWrite(region)
 		if err != nil {
 			a.memberFailed(s1, r1, "repair write", err)
