@@ -46,8 +46,8 @@
 // pauses it); its state and counts are in VolumeInfo.Scrub. A scheduler (Config.Scrub,
 // md's first-Sunday monthly check in a nightly window by default) starts checks, pauses
 // those its window ends and continues them the next night until each volume is checked
-// once per cycle. A paused check resumes where it stopped only when the engine has a range
-// scrub (rangeScrubber); until then it starts over.
+// once per cycle. A paused check resumes where it stopped (the engine's CheckRange and
+// RepairRange); a new cycle starts from the beginning.
 //
 // Events (disk failed, disk replaced, volume health changes, scrub results) arrive on Pool.Events within
 // a monitor tick; Pool.Status is the full snapshot. Pool.Check proves the labels and the

@@ -130,7 +130,7 @@ func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
 		kind = ScrubRepair
 	}
 	p.mu.Lock()
-	var start, stop []string
+	var start, fresh, stop []string
 	for u, v := range p.volumes {
 		r := p.scrubs[u]
 		running := r != nil && r.cancel != nil
@@ -140,9 +140,11 @@ func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
 		case running || !in:
 		case p.lastCompleted(u, r) >= cycle.UnixNano():
 			// done in this cycle (a scheduled or a manual scrub)
-		case !p.lastWindow[u].Equal(cycle) || (r != nil && r.info.State == ScrubPaused && r.info.Scheduled):
-			start = append(start, v.name)
+		case !p.lastWindow[u].Equal(cycle): // a new cycle: from the start
+			fresh = append(fresh, v.name)
 			p.lastWindow[u] = cycle
+		case r != nil && r.info.State == ScrubPaused && r.info.Scheduled: // the next night: where it stopped
+			start = append(start, v.name)
 		}
 	}
 	p.mu.Unlock()
@@ -151,8 +153,8 @@ func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
 			klog.ErrorS(err, "Pausing the scheduled scrub", "volume", name)
 		}
 	}
-	for _, name := range start {
-		if _, err := p.startScrub(name, kind, true); err != nil {
+	for i, name := range append(fresh, start...) {
+		if _, err := p.startScrub(name, kind, true, i < len(fresh)); err != nil {
 			klog.InfoS("Scheduled scrub not started", "volume", name, "err", err)
 		}
 	}

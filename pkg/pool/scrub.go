@@ -68,24 +68,12 @@ type ScrubInfo struct {
 	// MismatchesTotal counts the mismatches of every scrub of this volume since the pool
 	// opened (the metric raid10_volume_scrub_mismatches_total).
 	MismatchesTotal int64 `json:"mismatchesTotal"`
-	// Resume is where the next pass of a Paused scrub starts (0: from the start: the engine
-	// scrubs a whole array only unless it has a range scrub, see rangeScrubber).
+	// Resume is where a Paused scrub continues: a later start of the same kind carries on
+	// from there (the engine's CheckRange, RepairRange), with this pass's counts.
 	Resume int64 `json:"resume,omitempty"`
 	// LastCompleted is when a pass last reached the end.
 	LastCompleted *time.Time `json:"lastCompleted,omitempty"`
 	Error         string     `json:"error,omitempty"`
-}
-
-// rangeScrubber is a scrub that starts at an array offset: what a check cut short by its
-// window needs to resume where it stopped (md's sync_min; systemd's mdcheck). The engine
-// does not have it yet (raid10.Array scrubs whole arrays); once it has CheckRange and
-// RepairRange the pool uses them. Their progress counts from the array's start: Done
-// includes from.
-type rangeScrubber interface {
-	// CheckRange is Check from array offset from to the end.
-	CheckRange(ctx context.Context, from int64) (raid10.ScrubResult, error)
-	// RepairRange is Repair from array offset from to the end.
-	RepairRange(ctx context.Context, from int64) (raid10.ScrubResult, error)
 }
 
 // EventScrubFinished: a scrub reached the end of a volume (Message: what it found); sent
@@ -107,15 +95,17 @@ const scrubPollInterval = 500 * time.Millisecond
 
 // StartScrub starts a scrub of volume name in the background and returns its state. A
 // scrub of the same kind already running is success (its state is returned); a Paused one
-// of the same kind continues from where it stopped when the engine can. The volume must
+// of the same kind continues from where it stopped. The volume must
 // have every member in sync (ErrFailedPrecondition otherwise: a rebuild comes first, and a
 // missing copy cannot be compared); a scrub of the other kind running is
 // ErrFailedPrecondition too.
 func (p *Pool) StartScrub(name string, kind ScrubKind) (ScrubInfo, error) {
-	return p.startScrub(name, kind, false)
+	return p.startScrub(name, kind, false, false)
 }
 
-func (p *Pool) startScrub(name string, kind ScrubKind, scheduled bool) (ScrubInfo, error) {
+// startScrub starts a pass; fresh starts it from the beginning even where a paused one of
+// the same kind could continue (a new cycle of the schedule).
+func (p *Pool) startScrub(name string, kind ScrubKind, scheduled, fresh bool) (ScrubInfo, error) {
 	if kind != ScrubCheck && kind != ScrubRepair {
 		return ScrubInfo{}, fmt.Errorf("%w: scrub kind %q: must be %s or %s", ErrInvalidArgument, kind, ScrubCheck, ScrubRepair)
 	}
@@ -151,9 +141,8 @@ func (p *Pool) startScrub(name string, kind ScrubKind, scheduled bool) (ScrubInf
 		return ScrubInfo{}, fmt.Errorf("%w: volume %q: a %s is running", ErrFailedPrecondition, name, r.info.Kind)
 	}
 	from := int64(0)
-	_, ranged := any(v.arr).(rangeScrubber)
 	prev := r.info
-	if ranged && prev.State == ScrubPaused && prev.Kind == kind && prev.Resume > 0 && prev.Resume < st.Size {
+	if !fresh && prev.State == ScrubPaused && prev.Kind == kind && prev.Resume > 0 && prev.Resume < st.Size {
 		from = prev.Resume
 	}
 	info := ScrubInfo{State: ScrubRunning, Kind: kind, Scheduled: scheduled, Started: p.now(), From: from,
@@ -212,16 +201,12 @@ func (p *Pool) runScrub(ctx context.Context, v *volume, r *scrubRun, done chan s
 
 	var res raid10.ScrubResult
 	var err error
-	rs, ranged := any(arr).(rangeScrubber)
-	switch {
-	case ranged && kind == ScrubRepair:
-		res, err = rs.RepairRange(ctx, from)
-	case ranged:
-		res, err = rs.CheckRange(ctx, from)
-	case kind == ScrubRepair:
-		res, err = arr.Repair(ctx)
-	default:
-		res, err = arr.Check(ctx)
+	// From an offset, as md's sync_min: a paused pass continues where it stopped. Progress
+	// counts from the array's start.
+	if kind == ScrubRepair {
+		res, err = arr.RepairRange(ctx, from)
+	} else {
+		res, err = arr.CheckRange(ctx, from)
 	}
 	last := arr.Status().Sync // the engine keeps the last pass's Done until the next one
 	close(stopPoll)
@@ -259,12 +244,7 @@ func (p *Pool) runScrub(ctx context.Context, v *volume, r *scrubRun, done chan s
 		p.emit(ev)
 		klog.InfoS("Scrub done", "volume", v.name, "kind", kind, "mismatches", in.Mismatches, "repaired", in.Repaired, "lost", in.Lost)
 	case errors.Is(err, context.Canceled):
-		in.State = ScrubPaused
-		if ranged {
-			in.Resume = in.Done
-		} else {
-			in.Resume = 0
-		}
+		in.State, in.Resume = ScrubPaused, in.Done
 		klog.InfoS("Scrub paused", "volume", v.name, "kind", kind, "done", in.Done, "resume", in.Resume)
 	default:
 		in.State, in.Error = ScrubFailed, err.Error()
@@ -281,7 +261,7 @@ func percent(done, total int64) float64 {
 }
 
 // StopScrub pauses volume name's running scrub (a later StartScrub of the same kind
-// continues it where the engine can) and waits for it to stop. No scrub running is success.
+// continues it where it stopped) and waits for it to stop. No scrub running is success.
 func (p *Pool) StopScrub(name string) (ScrubInfo, error) {
 	p.mu.Lock()
 	v := p.byName[name]

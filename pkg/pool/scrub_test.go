@@ -229,13 +229,18 @@ func TestScrubRefusals(t *testing.T) {
 			}
 		})
 	}
+	time.Sleep(time.Second) // some progress
 	s, err := p.StopScrub("v")
-	if err != nil || s.State != ScrubPaused || s.Finished == nil || s.Done >= s.Total {
+	if err != nil || s.State != ScrubPaused || s.Finished == nil || s.Done >= s.Total || s.Done == 0 || s.Resume != s.Done {
 		t.Fatalf("StopScrub: %+v %v", s, err)
 	}
-	// The engine scrubs whole arrays only (no rangeScrubber): a paused pass starts over.
-	if s.Resume != 0 {
-		t.Fatalf("resume offset %d without a range scrub in the engine", s.Resume)
+	// A start of the same kind continues where it stopped, keeping the pass's start.
+	r, err := p.StartScrub("v", ScrubCheck)
+	if err != nil || r.From != s.Resume || !r.Started.Equal(s.Started) {
+		t.Fatalf("resumed: %+v %v, paused at %d", r, err, s.Resume)
+	}
+	if d := waitScrub(t, p); d.State != ScrubDone || d.Done != d.Total || d.From != s.Resume {
+		t.Fatalf("resumed pass: %+v", d)
 	}
 	if err := p.FailDisk(paths[2]); err != nil {
 		t.Fatal(err)
@@ -265,17 +270,31 @@ func TestScrubSchedule(t *testing.T) {
 	if s := state(); s == nil || s.State != ScrubRunning || !s.Scheduled || s.Kind != ScrubCheck {
 		t.Fatalf("after the window opened: %+v", s)
 	}
+	time.Sleep(time.Second) // some progress
 	p.scheduleOnce(c, at("2026-10-31 07:00")) // the window closes
-	if s := state(); s.State != ScrubPaused {
-		t.Fatalf("after the window closed: %+v", s)
+	paused := state()
+	if paused.State != ScrubPaused || paused.Resume == 0 {
+		t.Fatalf("after the window closed: %+v", paused)
 	}
 	p.scheduleOnce(c, at("2026-10-31 12:00"))
 	if s := state(); s.State != ScrubPaused {
 		t.Fatalf("outside the window: %+v", s)
 	}
-	p.scheduleOnce(c, at("2026-11-01 01:00")) // a new cycle: started afresh
-	if s := state(); s.State != ScrubRunning {
-		t.Fatalf("in the next window: %+v", s)
+	// Sunday 2026-11-01 is a new cycle (the first Sunday), so to see a continuation, pause
+	// again in the first night of it and continue the next night.
+	p.scheduleOnce(c, at("2026-11-01 01:00")) // a new cycle: from the start
+	if s := state(); s.State != ScrubRunning || s.From != 0 {
+		t.Fatalf("in the next cycle's first window: %+v", s)
+	}
+	time.Sleep(time.Second)
+	p.scheduleOnce(c, at("2026-11-01 07:00"))
+	paused = state()
+	if paused.State != ScrubPaused || paused.Resume == 0 {
+		t.Fatalf("after the first window of the cycle: %+v", paused)
+	}
+	p.scheduleOnce(c, at("2026-11-02 01:00")) // the next night: where it stopped
+	if s := state(); s.State != ScrubRunning || s.From != paused.Resume {
+		t.Fatalf("the next night: %+v, paused at %d", s, paused.Resume)
 	}
 	if s := waitScrub(t, p); s.State != ScrubDone {
 		t.Fatalf("scheduled scrub: %+v", s)
