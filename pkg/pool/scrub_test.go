@@ -270,7 +270,7 @@ func TestScrubSchedule(t *testing.T) {
 	if s := state(); s == nil || s.State != ScrubRunning || !s.Scheduled || s.Kind != ScrubCheck {
 		t.Fatalf("after the window opened: %+v", s)
 	}
-	time.Sleep(time.Second) // some progress
+	time.Sleep(time.Second)                   // some progress
 	p.scheduleOnce(c, at("2026-10-31 07:00")) // the window closes
 	paused := state()
 	if paused.State != ScrubPaused || paused.Resume == 0 {
