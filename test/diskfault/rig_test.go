@@ -19,14 +19,15 @@ import (
 )
 
 // TestDiskFaultVM boots the VM and runs the in-guest fault tests of this package there;
-// each must pass there. brd gives 8 ramdisks of 192 MiB (pages are allocated only when
-// written): ram0-3 for the slow-disk test, ram4-7 for the bad-block test.
+// each must pass there. brd gives 13 ramdisks of 192 MiB (pages are allocated only when
+// written): ram0-3 for the slow-disk test, ram4-7 for the bad-block test, ram8-12 for the
+// comeback test (4 members and a spare).
 func TestDiskFaultVM(t *testing.T) {
 	vm.HostHalf(t)
-	vm.RunGoTestOpts(t, vm.Options{Timeout: 5 * time.Minute, Memory: 2048,
+	vm.RunGoTestOpts(t, vm.Options{Timeout: 9 * time.Minute, Memory: 2048,
 		Modules:      []string{"nbd", "brd", "ext4", "dm_mod", "dm_delay"},
-		ModuleParams: map[string]string{"brd": fmt.Sprintf("rd_nr=8 rd_size=%d", ramSize>>10)}},
-		".", "-test.run=^(TestSlowDiskInGuest|TestBadBlocksInGuest)$", "-test.v", "-test.timeout=4m")
+		ModuleParams: map[string]string{"brd": fmt.Sprintf("rd_nr=13 rd_size=%d", ramSize>>10)}},
+		".", "-test.run=^(TestSlowDiskInGuest|TestBadBlocksInGuest|TestComebackInGuest)$", "-test.v", "-test.timeout=8m")
 }
 
 // ramSize is the size of each brd ramdisk (TestDiskFaultVM's rd_size).
