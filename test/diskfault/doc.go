@@ -14,8 +14,14 @@
 //   - TestBadBlocksInGuest: `error` segments over a range of one member, then over an
 //     overlapping range of its mirror: reads are served from the other copy while one
 //     is readable, and only the blocks unreadable on both copies fail (EIO).
+//   - TestComebackInGuest: a disk that goes away and comes back (a loose cable): one
+//     member becomes an `error` target under fio writing and verifying on the raw
+//     /dev/nbdX, is failed, switched back to `linear` and re-added; the bitmap-based
+//     recovery must copy strictly less than a full rebuild of the member, with no fio
+//     error and no scrub mismatch. Then the same with another member while a
+//     rate-limited full rebuild onto a blank spare runs.
 //
-// TestDiskFaultVM (the host half) boots the VM and runs both; on the host the in-guest
+// TestDiskFaultVM (the host half) boots the VM and runs them all; on the host the in-guest
 // halves skip (a [guest] skip, allowed in hack/skips.txt). The figures each run
 // measured (latencies, IOPS before and during the stall, time to fail the member,
 // rebuild time, mismatches) are logged as "figure:" lines.
