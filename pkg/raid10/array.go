@@ -911,7 +911,6 @@ func (a *Array) allInSync() bool {
 func (a *Array) Status() Status {
 	st := Status{
 		UUID:       a.uuid,
-		State:      a.State(),
 		Size:       a.size.Load(),
 		ChunkSize:  a.geo.chunk,
 		RegionSize: a.geo.region,
@@ -949,6 +948,9 @@ func (a *Array) Status() Status {
 		st.Members = append(st.Members, ms)
 	}
 	st.BadBlocks, st.LostBlocks = a.badBlockCounts()
+	// After the members: a member seen failed is never beside an Optimal
+	// state (a state read first could predate the failure).
+	st.State = a.State()
 	st.DirtyRegions = a.bm.dirtyCount()
 	st.Sync = a.progress()
 	return st
