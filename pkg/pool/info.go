@@ -39,7 +39,7 @@ func (p *Pool) volumeInfo(v *volume) VolumeInfo {
 // volumeInfoOf describes v with its array's status st (nil when v has no array). Caller
 // holds p.mu.
 func (p *Pool) volumeInfoOf(v *volume, sp *raid10.Status) VolumeInfo {
-	vi := VolumeInfo{Name: v.name, UUID: v.uuid.String(), Size: v.size, Health: Failed, Scrub: p.scrubInfo(v)}
+	vi := VolumeInfo{Name: v.name, UUID: v.uuid.String(), Size: v.size, Health: Failed, Scrub: p.scrubInfo(v), Hydrated: true}
 	var st raid10.Status
 	if sp != nil {
 		st = *sp
@@ -191,7 +191,7 @@ func (p *Pool) capacityLocked() Capacity {
 
 // Status snapshots the whole pool.
 func (p *Pool) Status() Status {
-	s := Status{Capacity: p.Capacity(), Disks: p.Disks(), Volumes: p.Volumes()}
+	s := Status{Capacity: p.Capacity(), Disks: p.Disks(), Volumes: p.Volumes(), Snapshots: p.Snapshots()}
 	p.mu.Lock()
 	s.UUID, s.Name = p.uuid.String(), p.name
 	p.mu.Unlock()

@@ -105,6 +105,12 @@ type VolumeInfo struct {
 	TimedOut uint64 `json:"timedOut,omitempty"`
 	// Scrub is the volume's current or last scrub since the pool opened; nil if none.
 	Scrub *ScrubInfo `json:"scrub,omitempty"`
+	// Source is what the volume was filled from (restore or clone); nil for an empty one.
+	Source *Source `json:"source,omitempty"`
+	// Hydrated is true for a volume without a source, and once its copy is done.
+	Hydrated bool `json:"hydrated"`
+	// Copied is the number of bytes its copy has done so far.
+	Copied uint64 `json:"copied,omitempty"`
 }
 
 // Capacity is the pool's capacity. Usable figures are after mirroring: a RAID10 (md near-2)
@@ -132,6 +138,8 @@ type Status struct {
 	Capacity Capacity     `json:"capacity"`
 	Disks    []DiskInfo   `json:"disks"`
 	Volumes  []VolumeInfo `json:"volumes"`
+	// Snapshots lists the pool's snapshots, sorted by name.
+	Snapshots []SnapshotInfo `json:"snapshots,omitempty"`
 }
 
 func healthOf(st raid10.Status) (Health, *Progress) {

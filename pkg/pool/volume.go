@@ -67,6 +67,9 @@ type CreateOptions struct {
 	// MaxChunkSize. 0 means the pool's (Config.ChunkSize, else the engine's default). The
 	// engine records it in every member's superblock; it never changes.
 	ChunkSize int64
+	// Source, when set, fills the new volume from a snapshot (restore) or from another
+	// volume (clone, as of the create); nil: an empty volume.
+	Source *Source
 }
 
 // checkChunkSize validates CreateOptions.ChunkSize (0 passes: the pool's default).
