@@ -88,6 +88,10 @@ type Options struct {
 	// in (node and all modes): /proc/1/ns/net with the host's PID namespace reaches the
 	// host's, where kernels before netns-aware nbd keep the family. Empty: our own.
 	NetlinkNetNS string
+	// NBDMaxRequestKiB is the largest request the block layer sends a volume's /dev/nbdX
+	// (its queue/max_sectors_kb, kernel.Options.MaxRequestKiB); 0 leaves the kernel's
+	// default (128 KiB).
+	NBDMaxRequestKiB int
 	// RegistrationDir is the kubelet's plugins_registry directory the node mode registers
 	// the driver in (driver.Registration); empty: no self-registration.
 	RegistrationDir string
@@ -105,6 +109,15 @@ func (o *Options) registrationPath() string {
 		return p
 	}
 	return ""
+}
+
+// nbdAttachOptions are the options of the node's NBD attach.
+func nbdAttachOptions(o *Options) kernel.Options {
+	kib := o.NBDMaxRequestKiB
+	if kib == 0 {
+		kib = -1 // leave the kernel's default
+	}
+	return kernel.Options{NetNS: o.NetlinkNetNS, MaxRequestKiB: kib}
 }
 
 // DefaultMetricsAddress is the default of --metrics-address.
@@ -146,6 +159,9 @@ func (o *Options) Validate() error {
 		if o.NetlinkNetNS != "" && !filepath.IsAbs(o.NetlinkNetNS) {
 			return fmt.Errorf("--netlink-netns=%q: must be an absolute path to a network namespace file (e.g. /proc/1/ns/net) or empty", o.NetlinkNetNS)
 		}
+		if k := o.NBDMaxRequestKiB; k != 0 && (k < 4 || k > 32768 || k%4 != 0) {
+			return fmt.Errorf("--nbd-max-request-kib=%d: must be 0 (the kernel's default) or a multiple of 4 from 4 to 32768", k)
+		}
 		if err := pool.ValidateMemberTimeout(o.MemberTimeout); err != nil {
 			return fmt.Errorf("--member-timeout=%s: %w", o.MemberTimeout, err)
 		}
@@ -179,6 +195,7 @@ func main() {
 	flag.StringVar(&o.MetricsAddress, "metrics-address", DefaultMetricsAddress, "host:port serving /metrics, /healthz and /readyz over HTTP; empty: none")
 	flag.DurationVar(&o.HandoverWait, "handover-wait", DefaultHandoverWait, "node and all modes: after SIGTERM, how long to keep serving while waiting for a successor process to hand the NBD devices to (no I/O stall); 0: stop at once (requests in flight then wait for the kernel's request timeout)")
 	flag.StringVar(&o.NetlinkNetNS, "netlink-netns", "", "node and all modes: the network namespace file to open the kernel's nbd netlink socket in, e.g. /proc/1/ns/net with the pod's hostPID (kernels such as Debian 12's 6.1 have the nbd family only in the host's network namespace); empty: the process's own")
+	flag.IntVar(&o.NBDMaxRequestKiB, "nbd-max-request-kib", kernel.DefaultMaxRequestKiB, "node and all modes: the largest request, in KiB, the kernel sends a volume's /dev/nbdX (its queue/max_sectors_kb; the kernel's default of 128 cuts a 1 MiB request into 8); 0: the kernel's default")
 	flag.StringVar(&o.RegistrationDir, "registration-dir", driver.DefaultRegistrationDir, "node mode: the kubelet's plugin registration directory; the plugin registers itself there (socket raid10.csi.io-reg.sock), no node-driver-registrar needed; empty: no registration")
 	flag.StringVar(&o.KubeletRegistrationPath, "kubelet-registration-path", "", "node mode: the CSI socket's path on the host, as the kubelet dials it (e.g. /var/lib/kubelet/plugins/raid10.csi.io/csi.sock); empty: the path of a unix --endpoint")
 	flag.Parse()
@@ -409,7 +426,7 @@ func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	np := &nodePlugin{pool: p}
-	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), kernel.Options{NetNS: o.NetlinkNetNS}, handed...)
+	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), nbdAttachOptions(o), handed...)
 	if err != nil {
 		np.close()
 		return nil, err

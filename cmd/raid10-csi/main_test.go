@@ -53,6 +53,10 @@ func TestValidate(t *testing.T) {
 		{"NegativeHandoverWait", func(o *Options) { node(driver.ModeNode)(o); o.HandoverWait = -time.Second }, "--handover-wait"},
 		{"NetlinkNetNS", func(o *Options) { node(driver.ModeNode)(o); o.NetlinkNetNS = "/proc/1/ns/net" }, ""},
 		{"RelativeNetlinkNetNS", func(o *Options) { node(driver.ModeNode)(o); o.NetlinkNetNS = "proc/1/ns/net" }, "--netlink-netns"},
+		{"NBDMaxRequest", func(o *Options) { node(driver.ModeNode)(o); o.NBDMaxRequestKiB = 1024 }, ""},
+		{"NBDMaxRequestKernelDefault", func(o *Options) { node(driver.ModeNode)(o); o.NBDMaxRequestKiB = 0 }, ""},
+		{"NBDMaxRequestUnaligned", func(o *Options) { node(driver.ModeNode)(o); o.NBDMaxRequestKiB = 1022 }, "--nbd-max-request-kib"},
+		{"NBDMaxRequestTooLarge", func(o *Options) { node(driver.ModeAll)(o); o.NBDMaxRequestKiB = 65536 }, "--nbd-max-request-kib"},
 		{"Registration", func(o *Options) { node(driver.ModeNode)(o); o.RegistrationDir = "/var/lib/kubelet/plugins_registry" }, ""},
 		{"RegistrationPath", func(o *Options) {
 			node(driver.ModeNode)(o)

@@ -194,6 +194,9 @@ func (s *Server) Info(name string) (ExportInfo, error) {
 	return ExportInfo{Size: x.size(), Flags: x.flags}, nil
 }
 
+// MaxRequestSize is the largest read or write the server accepts (Options.MaxRequestSize).
+func (s *Server) MaxRequestSize() int { return s.opts.MaxRequestSize }
+
 // Listen creates a unix socket with mode 0600 at path. The directory holding it must exist
 // and must not be writable or searchable by group or others (0700 or stricter); a stale
 // socket at path is removed.

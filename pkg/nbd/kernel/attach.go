@@ -55,6 +55,11 @@ type Options struct {
 	DeadConnTimeout time.Duration
 	// BlockSize of the device (default 4096).
 	BlockSize int64
+	// MaxRequestKiB is the largest request the block layer builds for the device
+	// (queue/max_sectors_kb, TuneQueue), capped at the driver's max_hw_sectors_kb and the
+	// server's MaxRequestSize. Default DefaultMaxRequestKiB (1 MiB); negative: the kernel's
+	// default (128 KiB) is left alone.
+	MaxRequestKiB int
 	// NetNS is the network namespace file whose nbd netlink family the node plugin dials
 	// (DialNetNS; driver.OpenPoolAttacher), e.g. /proc/1/ns/net with the host's PID
 	// namespace; empty: the process's own. The Attacher itself does not use it.
@@ -73,6 +78,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BlockSize <= 0 {
 		o.BlockSize = 4096
+	}
+	if o.MaxRequestKiB == 0 {
+		o.MaxRequestKiB = DefaultMaxRequestKiB
 	}
 	return o
 }
@@ -177,6 +185,7 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 				go d.keepServed(nil, nil)
 			}
 			a.devs[volumeID] = d
+			a.tune(d)
 			klog.InfoS("Reattaching NBD device", "volumeID", volumeID, "device", d.Path())
 			return d, nil
 		}
@@ -226,8 +235,26 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 		go d.keepServed(s, nil)
 	}
 	a.devs[volumeID] = d
+	a.tune(d)
 	klog.InfoS("Attached NBD device", "volumeID", volumeID, "device", d.Path(), "connections", a.opts.Connections)
 	return d, nil
+}
+
+// tune sets the device's request queue (TuneQueue): requests up to Options.MaxRequestKiB,
+// no scheduler. A failure (a read-only /sys) costs speed, not data: it is logged and the
+// device stays attached.
+func (a *Attacher) tune(d *Device) {
+	kib := a.opts.MaxRequestKiB
+	if kib > 0 {
+		kib = min(kib, a.srv.MaxRequestSize()>>10)
+	}
+	s, err := TuneQueue(d.Index, kib)
+	if err != nil {
+		klog.ErrorS(err, "Tuning the NBD device's request queue; large requests may arrive split", "volumeID", d.VolumeID, "device", d.Path())
+		return
+	}
+	klog.V(2).InfoS("Tuned NBD request queue", "volumeID", d.VolumeID, "device", d.Path(),
+		"maxSectorsKiB", s.MaxSectorsKiB, "maxHWSectorsKiB", s.MaxHWSectorsKiB, "scheduler", s.Scheduler)
 }
 
 // owned reports whether the recorded device is configured and carries the record's backend

@@ -130,6 +130,7 @@ func (a *Attacher) Adopt(h Handed, export string) (*Device, error) {
 		go d.keepServed(nil, nil)
 	}
 	a.devs[h.VolumeID] = d
+	a.tune(d)
 	klog.InfoS("Adopted NBD device", "volumeID", h.VolumeID, "device", d.Path(), "connections", live, "replaced", max(h.Slots, len(h.Conns))-live)
 	return d, nil
 }

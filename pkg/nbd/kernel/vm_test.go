@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -53,6 +54,22 @@ func inGuest(t *testing.T) {
 type countingBackend struct {
 	*nbd.FileBackend
 	flushes, discards, fua atomic.Int64
+	maxRead, maxWrite      atomic.Int64 // the largest read and write, in bytes
+}
+
+func (b *countingBackend) ReadAt(p []byte, off int64) (int, error) {
+	storeMax(&b.maxRead, int64(len(p)))
+	return b.FileBackend.ReadAt(p, off)
+}
+
+func (b *countingBackend) WriteAt(p []byte, off int64) (int, error) {
+	storeMax(&b.maxWrite, int64(len(p)))
+	return b.FileBackend.WriteAt(p, off)
+}
+
+func storeMax(m *atomic.Int64, v int64) {
+	for old := m.Load(); v > old && !m.CompareAndSwap(old, v); old = m.Load() {
+	}
 }
 
 func (b *countingBackend) Flush() error { b.flushes.Add(1); return b.FileBackend.Flush() }
@@ -134,6 +151,21 @@ func TestInKernelAttach(t *testing.T) {
 	if rec, ok := st.Get("vol-attach"); !ok || rec.Index != d.Index {
 		t.Fatalf("state %+v %v", rec, ok)
 	}
+
+	t.Run("a 1 MiB request arrives whole", func(t *testing.T) {
+		q := fmt.Sprintf("/sys/block/nbd%d/queue/", d.Index)
+		if got := strings.TrimSpace(sh(t, "cat", q+"max_sectors_kb")); got != strconv.Itoa(DefaultMaxRequestKiB) {
+			t.Fatalf("max_sectors_kb %s, want %d", got, DefaultMaxRequestKiB)
+		}
+		if got := sh(t, "cat", q+"scheduler"); !strings.Contains(got, "[none]") {
+			t.Fatalf("scheduler %q, want none", got)
+		}
+		sh(t, "dd", "if=/dev/urandom", "of="+d.Path(), "bs=1M", "count=4", "oflag=direct", "status=none")
+		sh(t, "dd", "if="+d.Path(), "of=/dev/null", "bs=1M", "count=4", "iflag=direct", "status=none")
+		if r, w := cb.maxRead.Load(), cb.maxWrite.Load(); r != 1<<20 || w != 1<<20 {
+			t.Fatalf("largest request the server saw: read %d, write %d bytes; want 1 MiB each", r, w)
+		}
+	})
 
 	t.Run("device already configured is never taken", func(t *testing.T) {
 		s, k, err := socketPair()
