@@ -97,7 +97,8 @@ const (
 	opWrite opKind = iota
 	opDiscard
 	opZeroes
-	opRead // handed-off reads only (deadline.go)
+	opRead      // handed-off reads only (deadline.go)
+	opReadPiece // one part of a large read (readlarge.go)
 )
 
 // wreq is the preallocated request that hands one copy of a write
@@ -113,6 +114,7 @@ type wreq struct {
 	fua    bool
 	err    error
 	done   chan struct{}
+	want   int8         // opReadPiece: the copy to read (copyAny, 0, 1)
 	idx    uint32       // position in reqList
 	buf    *[]byte      // the call's bounce buffer (submit, worker), owned by the worker
 	state  atomic.Int32 // reqPending, reqDone, reqAbandoned
@@ -268,10 +270,13 @@ func (a *Array) worker() {
 		if !ok {
 			return
 		}
-		if r.op == opRead {
+		switch r.op {
+		case opReadPiece:
+			r.err = a.readPiece(r.p, r.off, int(r.want))
+		case opRead:
 			r.buf = getBounce(len(r.p))
 			r.err = a.memberRead(r.s, r.ref, (*r.buf)[:len(r.p)], r.off)
-		} else {
+		default:
 			r.err = a.memberWrite(r.s, r.ref, r.op, r.p, r.off, r.length, r.fua)
 		}
 		a.complete(r)
@@ -361,25 +366,6 @@ func (a *Array) lower(bk *bucket) {
 	}
 }
 
-// ReadAt reads len(p) bytes at off. off and len(p) must be multiples of
-// BlockSize. A read error on one copy is served from the other copy, which
-// is then written back over the bad one.
-func (a *Array) ReadAt(p []byte, off int64) (int, error) {
-	if err := a.check(off, int64(len(p))); err != nil {
-		return 0, err
-	}
-	done := 0
-	for done < len(p) {
-		aoff := off + int64(done)
-		n := int(min(int64(len(p)-done), a.geo.chunk-aoff&(a.geo.chunk-1)))
-		if err := a.readPiece(p[done:done+n], aoff); err != nil {
-			return done, err
-		}
-		done += n
-	}
-	return done, nil
-}
-
 // resyncNeed returns the resync bits (one per region).
 func (a *Array) resyncNeed() []atomic.Uint64 { return *a.resyncNeedP.Load() }
 
@@ -387,8 +373,10 @@ func (a *Array) regionNeedsResync(r int64) bool {
 	return a.resyncNeed()[r>>6].Load()&(1<<(r&63)) != 0
 }
 
-// readPiece reads within one chunk.
-func (a *Array) readPiece(p []byte, aoff int64) error {
+// readPiece reads within one chunk, from the copy want (0: the chunk's
+// first, 1: its second) when both are in sync and no resync is pending
+// there, else (and for copyAny) from the one the balancing picks.
+func (a *Array) readPiece(p []byte, aoff int64, want int) error {
 	c := aoff >> a.geo.chunkShift
 	bk, err := a.enter(c)
 	if err != nil {
@@ -407,6 +395,8 @@ func (a *Array) readPiece(p []byte, aoff int64) error {
 		swap := false
 		if a.resyncActive.Load() && a.regionNeedsResync(aoff/a.geo.region) {
 			swap = false // copies may differ: always the first
+		} else if want != copyAny {
+			swap = want == 1
 		} else if i0, i1 := s0.inflight.Load(), s1.inflight.Load(); i1 < i0 {
 			swap = true
 		} else if i1 == i0 && absDist(s1.headPos.Load(), o1) < absDist(s0.headPos.Load(), o0) {

@@ -9,10 +9,12 @@
 // WriteZeroes, Size, Close and Status for the NBD server and the pool.
 // Offsets and lengths are multiples of BlockSize (4096); other requests fail
 // with an error that matches syscall.EINVAL. A request is split at chunk
-// boundaries. Reads go to one in-sync copy, the one with fewer requests in
-// flight, then the one whose last read ended nearer. A read error is served
-// from the other copy, which is then written over the bad one (under the
-// chunk's barrier, so no write races the fix). Writes go to every live copy
+// boundaries. A small read goes to one in-sync copy, the one with fewer
+// requests in flight, then the one whose last read ended nearer; a large one
+// runs its chunk parts at once and reads an idle chunk's two halves from
+// both copies, so one stream reads from every member (readlarge.go). A read
+// error is served from the other copy, which is then written over the bad
+// one (under the chunk's barrier, so no write races the fix). Writes go to every live copy
 // at once and return when all have answered; a member that errors is failed
 // (recorded in the other members' superblocks before the write is
 // acknowledged) and the write succeeds if an in-sync copy took it and every

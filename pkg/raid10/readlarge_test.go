@@ -1,0 +1,202 @@
+package raid10
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const largeChunk = 512 << 10 // md's default chunk, DefaultChunkSize
+
+// newLargeRig is a 4-member array of FaultyMembers over memory with 512 KiB
+// chunks, filled with random data (the model).
+func newLargeRig(t *testing.T) (*Array, []*FaultyMember, []byte) {
+	t.Helper()
+	var fs []*FaultyMember
+	var ms []Member
+	for range 4 {
+		f := NewFaultyMember(NewMemMember(8 << 20))
+		fs = append(fs, f)
+		ms = append(ms, f)
+	}
+	a, err := Create(ms, CreateOptions{Options: testOpts(), ChunkSize: largeChunk, AssumeClean: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	model := make([]byte, a.Size())
+	fillRand(rand.New(rand.NewPCG(7, 8)), model)
+	if _, err := a.WriteAt(model, 0); err != nil {
+		t.Fatal(err)
+	}
+	return a, fs, model
+}
+
+func readOps(a *Array) []uint64 {
+	var ops []uint64
+	for _, m := range a.Status().Members {
+		ops = append(ops, m.ReadOps)
+	}
+	return ops
+}
+
+// TestLargeReadUsesEveryMember: one 1 MiB read over two 512 KiB chunks of an
+// idle 4-member array reads from all four members, one call each (both
+// copies of each chunk, half each), and returns the data; a 4 KiB read stays
+// one call on one member; a read within one chunk of 256 KiB takes both of
+// its copies.
+func TestLargeReadUsesEveryMember(t *testing.T) {
+	a, _, model := newLargeRig(t)
+	for _, tc := range []struct {
+		name    string
+		off, n  int64
+		members int // members with one read call each; the others none
+	}{
+		{"1 MiB over two chunks", 2 * largeChunk, 1 << 20, 4},
+		{"256 KiB within a chunk", 4*largeChunk + 128<<10, 256 << 10, 2},
+		{"4 KiB", 6*largeChunk + 4096, 4096, 1},
+		{"64 KiB", 6 * largeChunk, 64 << 10, 1},
+		{"1 MiB not chunk-aligned", largeChunk/2 + 8192, 1 << 20, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := readOps(a)
+			p := make([]byte, tc.n)
+			if n, err := a.ReadAt(p, tc.off); err != nil || n != len(p) {
+				t.Fatalf("ReadAt: %d, %v", n, err)
+			}
+			if !bytes.Equal(p, model[tc.off:tc.off+tc.n]) {
+				t.Fatal("data differs from what was written")
+			}
+			after := readOps(a)
+			used, calls := 0, uint64(0)
+			for i := range after {
+				d := after[i] - before[i]
+				calls += d
+				if d > 0 {
+					used++
+				}
+			}
+			// A read not aligned to the chunk covers three chunks: the middle one
+			// is halved (both copies), the ends are too (each >= 128 KiB here) but
+			// may land on a member the previous part used.
+			if used != tc.members {
+				t.Fatalf("read used %d members (%v -> %v), want %d", used, before, after, tc.members)
+			}
+			if tc.members <= 2 && calls != uint64(tc.members) {
+				t.Fatalf("%d member calls, want %d", calls, tc.members)
+			}
+		})
+	}
+}
+
+// TestLargeReadFaults: a large read whose halves meet a failed copy, a read
+// error or a failed member still returns the data (from the other copy), and
+// the read error is healed there.
+func TestLargeReadFaults(t *testing.T) {
+	t.Run("read error on one half", func(t *testing.T) {
+		a, fs, model := newLargeRig(t)
+		// Chunk 2 is on members 0 and 1; its second half is read from member 1.
+		d0, d1, _, o1 := a.geo.mapChunk(2)
+		if d0 != 0 || d1 != 1 {
+			t.Fatalf("chunk 2 on %d,%d", d0, d1)
+		}
+		fs[1].FailRange(o1+largeChunk/2, 64<<10, true, false)
+		p := make([]byte, 1<<20)
+		if _, err := a.ReadAt(p, 2*largeChunk); err != nil {
+			t.Fatalf("ReadAt: %v", err)
+		}
+		if !bytes.Equal(p, model[2*largeChunk:2*largeChunk+1<<20]) {
+			t.Fatal("data differs from what was written")
+		}
+		if st := a.Status(); st.Members[1].ReadErrors == 0 || st.State != ArrayOptimal {
+			t.Fatalf("status %v, member 1 read errors %d", st.State, st.Members[1].ReadErrors)
+		}
+	})
+	t.Run("member failed", func(t *testing.T) {
+		a, _, model := newLargeRig(t)
+		if err := a.FailMember(3); err != nil {
+			t.Fatal(err)
+		}
+		before := readOps(a)
+		p := make([]byte, 1<<20)
+		if _, err := a.ReadAt(p, 2*largeChunk); err != nil {
+			t.Fatalf("ReadAt: %v", err)
+		}
+		if !bytes.Equal(p, model[2*largeChunk:2*largeChunk+1<<20]) {
+			t.Fatal("data differs from what was written")
+		}
+		if after := readOps(a); after[3] != before[3] {
+			t.Fatalf("the failed member was read: %v -> %v", before, after)
+		}
+	})
+	t.Run("member fails between plan and read", func(t *testing.T) {
+		a, fs, model := newLargeRig(t)
+		fs[1].FailReadsAfter(0) // every read of member 1 fails: it is failed on the first
+		p := make([]byte, 2<<20)
+		for off := int64(0); off+int64(len(p)) <= a.Size(); off += int64(len(p)) {
+			if _, err := a.ReadAt(p, off); err != nil {
+				t.Fatalf("ReadAt %d: %v", off, err)
+			}
+			if !bytes.Equal(p, model[off:off+int64(len(p))]) {
+				t.Fatalf("data at %d differs from what was written", off)
+			}
+		}
+	})
+	t.Run("both copies unreadable is EIO", func(t *testing.T) {
+		a, fs, _ := newLargeRig(t)
+		_, _, o0, o1 := a.geo.mapChunk(3)
+		fs[2].FailRange(o0, BlockSize, true, true)
+		fs[3].FailRange(o1, BlockSize, true, true)
+		p := make([]byte, 1<<20)
+		_, err := a.ReadAt(p, 2*largeChunk)
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("ReadAt: %v, want EIO", err)
+		}
+	})
+}
+
+// BenchmarkSeqRead1M reads 1 MiB at a time, in order, from one submitter
+// (the queue-depth-1 stream that halving a chunk part serves from both
+// copies), on the benchmark array of 4 file members (bench_test.go); ref is
+// pread of 1 MiB from one of its files. x-ref is the throughput relative to
+// ref; -benchmem shows the read path allocates nothing.
+func BenchmarkSeqRead1M(b *testing.B) {
+	for _, media := range []string{"tmpfs", "disk"} {
+		b.Run(media, func(b *testing.B) {
+			e := benchSetup(b, media)
+			p := AlignedBuffer(1 << 20)
+			var refNs float64
+			for _, target := range []string{"ref", "raid10"} {
+				b.Run(target, func(b *testing.B) {
+					read, size := e.arr.ReadAt, e.arr.Size()
+					if target == "ref" {
+						read, size = e.files[0].ReadAt, e.files[0].Size()
+					}
+					b.ReportAllocs()
+					b.SetBytes(int64(len(p)))
+					b.ResetTimer()
+					start := time.Now()
+					off := int64(0)
+					for range b.N {
+						if off+int64(len(p)) > size {
+							off = 0
+						}
+						if _, err := read(p, off); err != nil {
+							b.Fatal(err)
+						}
+						off += int64(len(p))
+					}
+					ns := float64(time.Since(start).Nanoseconds()) / float64(b.N)
+					if target == "ref" {
+						refNs = ns
+					} else if refNs > 0 {
+						b.ReportMetric(refNs/ns, "x-ref")
+					}
+				})
+			}
+		})
+	}
+}
