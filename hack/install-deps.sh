@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 DEB_PACKAGES=(
   # VM harness: a real kernel with nbd, md raid10, brd, null_blk.
   qemu-system-x86 linux-image-amd64 busybox-static cpio kmod xz-utils zstd
+  # The ublk tests' kernel: 6.1 is built without ublk, bookworm-security's 6.12 has
+  # ublk_drv (about 1.5 min cold to download and unpack; the VM tests keep booting 6.1).
+  linux-image-6.12-amd64
   # Real NBD clients and the reference server.
   libnbd-bin qemu-utils fio nbdkit nbd-client
   # Filesystems and block tools used by the node plugin and the tests.

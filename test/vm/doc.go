@@ -43,8 +43,11 @@
 //
 // # How it works
 //
-//   - Kernel: the newest /boot/vmlinuz-<kver> that has /lib/modules/<kver>/modules.dep
-//     (or RAID10_VM_KERNEL=/boot/vmlinuz-<kver>); nothing is hard-coded.
+//   - Kernel: the newest /boot/vmlinuz-<kver> of DefaultKernelSeries (6.1, Debian 12's)
+//     that has /lib/modules/<kver>/modules.dep, else the newest of any series; a test
+//     asks for another series with Options.KernelSeries (the ublk tests boot
+//     UblkKernelSeries, 6.12); RAID10_VM_KERNEL=/boot/vmlinuz-<kver> overrides either
+//     when it is of that series.
 //   - Initramfs: static busybox, the modules needed to mount 9p (virtio_pci,
 //     9pnet_virtio, 9p, virtio-rng and what `modprobe -S <kver> --show-depends`
 //     lists before them, in that order; .ko.xz/.ko.zst/.ko.gz are decompressed since

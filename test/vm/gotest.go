@@ -97,6 +97,11 @@ func RunGoTest(t testing.TB, pkg string, args ...string) *Result {
 func RunGoTestOpts(t testing.TB, opts Options, pkg string, args ...string) *Result {
 	t.Helper()
 	Require(t)
+	if opts.KernelSeries != "" {
+		if _, err := FindKernelSeries(opts.KernelSeries); err != nil {
+			testenv.Missing(t, "vm: %v; run `make deps`", err)
+		}
+	}
 	args, tests, err := guestTestArgs(opts.Tests, args)
 	if err != nil {
 		t.Fatalf("vm: %s: %v", pkg, err)

@@ -298,3 +298,21 @@ func TestGuestTestArgs(t *testing.T) {
 		})
 	}
 }
+
+func TestInSeries(t *testing.T) {
+	for _, tc := range []struct {
+		ver, series string
+		want        bool
+	}{
+		{"6.1.0-57-amd64", "6.1", true},
+		{"6.1.0-57-amd64", "6.12", false},
+		{"6.12.117+deb12-amd64", "6.12", true},
+		{"6.12.117+deb12-amd64", "6.1", false},
+		{"6.12", "6.12", true},
+		{"6.120.1", "6.12", false},
+	} {
+		if got := inSeries(tc.ver, tc.series); got != tc.want {
+			t.Errorf("inSeries(%q, %q) = %v, want %v", tc.ver, tc.series, got, tc.want)
+		}
+	}
+}

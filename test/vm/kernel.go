@@ -23,6 +23,16 @@ import (
 // /lib/modules/<kver> directory exists on the host.
 var ErrNoKernel = errors.New("vm: no kernel found (need /boot/vmlinuz-<kver> and /lib/modules/<kver>; run `make deps`)")
 
+// Kernel series (major.minor) the guests boot.
+const (
+	// DefaultKernelSeries is what every VM test boots unless it asks for another: Debian
+	// 12's kernel (linux-image-amd64).
+	DefaultKernelSeries = "6.1"
+	// UblkKernelSeries is what the ublk tests boot: Debian 12's 6.1 is built without ublk;
+	// its 6.12 (linux-image-6.12-amd64, bookworm-security) has ublk_drv as a module.
+	UblkKernelSeries = "6.12"
+)
+
 // Kernel is a host-installed distribution kernel the guest boots.
 type Kernel struct {
 	// Version is the kernel release, e.g. "6.1.0-57-amd64" (uname -r in the guest).
@@ -33,31 +43,59 @@ type Kernel struct {
 	ModulesDir string
 }
 
-// FindKernel returns the newest kernel under /boot that has a modules directory.
-// RAID10_VM_KERNEL=/boot/vmlinuz-<kver> selects one explicitly.
-func FindKernel() (Kernel, error) {
+// FindKernel returns the kernel the VM tests boot by default: the newest kernel of
+// DefaultKernelSeries under /boot that has a modules directory, else the newest of any
+// series. RAID10_VM_KERNEL=/boot/vmlinuz-<kver> selects one explicitly.
+func FindKernel() (Kernel, error) { return FindKernelSeries("") }
+
+// FindKernelSeries returns the newest kernel of series ("6.12": releases 6.12 and
+// 6.12.x) under /boot that has a modules directory; series "" is FindKernel's choice.
+// RAID10_VM_KERNEL, when it names a kernel of that series (or series is ""), wins.
+func FindKernelSeries(series string) (Kernel, error) {
 	if img := os.Getenv("RAID10_VM_KERNEL"); img != "" {
 		ver := strings.TrimPrefix(filepath.Base(img), "vmlinuz-")
-		k := Kernel{Version: ver, Image: img, ModulesDir: filepath.Join("/lib/modules", ver)}
-		if err := k.check(); err != nil {
-			return Kernel{}, fmt.Errorf("vm: RAID10_VM_KERNEL=%s: %w", img, err)
+		if series == "" || inSeries(ver, series) {
+			k := Kernel{Version: ver, Image: img, ModulesDir: filepath.Join("/lib/modules", ver)}
+			if err := k.check(); err != nil {
+				return Kernel{}, fmt.Errorf("vm: RAID10_VM_KERNEL=%s: %w", img, err)
+			}
+			return k, nil
 		}
-		return k, nil
 	}
 	images, _ := filepath.Glob("/boot/vmlinuz-*")
-	var found []Kernel
+	var found, def []Kernel
 	for _, img := range images {
 		ver := strings.TrimPrefix(filepath.Base(img), "vmlinuz-")
 		k := Kernel{Version: ver, Image: img, ModulesDir: filepath.Join("/lib/modules", ver)}
-		if k.check() == nil {
-			found = append(found, k)
+		if k.check() != nil {
+			continue
+		}
+		if series != "" && !inSeries(ver, series) {
+			continue
+		}
+		found = append(found, k)
+		if inSeries(ver, DefaultKernelSeries) {
+			def = append(def, k)
 		}
 	}
+	if series == "" && len(def) > 0 {
+		found = def
+	}
 	if len(found) == 0 {
+		if series != "" {
+			return Kernel{}, fmt.Errorf("%w: none of series %s (Debian: linux-image-%s-amd64)", ErrNoKernel, series, series)
+		}
 		return Kernel{}, ErrNoKernel
 	}
 	sort.Slice(found, func(i, j int) bool { return versionLess(found[i].Version, found[j].Version) })
 	return found[len(found)-1], nil
+}
+
+// inSeries reports whether kernel release ver belongs to series: "6.1.0-57-amd64" is in
+// "6.1", not in "6.12"; "6.12.117+deb12-amd64" is in "6.12".
+func inSeries(ver, series string) bool {
+	rest, ok := strings.CutPrefix(ver, series)
+	return ok && (rest == "" || rest[0] == '.' || rest[0] == '-' || rest[0] == '+')
 }
 
 func (k Kernel) check() error {

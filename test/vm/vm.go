@@ -43,6 +43,9 @@ var DefaultModules = []string{"nbd", "md_mod", "raid0", "raid1", "raid10", "brd"
 
 // Options configure one guest boot. The zero value is usable.
 type Options struct {
+	// KernelSeries selects the kernel booted by its series, e.g. UblkKernelSeries
+	// (default: FindKernel's choice).
+	KernelSeries string
 	// Memory in MiB (default 2048).
 	Memory int
 	// CPUs is the number of virtual CPUs (default 2).
@@ -143,7 +146,7 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	k, err := FindKernel()
+	k, err := FindKernelSeries(o.KernelSeries)
 	if err != nil {
 		return nil, err
 	}
