@@ -1,0 +1,334 @@
+package ublk
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/pkg/uring"
+)
+
+// wakeTag is the user data of the eventfd read that wakes a queue thread; request tags are
+// below 4096.
+const wakeTag = 1 << 32
+
+// queue is one hardware queue of a device: a thread (the kernel binds the queue to the task
+// that fetched its requests, and takes commits only from it) that owns a ring, fetches
+// requests, hands each to a goroutine that calls the backend, and commits the results.
+type queue struct {
+	d     *Device
+	id    int
+	depth int
+	maxIO int
+
+	ring  *uring.Ring
+	descs []byte // the kernel's io descriptors of this queue, read-only
+	bufs  []byte // depth buffers of maxIO bytes, anonymous memory
+
+	tid     int // the queue thread's id, once it runs
+	wakeFd  int
+	wakeBuf [8]byte // target of the armed eventfd read
+
+	mu       sync.Mutex
+	done     []completion // results to commit, filled by the request goroutines
+	sleeping atomic.Bool  // the thread is (about to be) waiting in io_uring_enter
+	stop     atomic.Bool
+	serving  sync.WaitGroup
+
+	stats struct {
+		reads, writes, flushes, discards, errors atomic.Uint64
+		bytesRead, bytesWritten                  atomic.Uint64
+	}
+}
+
+type completion struct {
+	tag uint16
+	res int32
+}
+
+func newQueue(d *Device, id int) *queue {
+	return &queue{d: d, id: id, depth: int(d.info.QueueDepth), maxIO: int(d.info.MaxIOBufBytes), wakeFd: -1}
+}
+
+// descArea is the byte offset of queue q's descriptors in /dev/ublkcN.
+func descArea(q int) int64 {
+	return int64(q) * int64(roundUp(maxQueueDepth*ioDescSize, pageSize))
+}
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+func pow2(n int) uint32 {
+	p := uint32(1)
+	for int(p) < n {
+		p <<= 1
+	}
+	return p
+}
+
+// run is the queue thread. It reports on ready once every tag is fetched (or why not), then
+// serves until the kernel aborts every tag (STOP_DEV) or requestStop.
+func (q *queue) run(ready chan<- error) {
+	// Never unlocked: the thread ends with this goroutine, which the kernel's recovery
+	// needs (it takes over a queue once the old server thread is exiting).
+	runtime.LockOSThread()
+	q.tid = unix.Gettid()
+	if err := q.setup(); err != nil {
+		q.teardown()
+		ready <- err
+		return
+	}
+	ready <- nil
+	if err := q.loop(); err != nil {
+		klog.ErrorS(err, "ublk queue stopped", "device", q.d.id, "queue", q.id)
+	}
+	q.teardown()
+}
+
+func (q *queue) setup() error {
+	var err error
+	// SQ: every tag's command plus the wake read. COOP_TASKRUN: the kernel runs completion
+	// work when this thread enters the ring anyway, without interrupting it.
+	n := pow2(q.depth + 1)
+	if q.ring, err = uring.New(n, uring.SetupCoopTaskrun|uring.SetupSingleIssuer); errors.Is(err, unix.EINVAL) {
+		q.ring, err = uring.New(n, 0)
+	}
+	if err != nil {
+		return err
+	}
+	descLen := roundUp(q.depth*ioDescSize, pageSize)
+	if q.descs, err = unix.Mmap(int(q.d.char.Fd()), descArea(q.id), descLen, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
+		return fmt.Errorf("ublk: mmap descriptors of queue %d: %w", q.id, err)
+	}
+	if q.bufs, err = unix.Mmap(-1, 0, q.depth*q.maxIO, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS); err != nil {
+		return fmt.Errorf("ublk: buffers of queue %d (%d bytes): %w", q.id, q.depth*q.maxIO, err)
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("ublk: eventfd: %w", err)
+	}
+	q.mu.Lock()
+	q.wakeFd = fd
+	q.mu.Unlock()
+	for tag := 0; tag < q.depth; tag++ {
+		if err := q.prepCmd(ioFetchReq, uint16(tag), 0); err != nil {
+			return err
+		}
+	}
+	if err := q.armWake(); err != nil {
+		return err
+	}
+	if _, err := q.ring.Submit(); err != nil {
+		return fmt.Errorf("ublk: fetch requests of queue %d: %w", q.id, err)
+	}
+	// A refused fetch completes at once; look before saying ready.
+	if c, ok := q.ring.PeekCQE(); ok && c.Res < 0 && c.UserData != wakeTag {
+		return fmt.Errorf("ublk: fetch request %d of queue %d: %w", c.UserData, q.id, c.Err())
+	}
+	return nil
+}
+
+func (q *queue) teardown() {
+	q.serving.Wait() // request goroutines write into bufs
+	if q.ring != nil {
+		_ = q.ring.Close()
+	}
+	if q.descs != nil {
+		_ = unix.Munmap(q.descs)
+	}
+	if q.bufs != nil {
+		_ = unix.Munmap(q.bufs)
+	}
+	q.mu.Lock()
+	if q.wakeFd >= 0 {
+		_ = unix.Close(q.wakeFd)
+		q.wakeFd = -1
+	}
+	q.mu.Unlock()
+}
+
+func (q *queue) buf(tag uint16) []byte {
+	return q.bufs[int(tag)*q.maxIO : (int(tag)+1)*q.maxIO]
+}
+
+// prepCmd queues a FETCH_REQ or COMMIT_AND_FETCH_REQ for tag, submitting what is queued
+// first if the ring is full.
+func (q *queue) prepCmd(op uint32, tag uint16, res int32) error {
+	sqe, err := q.ring.GetSQE()
+	if errors.Is(err, uring.ErrSQFull) {
+		if _, err = q.ring.Submit(); err != nil {
+			return err
+		}
+		sqe, err = q.ring.GetSQE()
+	}
+	if err != nil {
+		return err
+	}
+	sqe.PrepURingCmd(int(q.d.char.Fd()), op)
+	sqe.UserData = uint64(tag)
+	c := ioCmd{qID: uint16(q.id), tag: tag, result: res, addr: uint64(uintptr(unsafe.Pointer(&q.buf(tag)[0])))}
+	copy(q.ring.Cmd(sqe), c.bytes())
+	return nil
+}
+
+func (q *queue) armWake() error {
+	sqe, err := q.ring.GetSQE()
+	if err != nil {
+		return err
+	}
+	sqe.PrepRead(q.wakeFd, q.wakeBuf[:], 0)
+	sqe.UserData = wakeTag
+	return nil
+}
+
+// requestStop makes the thread leave its loop without completing its requests.
+func (q *queue) requestStop() {
+	q.stop.Store(true)
+	q.wake()
+}
+
+func (q *queue) wake() {
+	one := [8]byte{1}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.wakeFd >= 0 { // closed once the thread is gone: never write to a reused number
+		_, _ = unix.Write(q.wakeFd, one[:])
+	}
+}
+
+// complete hands a request's result to the queue thread.
+func (q *queue) complete(tag uint16, res int32) {
+	q.mu.Lock()
+	q.done = append(q.done, completion{tag, res})
+	q.mu.Unlock()
+	if q.sleeping.CompareAndSwap(true, false) {
+		q.wake()
+	}
+}
+
+func (q *queue) loop() error {
+	live := q.depth // tags not yet aborted by the kernel
+	var batch []completion
+	for live > 0 {
+		if q.stop.Load() {
+			return nil
+		}
+		q.mu.Lock()
+		batch, q.done = q.done, batch[:0]
+		q.mu.Unlock()
+		for _, c := range batch {
+			if err := q.prepCmd(ioCommitAndFetchReq, c.tag, c.res); err != nil {
+				return err
+			}
+		}
+		// Sleep only if no result arrived since the swap; complete() sees sleeping and
+		// wakes the thread through the eventfd otherwise.
+		q.sleeping.Store(true)
+		q.mu.Lock()
+		more := len(q.done) > 0
+		q.mu.Unlock()
+		wait := uint32(1)
+		if more || q.stop.Load() {
+			wait = 0
+		}
+		_, err := q.ring.SubmitAndWait(wait)
+		q.sleeping.Store(false)
+		if err != nil {
+			return err
+		}
+		for {
+			c, ok := q.ring.PeekCQE()
+			if !ok {
+				break
+			}
+			q.ring.SeenCQE()
+			if c.UserData == wakeTag {
+				if err := q.armWake(); err != nil {
+					return err
+				}
+				continue
+			}
+			tag := uint16(c.UserData)
+			switch c.Res {
+			case ioResOK:
+				q.serving.Add(1)
+				go q.serve(tag)
+			case ioResAbort:
+				live--
+			default:
+				live--
+				klog.ErrorS(c.Err(), "ublk: request command refused", "device", q.d.id, "queue", q.id, "tag", tag)
+			}
+		}
+	}
+	return nil
+}
+
+// serve carries out the request of tag on the backend and hands its result back.
+func (q *queue) serve(tag uint16) {
+	defer q.serving.Done()
+	desc := (*ioDesc)(unsafe.Pointer(&q.descs[int(tag)*ioDescSize]))
+	op, flags := desc.opFlags&0xff, desc.opFlags>>8<<8
+	off := int64(desc.startSector) << sectorShift
+	n := int64(desc.nrSectors) << sectorShift
+	b := q.d.backend
+	var err error
+	res := int32(0)
+	switch op {
+	case opRead:
+		_, err = b.ReadAt(q.buf(tag)[:n], off)
+		res = int32(n)
+		q.stats.reads.Add(1)
+		q.stats.bytesRead.Add(uint64(n))
+	case opWrite:
+		p := q.buf(tag)[:n]
+		if fw, ok := b.(nbd.FUAWriter); ok && flags&ioFlagFUA != 0 {
+			_, err = fw.WriteAtFUA(p, off)
+		} else if _, err = b.WriteAt(p, off); err == nil && flags&ioFlagFUA != 0 {
+			err = b.Flush()
+		}
+		res = int32(n)
+		q.stats.writes.Add(1)
+		q.stats.bytesWritten.Add(uint64(n))
+	case opFlush:
+		err = b.Flush()
+		q.stats.flushes.Add(1)
+	case opDiscard:
+		if dc, ok := b.(nbd.Discarder); ok {
+			err = dc.Discard(off, n)
+		}
+		q.stats.discards.Add(1)
+	case opWriteZeroes:
+		if zw, ok := b.(nbd.ZeroWriter); ok {
+			err = zw.WriteZeroes(off, n)
+		} else {
+			err = syscall.EOPNOTSUPP
+		}
+	default:
+		err = syscall.EOPNOTSUPP
+	}
+	if err != nil {
+		res = -int32(errnoOf(err))
+		q.stats.errors.Add(1)
+		klog.V(2).InfoS("ublk request failed", "device", q.d.id, "op", op, "offset", off, "length", n, "err", err)
+	}
+	q.complete(tag, res)
+}
+
+// errnoOf maps a backend error to the errno the block layer gets: the few it gives a
+// meaning, else EIO.
+func errnoOf(err error) syscall.Errno {
+	for _, e := range []syscall.Errno{syscall.ENOSPC, syscall.EOPNOTSUPP, syscall.EROFS, syscall.EINVAL} {
+		if errors.Is(err, e) {
+			return e
+		}
+	}
+	return syscall.EIO
+}
