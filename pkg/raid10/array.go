@@ -115,6 +115,7 @@ type wreq struct {
 	err    error
 	done   chan struct{}
 	want   int8         // opReadPiece: the copy to read (copyAny, 0, 1)
+	raw    bool         // opReadPiece: a copy's own read (no hydrate hook, reserved tail)
 	idx    uint32       // position in reqList
 	buf    *[]byte      // the call's bounce buffer (submit, worker), owned by the worker
 	state  atomic.Int32 // reqPending, reqDone, reqAbandoned
@@ -129,6 +130,16 @@ type Array struct {
 	// array size from size (atomic) before it enters a bucket.
 	geo   geometry
 	size  atomic.Int64
+	// reserved is the tail of the array kept out of Size: a copy record
+	// (copy.go) lives there, reached only by the raw internal I/O.
+	reserved atomic.Int64
+	// Copy hooks (copy.go): cow holds the copies whose source this array is
+	// (every write first copies an uncopied region into them); hydrate is
+	// the copy whose target this array is (every read or write of an
+	// uncopied region first copies it in). nil when none: then the hooks
+	// cost one atomic load per request piece.
+	hooks  atomic.Pointer[hookSet]
+	hookMu sync.Mutex // serialises hook updates
 	uuid  [16]byte
 	opts  Options
 	ctime uint64
@@ -272,7 +283,7 @@ func (a *Array) worker() {
 		}
 		switch r.op {
 		case opReadPiece:
-			r.err = a.readPiece(r.p, r.off, int(r.want))
+			r.err = a.readPiece(r.p, r.off, int(r.want), r.raw)
 		case opRead:
 			r.buf = getBounce(len(r.p))
 			r.err = a.memberRead(r.s, r.ref, (*r.buf)[:len(r.p)], r.off)
@@ -283,8 +294,21 @@ func (a *Array) worker() {
 	}
 }
 
-// Size is the usable size of the array in bytes.
-func (a *Array) Size() int64 { return a.size.Load() }
+// Size is the usable size of the array in bytes (less a reserved tail:
+// see Reserve).
+func (a *Array) Size() int64 { return a.size.Load() - a.reserved.Load() }
+
+// Reserve keeps the last n bytes of the array out of Size and out of
+// reach of ReadAt, WriteAt and the others: a copy target keeps its copy
+// record there (CopyRecordSize). It is not persisted: the owner calls it
+// after Create and after every Assemble, before serving the array.
+func (a *Array) Reserve(n int64) error {
+	if n < 0 || n%BlockSize != 0 || n >= a.size.Load() {
+		return invalidf("reserve %d bytes of a %d-byte array", n, a.size.Load())
+	}
+	a.reserved.Store(n)
+	return nil
+}
 
 // ChunkSize is the chunk size in bytes.
 func (a *Array) ChunkSize() int64 { return a.geo.chunk }
@@ -292,11 +316,15 @@ func (a *Array) ChunkSize() int64 { return a.geo.chunk }
 // UUID is the array UUID.
 func (a *Array) UUID() [16]byte { return a.uuid }
 
-func (a *Array) check(off, n int64) error {
+func (a *Array) check(off, n int64, raw bool) error {
 	if off < 0 || n < 0 || off%BlockSize != 0 || n%BlockSize != 0 {
 		return invalidf("request [%d,+%d) not aligned to %d", off, n, BlockSize)
 	}
-	if size := a.size.Load(); off+n > size {
+	size := a.size.Load()
+	if !raw {
+		size -= a.reserved.Load()
+	}
+	if off+n > size {
 		return invalidf("request [%d,+%d) beyond the array size %d", off, n, size)
 	}
 	return nil
@@ -375,12 +403,28 @@ func (a *Array) regionNeedsResync(r int64) bool {
 
 // readPiece reads within one chunk, from the copy want (0: the chunk's
 // first, 1: its second) when both are in sync and no resync is pending
-// there, else (and for copyAny) from the one the balancing picks.
-func (a *Array) readPiece(p []byte, aoff int64, want int) error {
+// there, else (and for copyAny) from the one the balancing picks. A raw
+// read (the copy's own I/O) skips the hydrate hook.
+func (a *Array) readPiece(p []byte, aoff int64, want int, raw bool) error {
 	c := aoff >> a.geo.chunkShift
 	bk, err := a.enter(c)
 	if err != nil {
 		return err
+	}
+	for !raw {
+		// Checked inside the bucket: a copy installs its hook with every
+		// bucket drained (freeze), so a piece admitted after that sees it.
+		h := a.pendingHydrate(aoff)
+		if h == nil {
+			break
+		}
+		a.exit(bk)
+		if err := h.ensure(aoff, true); err != nil {
+			return err
+		}
+		if bk, err = a.enter(c); err != nil {
+			return err
+		}
 	}
 	bk.rOps.Add(1)
 	bk.rBytes.Add(uint64(len(p)))
@@ -490,30 +534,32 @@ func (a *Array) memberRead(s *slot, r *memberRef, p []byte, off int64) error {
 // WriteAt writes p at off to every live copy concurrently and returns when
 // all have it. off and len(p) must be multiples of BlockSize.
 func (a *Array) WriteAt(p []byte, off int64) (int, error) {
-	return a.write(opWrite, p, off, int64(len(p)), false)
+	return a.write(opWrite, p, off, int64(len(p)), false, false)
 }
 
 // WriteAtFUA is WriteAt followed by a flush of the members written, so the
 // data is durable on every live copy before it returns.
 func (a *Array) WriteAtFUA(p []byte, off int64) (int, error) {
-	return a.write(opWrite, p, off, int64(len(p)), true)
+	return a.write(opWrite, p, off, int64(len(p)), true, false)
 }
 
 // Discard passes a discard of [off, off+length) to the members. The range
 // reads back as unspecified data (zeroes on file members).
 func (a *Array) Discard(off, length int64) error {
-	_, err := a.write(opDiscard, nil, off, length, false)
+	_, err := a.write(opDiscard, nil, off, length, false, false)
 	return err
 }
 
 // WriteZeroes makes [off, off+length) read back as zeroes on every copy.
 func (a *Array) WriteZeroes(off, length int64) error {
-	_, err := a.write(opZeroes, nil, off, length, false)
+	_, err := a.write(opZeroes, nil, off, length, false, false)
 	return err
 }
 
-func (a *Array) write(op opKind, p []byte, off, length int64, fua bool) (int, error) {
-	if err := a.check(off, length); err != nil {
+// write splits a request into chunk pieces; raw requests (a copy's own
+// I/O) reach the reserved tail and skip the copy hooks.
+func (a *Array) write(op opKind, p []byte, off, length int64, fua, raw bool) (int, error) {
+	if err := a.check(off, length, raw); err != nil {
 		return 0, err
 	}
 	var done int64
@@ -524,7 +570,7 @@ func (a *Array) write(op opKind, p []byte, off, length int64, fua bool) (int, er
 		if p != nil {
 			q = p[done : done+n]
 		}
-		if err := a.writePiece(op, q, aoff, n, fua); err != nil {
+		if err := a.writePiece(op, q, aoff, n, fua, raw); err != nil {
 			return int(done), err
 		}
 		done += n
@@ -532,11 +578,27 @@ func (a *Array) write(op opKind, p []byte, off, length int64, fua bool) (int, er
 	return int(done), nil
 }
 
-func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua bool) error {
+func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua, raw bool) error {
 	c := aoff >> a.geo.chunkShift
 	bk, err := a.enter(c)
 	if err != nil {
 		return err
+	}
+	// The copy hooks, checked inside the bucket (see readPiece); a region
+	// holds whole chunks, so the piece is in one region of each copy. The
+	// copy itself runs outside the bucket, then the piece is admitted again.
+	for !raw {
+		h, target := a.pendingCopy(aoff)
+		if h == nil {
+			break
+		}
+		a.exit(bk)
+		if err := h.ensure(aoff, target); err != nil {
+			return err
+		}
+		if bk, err = a.enter(c); err != nil {
+			return err
+		}
 	}
 	defer a.exit(bk)
 	bk.wOps.Add(1)
@@ -901,7 +963,7 @@ func (a *Array) allInSync() bool {
 func (a *Array) Status() Status {
 	st := Status{
 		UUID:       a.uuid,
-		Size:       a.size.Load(),
+		Size:       a.Size(),
 		ChunkSize:  a.geo.chunk,
 		RegionSize: a.geo.region,
 		RaidDisks:  a.geo.n,

@@ -47,6 +47,9 @@ func (a *Array) Grow(newSize int64) error {
 	if a.closed.Load() {
 		return ErrClosed
 	}
+	if a.hooks.Load() != nil {
+		return fmt.Errorf("%w: cannot grow while a copy (snapshot, clone, restore) from or into the array runs", ErrBusy)
+	}
 	if !a.syncRun.TryLock() {
 		return fmt.Errorf("%w: cannot grow while a resync, recovery or scrub runs", ErrBusy)
 	}

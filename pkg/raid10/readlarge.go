@@ -41,14 +41,20 @@ const (
 // BlockSize. A read error on one copy is served from the other copy, which
 // is then written back over the bad one.
 func (a *Array) ReadAt(p []byte, off int64) (int, error) {
-	if err := a.check(off, int64(len(p))); err != nil {
+	return a.read(p, off, false)
+}
+
+// read is ReadAt; raw reads reach the reserved tail and skip the hydrate
+// hook (the copy's own I/O).
+func (a *Array) read(p []byte, off int64, raw bool) (int, error) {
+	if err := a.check(off, int64(len(p)), raw); err != nil {
 		return 0, err
 	}
 	if len(p) == 0 {
 		return 0, nil
 	}
 	if len(p) < splitReadMin && off&(a.geo.chunk-1)+int64(len(p)) <= a.geo.chunk {
-		if err := a.readPiece(p, off, copyAny); err != nil {
+		if err := a.readPiece(p, off, copyAny, raw); err != nil {
 			return 0, err
 		}
 		return len(p), nil
@@ -64,7 +70,7 @@ func (a *Array) ReadAt(p []byte, off int64) (int, error) {
 	done := 0
 	for done < len(p) {
 		n, next := a.planRead(&parts, p, off, done)
-		if k, err := a.runParts(parts[:n]); err != nil {
+		if k, err := a.runParts(parts[:n], raw); err != nil {
 			return done + k, err
 		}
 		done = next
@@ -111,7 +117,7 @@ func (a *Array) bothIdle(aoff int64) bool {
 
 // runParts runs the parts at once and waits for all of them. On an error it
 // returns the bytes read before the first part that failed.
-func (a *Array) runParts(parts []readPart) (int, error) {
+func (a *Array) runParts(parts []readPart, raw bool) (int, error) {
 	var reqs [maxReadParts]*wreq
 	last := len(parts) - 1
 	for i := range parts[:last] {
@@ -119,14 +125,14 @@ func (a *Array) runParts(parts []readPart) (int, error) {
 		if req == nil {
 			break // the rest run here, in turn
 		}
-		req.op, req.p, req.off, req.want = opReadPiece, parts[i].p, parts[i].aoff, int8(parts[i].want)
+		req.op, req.p, req.off, req.want, req.raw = opReadPiece, parts[i].p, parts[i].aoff, int8(parts[i].want), raw
 		a.submit(req)
 		reqs[i] = req
 	}
 	var errs [maxReadParts]error
 	for i := range parts {
 		if reqs[i] == nil {
-			errs[i] = a.readPiece(parts[i].p, parts[i].aoff, parts[i].want)
+			errs[i] = a.readPiece(parts[i].p, parts[i].aoff, parts[i].want, raw)
 		}
 	}
 	for i := range parts {

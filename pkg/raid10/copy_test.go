@@ -1,0 +1,448 @@
+package raid10
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// cutWrite is one write to a block of the source, with the cut phase at its
+// start and at its end (0 before NewCopy, 1 during it, 2 after).
+type cutWrite struct {
+	val    []byte
+	ps, pe int32
+	acked  bool
+}
+
+// cutHist is one block's history: what the snapshot may hold (its value
+// before the cut, or a write that overlapped the cut) and what the source
+// may hold after a crash (durable + since, as in TestCrash).
+type cutHist struct {
+	initial []byte
+	writes  []cutWrite
+	durable []byte
+	since   [][]byte
+}
+
+// snapAllowed is what the snapshot may hold for the block: the last value
+// acknowledged before the cut began, or any write that overlapped the cut
+// (or failed before it ended: it may have reached the source).
+func (h *cutHist) snapAllowed() [][]byte {
+	last := h.initial
+	var out [][]byte
+	for _, w := range h.writes {
+		switch {
+		case w.pe == 0 && w.acked:
+			last = w.val
+		case w.ps <= 1 && (w.pe >= 1 || !w.acked):
+			out = append(out, w.val)
+		}
+	}
+	return append(out, last)
+}
+
+func oneOf(g []byte, vs [][]byte) bool {
+	for _, v := range vs {
+		if bytes.Equal(g, v) {
+			return true
+		}
+	}
+	return false
+}
+
+// copyRig is a source and a target array over in-memory members with
+// volatile caches.
+type copyRig struct {
+	srcBase, tgtBase []*MemMember
+	srcF, tgtF       []*FaultyMember
+	src, tgt         *Array
+	tgtOpts          Options
+}
+
+func newCopyRig(t *testing.T, rng *rand.Rand, volatile bool) *copyRig {
+	t.Helper()
+	old := copyRegionMin
+	copyRegionMin = 16 << 10
+	t.Cleanup(func() { copyRegionMin = old })
+	r := &copyRig{}
+	n, m := 2+rng.IntN(3), 2+rng.IntN(2)
+	mk := func(k int, size int64) ([]*MemMember, []*FaultyMember, []Member) {
+		bs, fs, ms := make([]*MemMember, k), make([]*FaultyMember, k), make([]Member, k)
+		for i := range bs {
+			bs[i] = NewMemMember(size)
+			fs[i] = NewFaultyMember(bs[i])
+			fs[i].SetVolatile(volatile)
+			ms[i] = fs[i]
+		}
+		return bs, fs, ms
+	}
+	var sm, tm []Member
+	r.srcBase, r.srcF, sm = mk(n, 2<<20)
+	var err error
+	r.src, err = Create(sm, CreateOptions{Options: testOpts(), ChunkSize: int64(BlockSize) << rng.IntN(3), AssumeClean: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := r.src.Size()
+	need := 2 << 20
+	r.tgtBase, r.tgtF, tm = mk(m, (size+CopyRecordSize)*2/int64(m)+int64(need))
+	// A slow copier, so the crash and the faults land inside the copy.
+	r.tgtOpts = Options{SyncRateMin: 2 << 20, SyncRateMax: 6 << 20, BitmapClearDelay: 50 * time.Millisecond}
+	r.tgt, err = Create(tm, CreateOptions{Options: r.tgtOpts, ChunkSize: int64(BlockSize) << rng.IntN(3),
+		Size: size + CopyRecordSize, AssumeClean: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.tgt.Reserve(CopyRecordSize); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(append([]*FaultyMember(nil), r.srcF...), r.tgtF...) {
+		if err := f.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// writers runs w writers over disjoint sections of the source until stop,
+// recording every write in hist. phase is the cut phase.
+func runCutWriters(a *Array, seed uint64, hist []cutHist, phase *atomic.Int32, stop *atomic.Bool, wg *sync.WaitGroup) {
+	const writers = 4
+	nblocks := int64(len(hist))
+	per := nblocks / writers
+	for w := range writers {
+		wrng := rand.New(rand.NewPCG(seed, uint64(w)+7))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lo := int64(w) * per
+			var touched []int64
+			for !stop.Load() {
+				if wrng.IntN(8) == 0 {
+					snap := make([][]byte, len(touched))
+					for i, b := range touched {
+						if k := len(hist[b].since); k > 0 {
+							snap[i] = hist[b].since[k-1]
+						}
+					}
+					if err := a.Flush(); err != nil {
+						return
+					}
+					for i, b := range touched {
+						if snap[i] != nil {
+							hist[b].durable = snap[i]
+							hist[b].since = hist[b].since[:0]
+						}
+					}
+					touched = touched[:0]
+					continue
+				}
+				b := lo + wrng.Int64N(per)
+				l := min(lo+per-b, 1+wrng.Int64N(8))
+				p := make([]byte, l*BlockSize)
+				fillRand(wrng, p)
+				ps := phase.Load()
+				for i := range l {
+					hist[b+i].since = append(hist[b+i].since, p[i*BlockSize:(i+1)*BlockSize])
+				}
+				fua := wrng.IntN(5) == 0
+				var err error
+				if fua {
+					_, err = a.WriteAtFUA(p, b*BlockSize)
+				} else {
+					_, err = a.WriteAt(p, b*BlockSize)
+				}
+				pe := phase.Load()
+				for i := range l {
+					hist[b+i].writes = append(hist[b+i].writes, cutWrite{val: p[i*BlockSize : (i+1)*BlockSize], ps: ps, pe: pe, acked: err == nil})
+				}
+				if err != nil {
+					return
+				}
+				for i := range l {
+					if fua {
+						hist[b+i].durable = p[i*BlockSize : (i+1)*BlockSize]
+						hist[b+i].since = hist[b+i].since[:0]
+					} else {
+						touched = append(touched, b+i)
+					}
+				}
+				if wrng.IntN(4) == 0 {
+					time.Sleep(time.Duration(wrng.IntN(200)) * time.Microsecond)
+				}
+			}
+		}()
+	}
+}
+
+// prefill writes random data over the whole source and flushes it.
+func prefill(t *testing.T, a *Array, rng *rand.Rand) []cutHist {
+	t.Helper()
+	p := make([]byte, a.Size())
+	fillRand(rng, p)
+	if _, err := a.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	hist := make([]cutHist, a.Size()/BlockSize)
+	for i := range hist {
+		v := p[int64(i)*BlockSize : int64(i+1)*BlockSize]
+		hist[i].initial, hist[i].durable = v, v
+	}
+	return hist
+}
+
+// checkSnapshot reads the target block by block: each block holds a value
+// the model allows, or (lostOK) fails with EIO. It returns the EIO count.
+func checkSnapshot(t *testing.T, tgt *Array, hist []cutHist, lostOK func(b int) bool) int {
+	t.Helper()
+	lost := 0
+	g := make([]byte, BlockSize)
+	for i := range hist {
+		if _, err := tgt.ReadAt(g, int64(i)*BlockSize); err != nil {
+			if errors.Is(err, ErrIO) && lostOK(i) {
+				lost++
+				continue
+			}
+			t.Fatalf("snapshot block %d: %v", i, err)
+		}
+		if !oneOf(g, hist[i].snapAllowed()) {
+			t.Fatalf("snapshot block %d holds data that was not the source's at the cut (%d writes to it)", i, len(hist[i].writes))
+		}
+	}
+	return lost
+}
+
+// TestCopyCrash cuts a snapshot of a source under concurrent writes, crashes
+// every member (source and target) at a random point of the copy (their
+// unflushed writes dropped or kept at random), reassembles both, resumes the
+// copy and checks: the source holds every acknowledged write (as
+// TestCrash), and the snapshot holds exactly the source's data as of the cut
+// (compared with the model; a write that overlapped the cut may be in or
+// out), after more writes to the source under the resumed hook.
+func TestCopyCrash(t *testing.T) {
+	seed := testSeed(t)
+	t.Logf("seed %d (replay with RAID10_SEED=%d)", seed, seed)
+	rounds := 6
+	if testing.Short() {
+		rounds = 3
+	}
+	if os.Getenv("RAID10_SOAK") != "" {
+		rounds = 60
+	}
+	for round := range rounds {
+		t.Run(fmt.Sprint(round), func(t *testing.T) { copyCrashRound(t, seed+uint64(round)) })
+	}
+}
+
+func copyCrashRound(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0xc0b1))
+	r := newCopyRig(t, rng, true)
+	hist := prefill(t, r.src, rng)
+	for _, f := range append(append([]*FaultyMember(nil), r.srcF...), r.tgtF...) {
+		_ = f.Flush()
+	}
+	var phase atomic.Int32
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	runCutWriters(r.src, seed, hist, &phase, &stop, &wg)
+	time.Sleep(time.Duration(5+rng.IntN(30)) * time.Millisecond)
+	var invalid atomic.Bool
+	phase.Store(1)
+	c, err := NewCopy(CopyConfig{Source: r.src, Target: r.tgt, Size: r.src.Size(), Live: true,
+		OnFail: func(error) { invalid.Store(true) }})
+	phase.Store(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start()
+	time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+	t.Logf("crash at %d of %d bytes copied", c.Copied(), r.src.Size())
+	all := append(append([]*FaultyMember(nil), r.srcF...), r.tgtF...)
+	for _, i := range rng.Perm(len(all)) {
+		all[i].Disappear()
+		time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	c.Stop()
+	for _, f := range all {
+		f.Crash(rng)
+	}
+	_ = r.src.Close()
+	_ = r.tgt.Close()
+
+	asm := func(bs []*MemMember, o Options) *Array {
+		ms := make([]Member, len(bs))
+		for i := range bs {
+			ms[i] = bs[i]
+		}
+		a, err := Assemble(ms, AssembleOptions{Options: o})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	src, tgt := asm(r.srcBase, testOpts()), asm(r.tgtBase, testOpts())
+	defer src.Close()
+	defer tgt.Close()
+	if err := tgt.Reserve(CopyRecordSize); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c2, err := ResumeCopy(CopyConfig{Source: src, Target: tgt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The source: every acknowledged write (before any new write).
+	got := make([]byte, src.Size())
+	if _, err := src.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range hist {
+		g := got[int64(i)*BlockSize : int64(i+1)*BlockSize]
+		if !bytes.Equal(g, hist[i].durable) && !oneOf(g, hist[i].since) {
+			t.Fatalf("source block %d holds data never written there", i)
+		}
+		if len(hist[i].since) == 0 && !bytes.Equal(g, hist[i].durable) {
+			t.Fatalf("source block %d lost a flushed write", i)
+		}
+	}
+	rec := c2.Record()
+	resumed := c2.Copied()
+	if invalid.Load() || rec.State == CopyFailed {
+		t.Logf("copy failed before the crash (a target member went first): state %v, failure recorded %v", rec.State, invalid.Load())
+		if !invalid.Load() {
+			t.Fatal("the record says failed but OnFail was not called")
+		}
+		return
+	}
+	c2.Start()
+	// New writes under the resumed hook must not reach the snapshot.
+	wrng := rand.New(rand.NewPCG(seed, 99))
+	for range 50 {
+		b := wrng.Int64N(int64(len(hist)))
+		p := make([]byte, BlockSize)
+		fillRand(wrng, p)
+		if _, err := src.WriteAt(p, b*BlockSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c2.Wait(ctx); err != nil {
+		t.Fatalf("resumed copy: %v (record %+v)", err, rec)
+	}
+	// Blocks the crash made unreadable on the source before their copy
+	// (members vanishing one by one) are recorded lost: EIO, never zeroes.
+	lost := checkSnapshot(t, tgt, hist, func(int) bool { return true })
+	t.Logf("snapshot checked: %d blocks, %d lost (EIO), resumed with %d of %d bytes copied", len(hist), lost, resumed, rec.Size)
+	if st, err := ReadCopyRecord(tgt); err != nil || st.State != CopyReady {
+		t.Fatalf("record after the copy: %+v %v", st, err)
+	}
+	if h := src.hooks.Load(); h != nil {
+		t.Fatalf("hooks left on the source after ready: %+v", h)
+	}
+}
+
+// TestCopyFaults: faults during the copy never give wrong data. A member of
+// the source or of the target fails (both arrays degrade, the copy goes
+// on); blocks no copy of the source can read become lost on the snapshot
+// (EIO), not zeroes; a target that fails as a whole fails the copy (OnFail
+// is called before source writes into uncopied regions go on).
+func TestCopyFaults(t *testing.T) {
+	seed := testSeed(t)
+	t.Logf("seed %d (replay with RAID10_SEED=%d)", seed, seed)
+	for _, kind := range []string{"source-member", "target-member", "source-unreadable", "target-gone"} {
+		t.Run(kind, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 0xfa17))
+			r := newCopyRig(t, rng, false)
+			defer r.src.Close()
+			defer r.tgt.Close()
+			hist := prefill(t, r.src, rng)
+			var phase atomic.Int32
+			phase.Store(2)
+			// Unreadable source blocks: the last region, on both copies.
+			var badLo, badHi int64
+			if kind == "source-unreadable" {
+				badLo = r.src.Size()/BlockSize - 3
+				badHi = badLo + 1
+				c := badLo * BlockSize >> r.src.geo.chunkShift
+				d0, d1, o0, o1 := r.src.geo.mapChunk(c)
+				within := badLo*BlockSize&(r.src.geo.chunk-1)
+				r.srcF[d0].FailRange(o0+within, BlockSize, true, false)
+				r.srcF[d1].FailRange(o1+within, BlockSize, true, false)
+			}
+			var failed atomic.Bool
+			c, err := NewCopy(CopyConfig{Source: r.src, Target: r.tgt, Size: r.src.Size(), Live: true,
+				OnFail: func(error) { time.Sleep(20 * time.Millisecond); failed.Store(true) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			// Writers start after the cut: skip the unreadable blocks (a write
+			// would make them good on the source again).
+			if kind == "source-unreadable" {
+				hist = hist[:badLo]
+			}
+			runCutWriters(r.src, seed, hist, &phase, &stop, &wg)
+			c.Start()
+			time.Sleep(50 * time.Millisecond)
+			switch kind {
+			case "source-member":
+				if err := r.src.FailMember(0); err != nil {
+					t.Fatal(err)
+				}
+			case "target-member":
+				if err := r.tgt.FailMember(1); err != nil {
+					t.Fatal(err)
+				}
+			case "target-gone":
+				for _, f := range r.tgtF {
+					f.Disappear()
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			err = c.Wait(ctx)
+			stop.Store(true)
+			wg.Wait()
+			if kind == "target-gone" {
+				if !errors.Is(err, ErrCopyFailed) || !failed.Load() {
+					t.Fatalf("copy into a target that went: %v, OnFail done %v", err, failed.Load())
+				}
+				// The source goes on: a write into any region works.
+				p := make([]byte, BlockSize)
+				if _, err := r.src.WriteAt(p, r.src.Size()-BlockSize); err != nil {
+					t.Fatalf("source write after the copy failed: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			lost := checkSnapshot(t, r.tgt, hist, func(int) bool { return false })
+			if kind == "source-unreadable" {
+				g := make([]byte, BlockSize)
+				for b := badLo; b < badHi; b++ {
+					if _, err := r.tgt.ReadAt(g, b*BlockSize); !errors.Is(err, ErrIO) {
+						t.Fatalf("snapshot block %d, unreadable on the source at the copy: read gave %v, want EIO", b, err)
+					}
+				}
+				if st := r.tgt.Status(); st.LostBlocks != badHi-badLo {
+					t.Fatalf("snapshot lost blocks %d, want %d", st.LostBlocks, badHi-badLo)
+				}
+			}
+			t.Logf("%s: snapshot matches the cut (%d lost)", kind, lost)
+		})
+	}
+}
