@@ -128,8 +128,8 @@ type Array struct {
 	// regions, dataSize, bmBytes) only with every barrier bucket drained and
 	// the sync lock, bitmap lock and metaMu held; the fast path reads the
 	// array size from size (atomic) before it enters a bucket.
-	geo   geometry
-	size  atomic.Int64
+	geo  geometry
+	size atomic.Int64
 	// reserved is the tail of the array kept out of Size: a copy record
 	// (copy.go) lives there, reached only by the raw internal I/O.
 	reserved atomic.Int64
@@ -140,10 +140,10 @@ type Array struct {
 	// cost one atomic load per request piece.
 	hooks  atomic.Pointer[hookSet]
 	hookMu sync.Mutex // serialises hook updates
-	uuid  [16]byte
-	opts  Options
-	ctime uint64
-	slots []*slot
+	uuid   [16]byte
+	opts   Options
+	ctime  uint64
+	slots  []*slot
 
 	buckets        []bucket
 	barrierMu      sync.Mutex

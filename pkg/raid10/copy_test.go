@@ -377,7 +377,7 @@ func TestCopyFaults(t *testing.T) {
 				badHi = badLo + 1
 				c := badLo * BlockSize >> r.src.geo.chunkShift
 				d0, d1, o0, o1 := r.src.geo.mapChunk(c)
-				within := badLo*BlockSize&(r.src.geo.chunk-1)
+				within := badLo * BlockSize & (r.src.geo.chunk - 1)
 				r.srcF[d0].FailRange(o0+within, BlockSize, true, false)
 				r.srcF[d1].FailRange(o1+within, BlockSize, true, false)
 			}
