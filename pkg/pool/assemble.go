@@ -51,7 +51,14 @@ func (p *Pool) assembleAll() {
 		sort.SliceStable(cs, func(i, j int) bool { return cs[i].x.Epoch > cs[j].x.Epoch })
 		head := cs[0].x
 		v := &volume{uuid: u, name: head.Name, size: head.VolumeSize, members: int(head.Members),
-			roles: make([]*role, head.Members), epoch: head.Epoch, disks: append([]UUID(nil), head.MemberDisks...)}
+			roles: make([]*role, head.Members), epoch: head.Epoch, disks: append([]UUID(nil), head.MemberDisks...),
+			flags: head.Flags, copySource: head.CopySource, snap: head.Flags&ExtentFlagSnapshot != 0}
+		for _, c := range cs {
+			// A copy failure recorded on any disk holds (it may not have reached them all).
+			if c.x.Flags&ExtentFlagCopyFailed != 0 {
+				v.flags = v.flags&^ExtentFlagCopying | ExtentFlagCopyFailed
+			}
+		}
 		var stale []cand
 		repair := false
 		for _, c := range cs {
@@ -73,11 +80,16 @@ func (p *Pool) assembleAll() {
 				klog.ErrorS(err, "Member map repair", "volume", v.name)
 			}
 		}
-		if other := p.byName[v.name]; other != nil {
-			klog.ErrorS(nil, "Two volumes with one name; keeping the first", "volume", v.name, "volumeUUID", u, "other", other.uuid)
+		if other := p.byName[v.name]; other != nil || p.snaps[v.name] != nil {
+			klog.ErrorS(nil, "Two volumes or snapshots with one name; keeping the first", "name", v.name, "uuid", u)
 			continue
 		}
-		p.volumes[u], p.byName[v.name] = v, v
+		p.volumes[u] = v
+		if v.snap {
+			p.snaps[v.name] = v
+		} else {
+			p.byName[v.name] = v
+		}
 		for _, c := range stale {
 			if c.d.usable() {
 				klog.InfoS("Releasing a superseded extent", "disk", c.d.path, "volume", v.name, "role", c.x.Role, "epoch", c.x.Epoch)
@@ -121,6 +133,14 @@ func (p *Pool) assemble(v *volume) {
 	if err != nil {
 		v.err = fmt.Errorf("pool: assemble volume %q from %d of %d members: %w", v.name, len(members), v.members, err)
 		return
+	}
+	if v.flags&ExtentFlagCopy != 0 {
+		// The copy record's tail is not part of the volume.
+		if err := arr.Reserve(arr.Size() - int64(v.size)); err != nil || arr.Size() != int64(v.size) {
+			_ = arr.Close()
+			v.err = fmt.Errorf("pool: %q: array of %d bytes for a copy target of %d: %v", v.name, arr.Size(), v.size, err)
+			return
+		}
 	}
 	v.arr, v.err = arr, nil
 	h, _ := p.health(v)

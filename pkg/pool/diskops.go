@@ -209,7 +209,8 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 		disks := append([]UUID(nil), v.disks...)
 		disks[a.slot] = target.uuid
 		x := ExtentEntry{Volume: v.uuid, Offset: off, Length: length, VolumeSize: v.size, Epoch: v.epoch + 1,
-			Role: uint16(a.slot), Members: uint16(v.members), Name: v.name, MemberDisks: disks}
+			Role: uint16(a.slot), Members: uint16(v.members), Name: v.name, MemberDisks: disks,
+			Flags: v.flags &^ (ExtentFlagCreating | ExtentFlagDeleting), CopySource: v.copySource}
 		scratch.Extents = append(scratch.Extents, x)
 		m, err := raid10.NewExtentMember(target.base, int64(off), int64(length))
 		if err != nil {

@@ -70,8 +70,19 @@ func (p *Pool) growLocked(v *volume, newSize, ext uint64) (VolumeInfo, error) {
 		}
 		r.ext.Length = ext
 	}
-	if err := g.Grow(int64(newSize)); err != nil {
+	arrSize := newSize
+	if v.flags&ExtentFlagCopy != 0 {
+		arrSize += raid10.CopyRecordSize // the tail stays reserved
+	}
+	if err := g.Grow(int64(arrSize)); err != nil {
 		return VolumeInfo{}, fmt.Errorf("pool: grow volume %q: %w", v.name, err)
+	}
+	if v.flags&ExtentFlagCopy != 0 {
+		// The old tail (a finished copy's record) is now volume space: it reads zero. The
+		// new tail was zeroed by the growth: no record there means a finished copy.
+		if err := v.arr.WriteZeroes(int64(v.size), raid10.CopyRecordSize); err != nil {
+			return VolumeInfo{}, fmt.Errorf("pool: grow volume %q: zero the old copy record: %w", v.name, err)
+		}
 	}
 	for _, r := range v.roles {
 		if err := p.writeLabel(r.disk, setLen(ext, newSize)); err != nil {

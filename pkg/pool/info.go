@@ -39,7 +39,8 @@ func (p *Pool) volumeInfo(v *volume) VolumeInfo {
 // volumeInfoOf describes v with its array's status st (nil when v has no array). Caller
 // holds p.mu.
 func (p *Pool) volumeInfoOf(v *volume, sp *raid10.Status) VolumeInfo {
-	vi := VolumeInfo{Name: v.name, UUID: v.uuid.String(), Size: v.size, Health: Failed, Scrub: p.scrubInfo(v), Hydrated: true}
+	vi := VolumeInfo{Name: v.name, UUID: v.uuid.String(), Size: v.size, Health: Failed, Scrub: p.scrubInfo(v),
+		Source: p.sourceInfo(v), Hydrated: !v.copying() && v.flags&ExtentFlagCopyFailed == 0, Copied: v.copied()}
 	var st raid10.Status
 	if sp != nil {
 		st = *sp

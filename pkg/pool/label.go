@@ -84,7 +84,11 @@ type ExtentEntry struct {
 	Epoch      uint64 // the volume's map version: raised each time a role moves to another disk
 	Role       uint16 // the member slot of this extent in the volume's array
 	Members    uint16 // the volume's member count
-	Flags      uint32 // ExtentFlagDeleting
+	Flags      uint32 // ExtentFlagDeleting, ExtentFlagCreating, ExtentFlagSnapshot, ExtentFlagCopy...
+	// CopySource is the first 8 bytes of the UUID of the volume or snapshot a copy target
+	// was filled from (ExtentFlagCopy), zero otherwise: Open knows the relation without
+	// assembling the target.
+	CopySource [8]byte
 	Name       string // the volume's name
 	// MemberDisks is the volume's member map at Epoch: the disk UUID holding each role.
 	MemberDisks []UUID
@@ -177,6 +181,7 @@ func (l *Label) Encode() ([]byte, error) {
 		le.PutUint16(e[48:], x.Role)
 		le.PutUint16(e[50:], x.Members)
 		le.PutUint32(e[52:], x.Flags)
+		copy(e[56:64], x.CopySource[:])
 		if err := putName(e[64:128], x.Name, maxNameLen); err != nil {
 			return nil, err
 		}
@@ -267,6 +272,7 @@ func DecodeLabel(b []byte) (*Label, error) {
 		x.Role = le.Uint16(e[48:])
 		x.Members = le.Uint16(e[50:])
 		x.Flags = le.Uint32(e[52:])
+		copy(x.CopySource[:], e[56:64])
 		x.Name = getName(e[64:128])
 		l.Extents = append(l.Extents, x)
 		off += extentEntrySize

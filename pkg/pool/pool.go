@@ -28,6 +28,7 @@ type Pool struct {
 	disks      []*disk
 	volumes    map[UUID]*volume
 	byName     map[string]*volume
+	snaps      map[string]*volume // snapshots by name (also in volumes, never in byName)
 	closed     bool
 	stop       chan struct{}
 	done       chan struct{}
@@ -82,6 +83,7 @@ func Open(cfg Config) (*Pool, error) {
 		name:    cfg.Name,
 		volumes: map[UUID]*volume{},
 		byName:  map[string]*volume{},
+		snaps:   map[string]*volume{},
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 
@@ -261,6 +263,7 @@ func Open(cfg Config) (*Pool, error) {
 	// 6. Assemble the volumes; spares take over disks recorded as failed. (A missing disk
 	// is waited for instead: when it returns it resyncs only what changed.)
 	p.assembleAll()
+	p.resumeCopies()
 	for _, d := range p.disks {
 		if d.state == DiskFailed {
 			p.useSpare(d)
@@ -445,6 +448,7 @@ func (p *Pool) Close() error {
 	p.stopScrubs()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.stopCopies()
 	var first error
 	for _, v := range p.volumes {
 		if v.arr != nil {

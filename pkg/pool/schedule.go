@@ -132,6 +132,9 @@ func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
 	p.mu.Lock()
 	var start, fresh, stop []string
 	for u, v := range p.volumes {
+		if v.snap {
+			continue // scrubbed by name: volumes only
+		}
 		r := p.scrubs[u]
 		running := r != nil && r.cancel != nil
 		switch {

@@ -1,8 +1,14 @@
 package pool
 
 import (
+	"errors"
 	"fmt"
+	"sort"
 	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // SnapshotInfo describes one snapshot: a full-size mirrored copy of a volume as of its cut.
@@ -17,7 +23,12 @@ type SnapshotInfo struct {
 	Copied     uint64    `json:"copied"`     // bytes copied so far (== Size when Ready)
 	Health     Health    `json:"health"`
 	Members    int       `json:"members"`
+	// Reason says why a snapshot is Failed (its copy failed, or it is not assembled).
+	Reason string `json:"reason,omitempty"`
 }
+
+// A volume's VolumeInfo.Copied counts the bytes copied from its source (up to the
+// source's size; a larger volume's tail reads zero).
 
 // Source names what a new volume is filled from: exactly one of Snapshot (a restore) and
 // Volume (a clone, the point in time of the create) is set.
@@ -26,20 +37,357 @@ type Source struct {
 	Volume   string `json:"volume,omitempty"`
 }
 
-var errNotBuilt = fmt.Errorf("%w: snapshots are not built yet", ErrFailedPrecondition)
-
-// CreateSnapshot cuts a snapshot of volume source.
+// CreateSnapshot cuts a snapshot of volume source: an array of the pool as large as the
+// volume, over as many members, filled with the volume's data as of the cut. It returns
+// once the cut is durable (the copy record is on the snapshot's disks and the volume's
+// writes go through the copy-before-write hook); the copy runs in the background at the
+// rebuild rate (SnapshotInfo.Ready, Copied). It is idempotent by name: the same name of the
+// same source returns the snapshot; another source, or a volume of that name, is
+// ErrAlreadyExists. An unknown source is ErrNotFound; no room is ErrNoSpace with nothing
+// allocated.
 func (p *Pool) CreateSnapshot(name, source string) (SnapshotInfo, error) {
-	return SnapshotInfo{}, errNotBuilt
+	if err := ValidateName(name); err != nil {
+		return SnapshotInfo{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return SnapshotInfo{}, ErrClosed
+	}
+	if p.byName[name] != nil {
+		return SnapshotInfo{}, fmt.Errorf("%w: %q is the name of a volume", ErrAlreadyExists, name)
+	}
+	src := p.byName[source]
+	if s := p.snaps[name]; s != nil {
+		if src == nil || s.srcUUID != src.uuid {
+			return SnapshotInfo{}, fmt.Errorf("%w: snapshot %q exists of another source (%s)", ErrAlreadyExists, name, p.nameOf(s.srcUUID))
+		}
+		return p.snapshotInfo(s), nil
+	}
+	if src == nil {
+		return SnapshotInfo{}, fmt.Errorf("%w: volume %q (the snapshot's source)", ErrNotFound, source)
+	}
+	if src.arr == nil {
+		return SnapshotInfo{}, fmt.Errorf("%w: volume %q is not assembled: %w", ErrFailedPrecondition, source, src.err)
+	}
+	v, err := p.createLocked(name, src.size, createSpec{snap: true, src: src, live: true, chunk: p.volumeChunk(src), nMembs: src.members})
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	return p.snapshotInfo(v), nil
 }
 
-// DeleteSnapshot deletes a snapshot; a missing one is not an error.
-func (p *Pool) DeleteSnapshot(name string) error { return errNotBuilt }
+// DeleteSnapshot deletes a snapshot and frees its extents; a missing one is not an error. A
+// snapshot being restored (the source of a volume whose copy runs) is ErrFailedPrecondition.
+// A snapshot whose own copy runs is deleted: the copy stops and its hook leaves the volume.
+func (p *Pool) DeleteSnapshot(name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	v := p.snaps[name]
+	if v == nil {
+		return nil
+	}
+	if t := p.copyFromLocked(v); t != nil {
+		return fmt.Errorf("%w: snapshot %q is the source of %s, whose copy is running (%d of %d bytes); delete it once that copy is done",
+			ErrFailedPrecondition, name, t.kindName(), t.copy.Copied(), t.size)
+	}
+	if err := p.deleteLocked(v); err != nil {
+		return fmt.Errorf("pool: delete snapshot %q: %w", name, err)
+	}
+	delete(p.snaps, name)
+	klog.InfoS("Snapshot deleted", "snapshot", name, "snapshotUUID", v.uuid)
+	return nil
+}
 
 // Snapshot describes one snapshot.
 func (p *Pool) Snapshot(name string) (SnapshotInfo, error) {
-	return SnapshotInfo{}, fmt.Errorf("%w: snapshot %q", ErrNotFound, name)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.snaps[name]
+	if v == nil {
+		return SnapshotInfo{}, fmt.Errorf("%w: snapshot %q", ErrNotFound, name)
+	}
+	return p.snapshotInfo(v), nil
 }
 
 // Snapshots lists every snapshot, sorted by name.
-func (p *Pool) Snapshots() []SnapshotInfo { return nil }
+func (p *Pool) Snapshots() []SnapshotInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]SnapshotInfo, 0, len(p.snaps))
+	for _, v := range p.snaps {
+		out = append(out, p.snapshotInfo(v))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (v *volume) kindName() string {
+	if v.snap {
+		return fmt.Sprintf("snapshot %q", v.name)
+	}
+	return fmt.Sprintf("volume %q", v.name)
+}
+
+// copying reports whether the copy into v has not finished.
+func (v *volume) copying() bool {
+	return v.flags&ExtentFlagCopying != 0 && v.flags&ExtentFlagCopyFailed == 0
+}
+
+// copied is the number of bytes the copy into v has done.
+func (v *volume) copied() uint64 {
+	switch {
+	case v.flags&ExtentFlagCopy == 0:
+		return 0
+	case !v.copying() && v.flags&ExtentFlagCopyFailed == 0:
+		if v.copySize != 0 {
+			return v.copySize
+		}
+		return v.size
+	case v.copy != nil:
+		return uint64(v.copy.Copied())
+	}
+	return 0
+}
+
+// nameOf names the volume or snapshot u, or gives its UUID if it is gone.
+func (p *Pool) nameOf(u UUID) string {
+	if v := p.volumes[u]; v != nil {
+		return v.name
+	}
+	return u.String()
+}
+
+// snapshotInfo describes a snapshot. Caller holds p.mu.
+func (p *Pool) snapshotInfo(v *volume) SnapshotInfo {
+	si := SnapshotInfo{Name: v.name, UUID: v.uuid, SourceUUID: v.srcUUID, Size: v.size, CutAt: v.cutAt,
+		Members: v.members, Copied: v.copied()}
+	if s := p.volumes[v.srcUUID]; s != nil {
+		si.Source = s.name
+	}
+	si.Ready = v.flags&(ExtentFlagCopying|ExtentFlagCopyFailed) == 0
+	si.Health, _ = p.health(v)
+	switch {
+	case v.flags&ExtentFlagCopyFailed != 0:
+		si.Health, si.Reason = Failed, "the copy from the source failed: the snapshot does not hold the volume's data"
+	case v.arr == nil && v.err != nil:
+		si.Reason = v.err.Error()
+	case v.copying() && v.copy == nil:
+		si.Health, si.Reason = Failed, "the copy from the source cannot run: the source is not assembled"
+	}
+	return si
+}
+
+// copySourceLocked resolves a volume's source. Caller holds p.mu.
+func (p *Pool) copySourceLocked(s Source) (*volume, error) {
+	var v *volume
+	if s.Snapshot != "" {
+		if v = p.snaps[s.Snapshot]; v == nil {
+			return nil, fmt.Errorf("%w: snapshot %q (the source)", ErrNotFound, s.Snapshot)
+		}
+		if v.flags&ExtentFlagCopyFailed != 0 {
+			return nil, fmt.Errorf("%w: snapshot %q failed: it does not hold its volume's data", ErrFailedPrecondition, s.Snapshot)
+		}
+		if v.copying() && v.copy == nil {
+			return nil, fmt.Errorf("%w: snapshot %q: its copy cannot run (its source is not assembled)", ErrFailedPrecondition, s.Snapshot)
+		}
+	} else if v = p.byName[s.Volume]; v == nil {
+		return nil, fmt.Errorf("%w: volume %q (the source)", ErrNotFound, s.Volume)
+	}
+	if v.arr == nil {
+		return nil, fmt.Errorf("%w: source %q is not assembled: %w", ErrFailedPrecondition, v.name, v.err)
+	}
+	return v, nil
+}
+
+// copyFromLocked returns a volume or snapshot whose copy from v is still running.
+func (p *Pool) copyFromLocked(v *volume) *volume {
+	for _, t := range p.volumes {
+		if t != v && t.copying() && t.srcUUID == v.uuid {
+			return t
+		}
+	}
+	return nil
+}
+
+// startCopyLocked writes v's copy record and makes the cut (live: the source's writes are
+// held while the hook goes in). Caller holds p.mu.
+func (p *Pool) startCopyLocked(v, src *volume, live bool) error {
+	c, err := raid10.NewCopy(raid10.CopyConfig{Source: src.arr, Target: v.arr, Size: int64(src.size), Live: live,
+		OnFail: p.onCopyFail(v), OnReady: p.onCopyReady(v)})
+	if err != nil {
+		return err
+	}
+	v.copy, v.cutAt = c, c.Record().CutAt
+	klog.InfoS("Copy cut", "target", v.name, "source", src.name, "live", live, "pause", c.Pause, "regionSize", c.Record().RegionSize)
+	return nil
+}
+
+// setFlags updates v's flags in the labels of its present disks. Caller holds p.mu.
+func (p *Pool) setFlags(v *volume, set, clear uint32) error {
+	var first error
+	for _, d := range p.disks {
+		if !d.present || d.label == nil {
+			continue
+		}
+		has := false
+		for _, x := range d.label.Extents {
+			has = has || x.Volume == v.uuid
+		}
+		if !has {
+			continue
+		}
+		if err := p.writeLabel(d, func(l *Label) {
+			for i := range l.Extents {
+				if l.Extents[i].Volume == v.uuid {
+					l.Extents[i].Flags = l.Extents[i].Flags&^clear | set
+				}
+			}
+		}); err != nil && first == nil {
+			first = err
+		}
+	}
+	v.flags = v.flags&^clear | set
+	for _, r := range v.roles {
+		if r != nil {
+			r.ext.Flags = r.ext.Flags&^clear | set
+		}
+	}
+	return first
+}
+
+// onCopyReady records a finished copy in the labels (the record already says ready).
+func (p *Pool) onCopyReady(v *volume) func() {
+	return func() {
+		go func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.closed || p.volumes[v.uuid] != v {
+				return
+			}
+			if err := p.setFlags(v, 0, ExtentFlagCopying); err != nil {
+				klog.ErrorS(err, "Recording a finished copy (the record says ready; Open records it again)", "name", v.name)
+			}
+			klog.InfoS("Copy ready", "target", v.name, "bytes", v.size)
+		}()
+	}
+}
+
+// onCopyFail records a failed copy in the labels before the source's writers go on.
+func (p *Pool) onCopyFail(v *volume) func(error) {
+	return func(err error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closed || p.volumes[v.uuid] != v {
+			return
+		}
+		if lerr := p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying); lerr != nil {
+			klog.ErrorS(lerr, "Recording a failed copy", "name", v.name)
+		}
+		klog.ErrorS(err, "Copy failed", "target", v.name, "source", p.nameOf(v.srcUUID))
+	}
+}
+
+// resumeCopies runs at Open, after every array is assembled and before any is served: for
+// each copy target it reads the record, and puts the hooks of a running copy back (the
+// source's copy-before-write hook, the target's hydrate hook) before starting the copiers.
+func (p *Pool) resumeCopies() {
+	var started []*raid10.Copy
+	for _, v := range p.volumes {
+		if v.flags&ExtentFlagCopy == 0 {
+			continue
+		}
+		for _, s := range p.volumes {
+			if s != v && [8]byte(s.uuid[:8]) == v.copySource {
+				v.srcUUID = s.uuid
+			}
+		}
+		if v.arr == nil {
+			if v.copying() {
+				// Its hook cannot go back in: the source may change under it from now on.
+				klog.ErrorS(v.err, "Copy target not assembled while its copy ran: marked failed", "name", v.name)
+				_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+			}
+			continue
+		}
+		rec, err := raid10.ReadCopyRecord(v.arr)
+		switch {
+		case errors.Is(err, raid10.ErrNoCopyRecord) && !v.copying():
+			continue // a grown copy target: the record went with the old tail
+		case err != nil:
+			klog.ErrorS(err, "Copy record unreadable", "name", v.name)
+			if v.copying() {
+				_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+			}
+			continue
+		}
+		v.srcUUID, v.cutAt, v.copySize = rec.Source, rec.CutAt, uint64(rec.Size)
+		switch rec.State {
+		case raid10.CopyReady:
+			if v.copying() {
+				_ = p.setFlags(v, 0, ExtentFlagCopying)
+			}
+			continue
+		case raid10.CopyFailed:
+			if v.flags&ExtentFlagCopyFailed == 0 {
+				_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+			}
+		}
+		if !v.copying() {
+			if v.flags&ExtentFlagCopyFailed != 0 && !v.snap {
+				// A volume that does not hold its source's data is not served.
+				_ = v.arr.Close()
+				v.arr, v.err = nil, fmt.Errorf("%w: the copy from its source failed; the volume does not hold the source's data", ErrFailedPrecondition)
+			}
+			continue
+		}
+		src := p.volumes[rec.Source]
+		if src == nil || src.arr == nil {
+			klog.ErrorS(nil, "Copy cannot resume: its source is not assembled", "name", v.name, "source", rec.Source)
+			if !v.snap {
+				_ = v.arr.Close()
+				v.arr, v.err = nil, fmt.Errorf("%w: its copy from %s cannot resume: the source is not assembled", ErrFailedPrecondition, rec.Source)
+			}
+			continue
+		}
+		c, err := raid10.ResumeCopy(raid10.CopyConfig{Source: src.arr, Target: v.arr, OnFail: p.onCopyFail(v), OnReady: p.onCopyReady(v)})
+		if err != nil {
+			klog.ErrorS(err, "Copy cannot resume: marked failed", "name", v.name)
+			_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+			continue
+		}
+		v.copy = c
+		started = append(started, c)
+		klog.InfoS("Copy resumed", "target", v.name, "source", src.name, "copied", c.Copied(), "of", rec.Size)
+	}
+	for _, c := range started {
+		c.Start()
+	}
+}
+
+// stopCopies stops every copier (Close); the records keep their progress.
+func (p *Pool) stopCopies() {
+	for _, v := range p.volumes {
+		if v.copy != nil {
+			v.copy.Stop()
+		}
+	}
+}
+
+// sourceInfo is the Source of a volume filled from one. Caller holds p.mu.
+func (p *Pool) sourceInfo(v *volume) *Source {
+	if v.flags&ExtentFlagCopy == 0 {
+		return nil
+	}
+	s := p.volumes[v.srcUUID]
+	switch {
+	case s == nil:
+		return nil
+	case s.snap:
+		return &Source{Snapshot: s.name}
+	}
+	return &Source{Volume: s.name}
+}

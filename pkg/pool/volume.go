@@ -31,6 +31,19 @@ const (
 	// ExtentFlagCreating marks the extents of a volume whose create has not returned yet;
 	// Open rolls such a volume back (the caller never saw it; a retry creates it again).
 	ExtentFlagCreating = 2
+	// ExtentFlagSnapshot marks the extents of a snapshot: an array of the pool that is not a
+	// volume (never served; listed by Snapshots).
+	ExtentFlagSnapshot = 4
+	// ExtentFlagCopy marks a copy target (a snapshot, or a volume created from a source):
+	// its array is CopyRecordSize bytes longer than VolumeSize, and that tail holds the copy
+	// record (docs/on-disk-format.md, "Copy record").
+	ExtentFlagCopy = 8
+	// ExtentFlagCopying: the copy into the target has not finished (the record says how far
+	// it got); Open puts the copy hooks back before anything is served.
+	ExtentFlagCopying = 16
+	// ExtentFlagCopyFailed: the copy into the target failed; it does not hold its source's
+	// data (a snapshot reads Failed, a volume is not assembled).
+	ExtentFlagCopyFailed = 32
 )
 
 // role is one member slot of a volume.
@@ -51,6 +64,15 @@ type volume struct {
 	roles   []*role       // by slot; nil when the role's disk is not present or not usable
 	arr     *raid10.Array // nil when the volume could not be assembled
 	err     error         // why arr is nil
+
+	// Snapshots and copies (snapshot.go).
+	snap       bool         // a snapshot, not a volume
+	flags      uint32       // the set's persistent extent flags (ExtentFlagSnapshot...)
+	copySource [8]byte      // ExtentEntry.CopySource
+	copy       *raid10.Copy // the copy into this array, while it runs (and after, until reopened)
+	srcUUID    UUID         // the copy's source
+	copySize   uint64       // bytes the copy fills (the source's size; 0: v.size)
+	cutAt      time.Time    // the copy's cut
 }
 
 // Chunk size limits of CreateOptions.ChunkSize (the StorageClass parameter chunkSize).
@@ -70,6 +92,15 @@ type CreateOptions struct {
 	// Source, when set, fills the new volume from a snapshot (restore) or from another
 	// volume (clone, as of the create); nil: an empty volume.
 	Source *Source
+}
+
+// createSpec is what createLocked makes besides a plain volume.
+type createSpec struct {
+	snap   bool
+	src    *volume // copy source (nil: an empty volume)
+	live   bool    // cut src while served (a snapshot or a clone of a volume)
+	chunk  uint64
+	nMembs int
 }
 
 // checkChunkSize validates CreateOptions.ChunkSize (0 passes: the pool's default).
@@ -149,6 +180,10 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 	if err := checkChunkSize(opts.ChunkSize); err != nil {
 		return VolumeInfo{}, err
 	}
+	if s := opts.Source; s != nil && (s.Snapshot == "") == (s.Volume == "") {
+		return VolumeInfo{}, fmt.Errorf("%w: volume %q: a source names exactly one snapshot or one volume (snapshot %q, volume %q)",
+			ErrInvalidArgument, name, s.Snapshot, s.Volume)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -158,6 +193,15 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 	if opts.ChunkSize != 0 {
 		chunk = uint64(opts.ChunkSize)
 	}
+	if p.snaps[name] != nil {
+		return VolumeInfo{}, fmt.Errorf("%w: %q is the name of a snapshot", ErrAlreadyExists, name)
+	}
+	var src *volume
+	if s := opts.Source; s != nil {
+		if src, err = p.copySourceLocked(*s); err != nil {
+			return VolumeInfo{}, fmt.Errorf("volume %q: %w", name, err)
+		}
+	}
 	if v := p.byName[name]; v != nil {
 		if v.size != size {
 			return VolumeInfo{}, fmt.Errorf("%w: volume %q has size %d, requested %d", ErrAlreadyExists, name, v.size, size)
@@ -165,42 +209,88 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 		if have := p.volumeChunk(v); opts.ChunkSize != 0 && v.arr != nil && have != chunk {
 			return VolumeInfo{}, fmt.Errorf("%w: volume %q has chunk size %d, requested %d", ErrAlreadyExists, name, have, chunk)
 		}
+		if want := sourceUUID(src); v.srcUUID != want {
+			return VolumeInfo{}, fmt.Errorf("%w: volume %q exists with another source", ErrAlreadyExists, name)
+		}
 		return p.volumeInfo(v), nil
 	}
+	if src != nil && size < src.size {
+		return VolumeInfo{}, fmt.Errorf("%w: volume %q of %d bytes is smaller than its source %q (%d bytes)", ErrInvalidArgument, name, size, src.name, src.size)
+	}
+	n := opts.Members
+	if n != 0 && (n < 2 || n > raid10.MaxMembers) {
+		return VolumeInfo{}, fmt.Errorf("%w: members %d: must be from 2 to %d", ErrInvalidArgument, n, raid10.MaxMembers)
+	}
+	spec := createSpec{src: src, live: src != nil && !src.snap, chunk: chunk, nMembs: n}
+	v, err := p.createLocked(name, size, spec)
+	if err != nil {
+		return VolumeInfo{}, err
+	}
+	return p.volumeInfo(v), nil
+}
+
+func sourceUUID(src *volume) UUID {
+	if src == nil {
+		return UUID{}
+	}
+	return src.uuid
+}
+
+// createLocked allocates and creates the array of a volume or snapshot; with a source,
+// the copy's cut is made before the creating flags are cleared. Caller holds p.mu.
+//
+// Durability order: the extents are zeroed and the engine writes its superblocks into them
+// first (free space, harmless if the process dies here), then each member disk's label gets
+// the extent flagged creating, then (a copy) the copy record is written and the cut made,
+// then the flags are cleared; only then does it return. Open rolls back a volume that
+// still has a creating extent anywhere.
+func (p *Pool) createLocked(name string, size uint64, spec createSpec) (*volume, error) {
 	var cands []*disk
 	for _, d := range p.disks {
 		if d.usable() {
 			cands = append(cands, d)
 		}
 	}
-	n := opts.Members
-	switch {
-	case n == 0:
+	n := spec.nMembs
+	if n == 0 {
 		n = len(cands)
-	case n < 2 || n > raid10.MaxMembers:
-		return VolumeInfo{}, fmt.Errorf("%w: members %d: must be from 2 to %d", ErrInvalidArgument, n, raid10.MaxMembers)
+	}
+	what := "volume"
+	if spec.snap {
+		what = "snapshot"
 	}
 	if n < 2 || n > len(cands) {
-		return VolumeInfo{}, fmt.Errorf("%w: a volume over %d members needs that many healthy disks, the pool has %d",
-			ErrNoSpace, max(n, 2), len(cands))
+		return nil, fmt.Errorf("%w: a %s over %d members needs that many healthy disks, the pool has %d",
+			ErrNoSpace, what, max(n, 2), len(cands))
 	}
+	chunk := spec.chunk
 	// Prefer the disks with the largest free range (ties: configuration order).
 	sort.SliceStable(cands, func(i, j int) bool { return largestFree(cands[i].label) > largestFree(cands[j].label) })
 	cands = cands[:n]
-	ext := p.extentLen(size, n, chunk)
-	v := &volume{uuid: NewUUID(), name: name, size: size, members: n, roles: make([]*role, n), epoch: 1}
+	arrSize := size
+	v := &volume{uuid: NewUUID(), name: name, size: size, members: n, roles: make([]*role, n), epoch: 1, snap: spec.snap}
+	if spec.snap {
+		v.flags |= ExtentFlagSnapshot
+	}
+	if spec.src != nil {
+		arrSize += raid10.CopyRecordSize
+		v.flags |= ExtentFlagCopy | ExtentFlagCopying
+		copy(v.copySource[:], spec.src.uuid[:8])
+		v.srcUUID, v.copySize = spec.src.uuid, spec.src.size
+	}
+	ext := p.extentLen(arrSize, n, chunk)
 	for _, d := range cands {
 		v.disks = append(v.disks, d.uuid)
 	}
 	for i, d := range cands {
 		off, ok := allocate(d.label, ext, p.cfg.Allocation)
 		if !ok {
-			return VolumeInfo{}, fmt.Errorf("%w: volume %q of %d bytes needs %d bytes on each of %d disks; disk %s has at most %d free in one range (largest creatable volume: %d bytes)",
-				ErrNoSpace, name, size, ext, n, d.path, largestFree(d.label), p.capacityLocked().LargestVolume)
+			return nil, fmt.Errorf("%w: %s %q of %d bytes needs %d bytes on each of %d disks; disk %s has at most %d free in one range (largest creatable volume: %d bytes)",
+				ErrNoSpace, what, name, size, ext, n, d.path, largestFree(d.label), p.capacityLocked().LargestVolume)
 		}
 		em, err := raid10.NewExtentMember(d.base, int64(off), int64(ext))
 		if err != nil {
-			return VolumeInfo{}, fmt.Errorf("pool: extent on %s: %w", d.path, err)
+			return nil, fmt.Errorf("pool: extent on %s: %w", d.path, err)
 		}
 		var m raid10.Member = em
 		if p.wrapMember != nil {
@@ -209,6 +299,7 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 		v.roles[i] = &role{disk: d, member: m, ext: ExtentEntry{
 			Volume: v.uuid, Offset: off, Length: ext, VolumeSize: size, Epoch: 1,
 			Role: uint16(i), Members: uint16(n), Name: name, MemberDisks: v.disks,
+			Flags: v.flags, CopySource: v.copySource,
 		}}
 	}
 	// Fresh extents must read back equal on both copies to skip the initial resync: zero
@@ -222,26 +313,39 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 			continue
 		}
 		if err := r.member.WriteZeroes(0, int64(ext)); err != nil {
-			return VolumeInfo{}, fmt.Errorf("pool: zero extent on %s: %w", r.disk.path, err)
+			return nil, fmt.Errorf("pool: zero extent on %s: %w", r.disk.path, err)
 		}
 	}
 	arr, err := raid10.Create(members, raid10.CreateOptions{
 		Options: p.engineOptions(), UUID: v.uuid, ChunkSize: int64(chunk),
-		Size: int64(size), AssumeClean: assumeClean,
+		Size: int64(arrSize), AssumeClean: assumeClean,
 	})
 	if err != nil {
-		return VolumeInfo{}, fmt.Errorf("pool: create volume %q: %w", name, err)
+		return nil, fmt.Errorf("pool: create %s %q: %w", what, name, err)
 	}
 	v.arr = arr
+	if spec.src != nil {
+		if err := arr.Reserve(raid10.CopyRecordSize); err != nil {
+			_ = arr.Close()
+			return nil, fmt.Errorf("pool: create %s %q: %w", what, name, err)
+		}
+		if !assumeClean && size > spec.src.size {
+			// The tail past the source reads zero.
+			if err := arr.WriteZeroes(int64(spec.src.size), int64(size-spec.src.size)); err != nil {
+				_ = arr.Close()
+				return nil, fmt.Errorf("pool: create %s %q: zero the tail: %w", what, name, err)
+			}
+		}
+	}
 	if err := p.fail("create.engine"); err != nil {
 		_ = arr.Close()
-		return VolumeInfo{}, err
+		return nil, err
 	}
 	for i, r := range v.roles {
 		if i == 1 {
 			if err := p.fail("create.first-label"); err != nil {
 				_ = arr.Close()
-				return VolumeInfo{}, err
+				return nil, err
 			}
 		}
 		x := r.ext
@@ -252,13 +356,28 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 				_ = p.writeLabel(w.disk, func(l *Label) { l.Extents = removeVolume(l.Extents, v.uuid) })
 			}
 			_ = arr.Close()
-			return VolumeInfo{}, fmt.Errorf("pool: create volume %q: %w", name, err)
+			return nil, fmt.Errorf("pool: create %s %q: %w", what, name, err)
+		}
+	}
+	if spec.src != nil {
+		if err := p.startCopyLocked(v, spec.src, spec.live); err != nil {
+			_ = arr.Close()
+			_ = p.finishDelete(v.uuid)
+			return nil, fmt.Errorf("pool: create %s %q from %q: %w", what, name, spec.src.name, err)
+		}
+		if err := p.fail("create.cut"); err != nil {
+			v.copy.Stop()
+			_ = arr.Close()
+			return nil, err
 		}
 	}
 	for i, r := range v.roles {
 		if err := p.fail(fmt.Sprintf("create.clear-flag-%d", i)); err != nil {
+			if v.copy != nil {
+				v.copy.Stop()
+			}
 			_ = arr.Close()
-			return VolumeInfo{}, err
+			return nil, err
 		}
 		if err := p.writeLabel(r.disk, func(l *Label) {
 			for i := range l.Extents {
@@ -267,14 +386,31 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 				}
 			}
 		}); err != nil {
+			if v.copy != nil {
+				v.copy.Stop()
+			}
 			_ = arr.Close()
 			_ = p.finishDelete(v.uuid)
-			return VolumeInfo{}, fmt.Errorf("pool: create volume %q: %w", name, err)
+			return nil, fmt.Errorf("pool: create %s %q: %w", what, name, err)
 		}
 	}
-	p.volumes[v.uuid], p.byName[name] = v, v
-	klog.InfoS("Volume created", "volume", name, "volumeUUID", v.uuid, "size", size, "members", n, "chunkSize", chunk, "extent", ext)
-	return p.volumeInfo(v), nil
+	p.volumes[v.uuid] = v
+	if v.snap {
+		p.snaps[name] = v
+	} else {
+		p.byName[name] = v
+	}
+	if v.copy != nil {
+		v.copy.Start()
+	}
+	klog.InfoS("Created", "kind", what, "name", name, "uuid", v.uuid, "size", size, "members", n, "chunkSize", chunk, "extent", ext,
+		"source", func() string {
+			if spec.src != nil {
+				return spec.src.name
+			}
+			return ""
+		}())
+	return v, nil
 }
 
 func removeVolume(xs []ExtentEntry, u UUID) []ExtentEntry {
@@ -303,21 +439,66 @@ func (p *Pool) DeleteVolume(name string) error {
 	if v == nil {
 		return nil
 	}
-	if v.arr != nil {
-		if err := v.arr.Close(); err != nil {
-			klog.ErrorS(err, "Closing volume before delete", "volume", name)
-		}
-		v.arr = nil
+	if t := p.copyFromLocked(v); t != nil {
+		return fmt.Errorf("%w: volume %q is the source of %s, whose copy is running (%d of %d bytes); delete it once that copy is done, or delete that first",
+			ErrFailedPrecondition, name, t.kindName(), t.copy.Copied(), t.size)
 	}
-	if err := p.finishDelete(v.uuid); err != nil {
+	if err := p.deleteLocked(v); err != nil {
 		return fmt.Errorf("pool: delete volume %q: %w", name, err)
 	}
-	delete(p.volumes, v.uuid)
 	delete(p.byName, name)
 	delete(p.scrubs, v.uuid) // a running pass ends with the array's ErrClosed
 	delete(p.restored, v.uuid)
 	delete(p.lastWindow, v.uuid)
 	klog.InfoS("Volume deleted", "volume", name, "volumeUUID", v.uuid)
+	return nil
+}
+
+// deleteLocked deletes a volume or snapshot: its extents are marked deleting first (a
+// copy into it that stops now can never be resumed from a source that went on changing),
+// then the copy into it stops (its hooks go), the array closes, and the extents are
+// discarded and removed. Caller holds p.mu.
+func (p *Pool) deleteLocked(v *volume) error {
+	if v.copy != nil {
+		if err := p.markDeleting(v.uuid); err != nil {
+			return err
+		}
+		v.copy.Stop()
+	}
+	if v.arr != nil {
+		if err := v.arr.Close(); err != nil {
+			klog.ErrorS(err, "Closing array before delete", "name", v.name)
+		}
+		v.arr = nil
+	}
+	if err := p.finishDelete(v.uuid); err != nil {
+		return err
+	}
+	delete(p.volumes, v.uuid)
+	return nil
+}
+
+// markDeleting flags every extent of u on the present disks deleting.
+func (p *Pool) markDeleting(u UUID) error {
+	for _, d := range p.disks {
+		if !d.present || d.label == nil {
+			continue
+		}
+		for _, x := range d.label.Extents {
+			if x.Volume == u {
+				if err := p.writeLabel(d, func(l *Label) {
+					for i := range l.Extents {
+						if l.Extents[i].Volume == u {
+							l.Extents[i].Flags |= ExtentFlagDeleting
+						}
+					}
+				}); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
 	return nil
 }
 
@@ -402,7 +583,19 @@ func (p *Pool) ExpandVolume(name string, newSize uint64) (VolumeInfo, error) {
 	if h := p.memberHealth(v); h != Healthy {
 		return VolumeInfo{}, fmt.Errorf("%w: volume %q is %s; expand it once it is Healthy", ErrDegraded, name, h)
 	}
-	ext := p.extentLen(newSize, v.members, p.volumeChunk(v))
+	if v.copying() {
+		return VolumeInfo{}, fmt.Errorf("%w: volume %q is still being copied from its source (%d of %d bytes); expand it once hydrated",
+			ErrFailedPrecondition, name, v.copied(), v.size)
+	}
+	if t := p.copyFromLocked(v); t != nil {
+		return VolumeInfo{}, fmt.Errorf("%w: volume %q is the source of %s, whose copy is running; expand it once that copy is done",
+			ErrFailedPrecondition, name, t.kindName())
+	}
+	arrSize := newSize
+	if v.flags&ExtentFlagCopy != 0 {
+		arrSize += raid10.CopyRecordSize
+	}
+	ext := p.extentLen(arrSize, v.members, p.volumeChunk(v))
 	for _, r := range v.roles {
 		if ext <= r.ext.Length {
 			continue
