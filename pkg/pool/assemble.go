@@ -136,9 +136,9 @@ func (p *Pool) assemble(v *volume) {
 	}
 	if v.flags&ExtentFlagCopy != 0 {
 		// The copy record's tail is not part of the volume.
-		if err := arr.Reserve(arr.Size() - int64(v.size)); err != nil || arr.Size() != int64(v.size) {
+		if n := arr.Size() - int64(v.size); n < raid10.CopyRecordSize || arr.Reserve(n) != nil {
 			_ = arr.Close()
-			v.err = fmt.Errorf("pool: %q: array of %d bytes for a copy target of %d: %v", v.name, arr.Size(), v.size, err)
+			v.err = fmt.Errorf("%w: %q: array of %d bytes for a copy target of %d", ErrFailedPrecondition, v.name, arr.Size(), v.size)
 			return
 		}
 	}

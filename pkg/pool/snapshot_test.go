@@ -343,4 +343,3 @@ func TestSnapshotCreateCrash(t *testing.T) {
 		})
 	}
 }
-

@@ -86,7 +86,7 @@ func (s CopyState) String() string {
 	return fmt.Sprintf("state-%d", uint32(s))
 }
 
-// ErrNoCopyRecord: the target's reserved tail holds no copy record.
+// ErrNoCopyRecord is returned when the target's reserved tail holds no copy record.
 var ErrNoCopyRecord = errors.New("raid10: no copy record")
 
 // ErrCopyFailed is returned by target I/O into a region a failed copy did
