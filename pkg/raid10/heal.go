@@ -235,10 +235,12 @@ func (a *Array) mediaError(s *slot, r *memberRef) bool {
 	if r.timedOut.Load() {
 		return false
 	}
-	b := getBounce(sbSize)
-	defer putBounce(b)
+	// Not from the bounce pools: an abandoned probe (deadline.go) may
+	// still read into it after this returns, and a pooled buffer would by
+	// then carry another request's data.
+	b := AlignedBuffer(sbSize)
 	a.metaMu.Lock() // no superblock write races the probe
-	err := a.metaIO(r, func() error { _, err := r.m.ReadAt((*b)[:sbSize], sbCopyA); return err })
+	err := a.metaIO(r, func() error { _, err := r.m.ReadAt(b, sbCopyA); return err })
 	a.metaMu.Unlock()
 	if err != nil {
 		klog.ErrorS(err, "raid10: member fails as a whole after read errors", "member", s.idx)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -20,11 +21,14 @@ import (
 // injected at any moment, during resync, recovery, scrub, grow and flushes
 // as well as between them, and never waited out first. After every read,
 // at the end of every round and after reassembly (after a crash with torn
-// writes in half the rounds): every read returns the last acknowledged data
-// (after a crash: the data at the last flush or a value written since), or
-// EIO for a block that has no good copy: one whose copy was made unreadable
-// by an injected fault, or that a failed write left undefined. Wrong data
-// fails the test at once. The counts are logged.
+// writes in half the rounds, a member broken or not): every read returns
+// the last acknowledged data (after a crash: the data at the last flush or
+// a value written since, or anything where a discard came after the last
+// flush that covered a write), or EIO for a block that has no good copy:
+// one whose copy was made unreadable by an injected fault, or that a
+// failed write left undefined. Wrong data fails the test at once, with the
+// block's history and what each copy held before reassembly. The counts
+// are logged.
 //
 // `make test` runs the fixed seed set; RAID10_SOAK=<duration> (make soak)
 // runs random seeds for that long; RAID10_SEED=<seed> replays one round.
@@ -43,17 +47,18 @@ const (
 )
 
 type matrixTotals struct {
-	crashBroken bool // crash rounds with a broken member too (soak, replay)
-	mu          sync.Mutex
-	rounds      int
-	steps       int
-	ops         int64
-	faults      map[string]map[string]int // kind -> phase -> count
-	eioRead     int64                     // blocks that failed a read during the rounds
-	eioEnd      int64                     // blocks that read as EIO after reassembly
-	lostRep     int64                     // lost blocks the engine reported at the end
-	wrong       int64                     // must stay 0
-	timeouts    uint64
+	mu            sync.Mutex
+	rounds        int
+	steps         int
+	ops           int64
+	faults        map[string]map[string]int // kind -> phase -> count
+	eioRead       int64                     // blocks that failed a read during the rounds
+	eioEnd        int64                     // blocks that read as EIO after reassembly
+	lostRep       int64                     // lost blocks the engine reported at the end
+	wrong         int64                     // must stay 0
+	timeouts      uint64
+	crashBroken   int   // crash rounds with a member broken at the crash
+	discardsAfter int64 // blocks that held what a discard left after a crash
 }
 
 func (m *matrixTotals) fault(kind, phase string) {
@@ -66,8 +71,7 @@ func (m *matrixTotals) fault(kind, phase string) {
 }
 
 func TestFaultMatrix(t *testing.T) {
-	tot := &matrixTotals{faults: map[string]map[string]int{},
-		crashBroken: os.Getenv("RAID10_SEED") != "" || os.Getenv("RAID10_SOAK") != ""}
+	tot := &matrixTotals{faults: map[string]map[string]int{}}
 	var seeds []uint64
 	switch {
 	case os.Getenv("RAID10_SEED") != "":
@@ -114,8 +118,8 @@ func TestFaultMatrix(t *testing.T) {
 			fmt.Fprintf(&b, " %s=%d", p, tot.faults[k][p])
 		}
 	}
-	t.Logf("fault matrix: %d rounds, %d steps, %d I/O ops, %d member timeouts; EIO blocks during rounds %d, after reassembly %d (engine reported %d lost); wrong data %d\nfaults by kind and phase:%s",
-		tot.rounds, tot.steps, tot.ops, tot.timeouts, tot.eioRead, tot.eioEnd, tot.lostRep, tot.wrong, b.String())
+	t.Logf("fault matrix: %d rounds, %d steps, %d I/O ops, %d member timeouts; EIO blocks during rounds %d, after reassembly %d (engine reported %d lost); wrong data %d; crashes with a member broken %d; blocks holding a discard's leftover after a crash %d\nfaults by kind and phase:%s",
+		tot.rounds, tot.steps, tot.ops, tot.timeouts, tot.eioRead, tot.eioEnd, tot.lostRep, tot.wrong, tot.crashBroken, tot.discardsAfter, b.String())
 	if tot.wrong != 0 {
 		t.Fatalf("%d reads returned wrong data", tot.wrong)
 	}
@@ -127,6 +131,74 @@ type mblock struct {
 	durable []byte   // value at the last flush that covered it (crash rounds)
 	since   [][]byte // values written since (acknowledged or not)
 	indet   bool     // a failed write or a discard: any value, or EIO
+	// discarded: a discard since the last flush or FUA write that
+	// covered a later write: after a crash the block may hold whatever
+	// the discard left (it may have reached the medium, the writes after
+	// it not).
+	discarded bool
+	// For the report of a wrong block: a hash of every value written
+	// (in order), and the positions of the acknowledged and durable ones
+	// in it (-1: zeroes, before any write).
+	hist           []uint64
+	curIdx, durIdx int
+}
+
+func blockHash(p []byte) uint64 {
+	if p == nil || isZero(p) {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write(p)
+	return h.Sum64() | 1
+}
+
+// explain says which write of the block's history p holds.
+func (b *mblock) explain(p []byte) string {
+	h := blockHash(p)
+	if h == 0 {
+		return fmt.Sprintf("zeroes (acked #%d, durable #%d of %d)", b.curIdx, b.durIdx, len(b.hist))
+	}
+	for i := len(b.hist) - 1; i >= 0; i-- {
+		if b.hist[i] == h {
+			return fmt.Sprintf("write #%d (acked #%d, durable #%d of %d)", i, b.curIdx, b.durIdx, len(b.hist))
+		}
+	}
+	return fmt.Sprintf("never written (acked #%d, durable #%d of %d)", b.curIdx, b.durIdx, len(b.hist))
+}
+
+// issue records a write of v (nil: zeroes) about to be made.
+func (b *mblock) issue(v []byte) {
+	b.since = append(b.since, v)
+	b.hist = append(b.hist, blockHash(v))
+}
+
+// done records the outcome of the write issue recorded last and reports
+// whether it was acknowledged.
+func (b *mblock) done(v []byte, err error, fua bool) bool {
+	if err != nil {
+		b.indet = true
+		return false
+	}
+	b.cur, b.indet = v, false
+	b.curIdx = len(b.hist) - 1
+	if fua {
+		b.durable, b.since, b.discarded = v, b.since[:0], false
+		b.durIdx = b.curIdx
+	}
+	return true
+}
+
+// discard records a discard: the contents are unspecified from now on,
+// and after a crash until a flush covers a later write.
+func (b *mblock) discard() { b.indet, b.discarded = true, true }
+
+// flushed records a successful flush after the block was acknowledged
+// holding snap.
+func (b *mblock) flushed(snap []byte) {
+	if !b.indet && bytes.Equal(b.cur, snap) {
+		b.durable, b.since, b.discarded = snap, b.since[:0], false
+		b.durIdx = b.curIdx
+	}
 }
 
 func (b *mblock) matches(p []byte, crashed bool) bool {
@@ -142,7 +214,7 @@ func (b *mblock) matches(p []byte, crashed bool) bool {
 	if !crashed {
 		return eq(b.cur)
 	}
-	if eq(b.durable) {
+	if eq(b.durable) || b.discarded {
 		return true
 	}
 	for _, v := range b.since {
@@ -208,6 +280,9 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	}
 	geo := a.geo
 	model := make([]mblock, maxSize/BlockSize)
+	for i := range model {
+		model[i].curIdx, model[i].durIdx = -1, -1
+	}
 	var poisonMu sync.Mutex
 	poison := map[int64]bool{} // array blocks a fault may have left without a good copy
 	poisonMember := func(d int, off, length int64) {
@@ -254,7 +329,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 					fillRand(wrng, p)
 					fua := wrng.IntN(6) == 0
 					for i := int64(0); i < l; i++ {
-						model[b+i].since = append(model[b+i].since, p[i*BlockSize:(i+1)*BlockSize])
+						model[b+i].issue(p[i*BlockSize : (i+1)*BlockSize])
 					}
 					var err error
 					if fua {
@@ -263,17 +338,9 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 						_, err = a.WriteAt(p, b*BlockSize)
 					}
 					for i := int64(0); i < l; i++ {
-						m := &model[b+i]
-						v := p[i*BlockSize : (i+1)*BlockSize]
-						if err != nil {
-							m.indet = true
-							continue
+						if model[b+i].done(p[i*BlockSize:(i+1)*BlockSize], err, fua) {
+							touched = append(touched, b+i)
 						}
-						m.cur, m.indet = v, false
-						if fua {
-							m.durable, m.since = v, m.since[:0]
-						}
-						touched = append(touched, b+i)
 					}
 				case op < 16: // read and check
 					p := make([]byte, l*BlockSize)
@@ -319,28 +386,24 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 					flushing.Add(-1)
 					if err == nil {
 						for i, x := range touched {
-							if !model[x].indet && bytes.Equal(model[x].cur, snap[i]) {
-								model[x].durable, model[x].since = snap[i], model[x].since[:0]
-							}
+							model[x].flushed(snap[i])
 						}
 						touched = touched[:0]
 					}
 				case op < 19: // write zeroes
+					for i := int64(0); i < l; i++ {
+						model[b+i].issue(nil)
+					}
 					err := a.WriteZeroes(b*BlockSize, l*BlockSize)
 					for i := int64(0); i < l; i++ {
-						m := &model[b+i]
-						m.since = append(m.since, nil)
-						if err != nil {
-							m.indet = true
-							continue
+						if model[b+i].done(nil, err, false) {
+							touched = append(touched, b+i)
 						}
-						m.cur, m.indet = nil, false
-						touched = append(touched, b+i)
 					}
 				default: // discard: contents unspecified
 					_ = a.Discard(b*BlockSize, l*BlockSize)
 					for i := int64(0); i < l; i++ {
-						model[b+i].indet = true
+						model[b+i].discard()
 					}
 				}
 				ops.Add(1)
@@ -500,16 +563,27 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 		}
 	}
 	crashed := volatile && rng.IntN(2) == 0
-	if crashed && a.anyBroken() && !tot.crashBroken {
-		// Open finding (see the package's limitations): a crash while a
-		// member is broken (failed, but no superblock could record it)
-		// has, in about 1 round in 20, left a block with a value that
-		// was never written there after reassembly. The fixed set of
-		// `make test` closes such rounds cleanly; the soak
-		// (RAID10_SOAK) and a replayed seed (RAID10_SEED) still crash
-		// them.
-		t.Logf("crash skipped: a member is broken (the fixed set does not crash those rounds)")
-		crashed = false
+	brokenAtCrash := a.anyBroken()
+	var atEnd []string // the slots as the round left them, for the report
+	for _, s := range a.slots {
+		r := s.ref.Load()
+		d := fmt.Sprintf("slot %d: %v", s.idx, MemberState(s.state.Load()))
+		if s.broken.Load() {
+			d += " broken"
+		}
+		if r != nil {
+			d += fmt.Sprintf(" timedOut %v bad %v", r.timedOut.Load(), r.bad.Load().ranges())
+		}
+		atEnd = append(atEnd, d)
+	}
+	if crashed && brokenAtCrash {
+		// A member failed but no superblock could record it (most
+		// crash rounds end so: a member past its deadline that holds a
+		// last copy stays broken).
+		t.Logf("crash with a member broken: %s", strings.Join(atEnd, "; "))
+		tot.mu.Lock()
+		tot.crashBroken++
+		tot.mu.Unlock()
 	}
 	if crashed {
 		tot.fault(fkCrash, phase(false))
@@ -549,6 +623,34 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	for k, p := range rng.Perm(n) {
 		ms2[k] = fs[p]
 	}
+	// What reassembly starts from, for the report of a wrong block.
+	image := make([][]byte, n) // by slot
+	var sbs []string
+	for _, f := range fs {
+		sb, err := readSuperblock(f)
+		if err != nil {
+			continue
+		}
+		buf := make([]byte, f.Size())
+		if _, err := f.ReadAt(buf, 0); err == nil && int(sb.role) < n {
+			image[sb.role] = buf
+		}
+		sbs = append(sbs, fmt.Sprintf("slot %d: events %d clean %v recovery %d slots %v bad %v", sb.role, sb.events, sb.clean, int64(sb.recoveryOff), sb.slots[:n], sb.bad))
+	}
+	copiesOf := func(blk int64) string {
+		c, within := blk*BlockSize>>geo.chunkShift, blk*BlockSize&(geo.chunk-1)
+		d0, d1, o0, o1 := geo.mapChunk(c)
+		var out []string
+		for k, d := range []int{d0, d1} {
+			o := []int64{o0, o1}[k] + within
+			if image[d] == nil || o+BlockSize > int64(len(image[d])) {
+				out = append(out, fmt.Sprintf("slot %d: no image", d))
+				continue
+			}
+			out = append(out, fmt.Sprintf("slot %d (member block %d): %s", d, o/BlockSize, model[blk].explain(image[d][o:o+BlockSize])))
+		}
+		return strings.Join(out, "; ")
+	}
 	for _, f := range fs {
 		f.SetVolatile(false)
 	}
@@ -570,7 +672,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	if st.State == ArrayFailed {
 		t.Fatalf("failed after reassembly: %+v", st)
 	}
-	var eioEnd int64
+	var eioEnd, discardsAfter int64
 	p := make([]byte, BlockSize)
 	for blk := int64(0); blk < b.Size()/BlockSize; blk++ {
 		_, err := b.ReadAt(p, blk*BlockSize)
@@ -581,9 +683,17 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 			eioEnd++
 			continue
 		}
+		if crashed && model[blk].discarded {
+			m := model[blk]
+			m.discarded = false
+			if !m.matches(p, crashed) {
+				discardsAfter++ // allowed: see TestCrashModelDiscard
+			}
+		}
 		if !model[blk].matches(p, crashed) {
 			wrong.Add(1)
-			t.Errorf("block %d after reassembly (crash %v): wrong data", blk, crashed)
+			t.Errorf("block %d after reassembly (crash %v): wrong data: it holds %s; the copies before reassembly: %s\nslots at the end of the round: %s\nsuperblocks: %s",
+				blk, crashed, model[blk].explain(p), copiesOf(blk), strings.Join(atEnd, "; "), strings.Join(sbs, "; "))
 		}
 	}
 	if st.LostBlocks != eioEnd {
@@ -592,6 +702,21 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	res, err := b.Check(wctx)
 	if err != nil || res.Mismatches != 0 {
 		t.Errorf("check after reassembly: %+v %v", res, err)
+		// Which blocks, and what each copy holds.
+		q := make([]byte, BlockSize)
+		for blk := int64(0); blk < b.Size()/BlockSize; blk++ {
+			c, within := blk*BlockSize>>geo.chunkShift, blk*BlockSize&(geo.chunk-1)
+			d0, d1, o0, o1 := b.geo.mapChunk(c)
+			r0, r1 := b.slots[d0].ref.Load(), b.slots[d1].ref.Load()
+			if _, err := r0.m.ReadAt(p, o0+within); err != nil {
+				continue
+			}
+			if _, err := r1.m.ReadAt(q, o1+within); err != nil || bytes.Equal(p, q) {
+				continue
+			}
+			t.Errorf("block %d: slot %d holds %s, slot %d holds %s; before reassembly: %s\nslots at the end of the round: %s\nsuperblocks: %s",
+				blk, d0, model[blk].explain(p), d1, model[blk].explain(q), copiesOf(blk), strings.Join(atEnd, "; "), strings.Join(sbs, "; "))
+		}
 	}
 	// The superblocks agree with Status: after Close every member's own
 	// superblock is in sync, clean, and carries the bad blocks Status
@@ -615,8 +740,8 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 				sb.role, sb.clean, sb.recoveryOff, sb.slots[sb.role], bad, ms.State, ms.BadBlocks)
 		}
 	}
-	t.Logf("members %d chunk %d volatile %v latency %v crash %v: ops %d, EIO blocks %d during, %d after; bad %d lost %d",
-		n, chunk, volatile, latency, crashed, ops.Load(), eioRead.Load(), eioEnd, st.BadBlocks, st.LostBlocks)
+	t.Logf("members %d chunk %d volatile %v latency %v crash %v (a member broken %v): ops %d, EIO blocks %d during, %d after; bad %d lost %d; discards' leftovers %d",
+		n, chunk, volatile, latency, crashed, crashed && brokenAtCrash, ops.Load(), eioRead.Load(), eioEnd, st.BadBlocks, st.LostBlocks, discardsAfter)
 	tot.mu.Lock()
 	tot.rounds++
 	tot.ops += ops.Load()
@@ -624,5 +749,6 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	tot.eioEnd += eioEnd
 	tot.lostRep += st.LostBlocks
 	tot.wrong += wrong.Load()
+	tot.discardsAfter += discardsAfter
 	tot.mu.Unlock()
 }
