@@ -414,12 +414,12 @@ func (a *Array) readPiece(p []byte, aoff int64, want int, raw bool) error {
 	for !raw {
 		// Checked inside the bucket: a copy installs its hook with every
 		// bucket drained (freeze), so a piece admitted after that sees it.
-		h := a.pendingHydrate(aoff)
+		h, r := a.pendingHydrate(aoff, int64(len(p)))
 		if h == nil {
 			break
 		}
 		a.exit(bk)
-		if err := h.ensure(aoff, true); err != nil {
+		if err := h.ensure(r, (aoff+int64(len(p))-1)>>h.shift, true); err != nil {
 			return err
 		}
 		if bk, err = a.enter(c); err != nil {
@@ -584,16 +584,16 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua, raw boo
 	if err != nil {
 		return err
 	}
-	// The copy hooks, checked inside the bucket (see readPiece); a region
-	// holds whole chunks, so the piece is in one region of each copy. The
-	// copy itself runs outside the bucket, then the piece is admitted again.
+	// The copy hooks, checked inside the bucket (see readPiece): each region
+	// of the piece whose bit is clear is copied first, outside the bucket,
+	// then the piece is admitted again.
 	for !raw {
-		h, target := a.pendingCopy(aoff)
+		h, r, target := a.pendingCopy(aoff, length)
 		if h == nil {
 			break
 		}
 		a.exit(bk)
-		if err := h.ensure(aoff, target); err != nil {
+		if err := h.ensure(r, (aoff+length-1)>>h.shift, target); err != nil {
 			return err
 		}
 		if bk, err = a.enter(c); err != nil {

@@ -55,9 +55,13 @@ const (
 	crFlagLive     = 1
 )
 
-// copyRegionMin is the smallest region copyRegionSize picks (tests lower it
-// to get many regions out of small arrays).
-var copyRegionMin int64 = 256 << 10
+// copyRegionMin is the smallest region copyRegionSize picks: what the first
+// write into an uncopied region copies before it proceeds (tests lower it).
+var copyRegionMin int64 = 16 << 10
+
+// copyBatch is how much the background copier copies per flush and bitmap
+// write: consecutive uncopied regions, up to this many bytes.
+const copyBatch = 4 << 20
 
 // CopyState is the state a copy record holds.
 type CopyState uint32
@@ -139,9 +143,13 @@ type Copy struct {
 	shift  uint
 	bits   []atomic.Uint64 // durable copied bits, one per region
 
-	mu   sync.Mutex              // busy
-	busy map[int64]chan struct{} // regions being copied now
-	bufs sync.Pool               // region buffers
+	mu    sync.Mutex              // busy
+	busy  map[int64]chan struct{} // regions being copied now
+	batch []byte                  // the copier's buffer
+
+	pendMu  sync.Mutex // pend, leading: the group commit
+	pend    []bitReq
+	leading bool
 
 	recMu    sync.Mutex // the record image and its block sequence numbers
 	image    []byte     // bitmap bytes, crBitsPerBlock bits per block
@@ -162,10 +170,11 @@ type Copy struct {
 	Pause time.Duration
 }
 
-// copyRegionSize picks the region: whole chunks of both arrays, at least
-// minCopyRegion, and few enough regions for the record.
-func copyRegionSize(src, tgt *Array, size int64) int64 {
-	r := max(copyRegionMin, src.geo.chunk, tgt.geo.chunk)
+// copyRegionSize picks the region: a power of two, at least copyRegionMin,
+// and few enough regions for the record. It does not depend on the arrays'
+// chunks (a piece may span several regions).
+func copyRegionSize(size int64) int64 {
+	r := copyRegionMin
 	for (size+r-1)/r > crMaxRegions {
 		r <<= 1
 	}
@@ -191,7 +200,7 @@ func NewCopy(cfg CopyConfig) (*Copy, error) {
 	if cfg.CutAt.IsZero() {
 		cfg.CutAt = time.Now()
 	}
-	region := copyRegionSize(src, tgt, cfg.Size)
+	region := copyRegionSize(cfg.Size)
 	rec := CopyRecord{State: CopyRunning, Live: cfg.Live, Source: src.uuid, Target: tgt.uuid,
 		Size: cfg.Size, RegionSize: region, Regions: (cfg.Size + region - 1) / region, CutAt: cfg.CutAt}
 	c := newCopy(cfg, rec)
@@ -264,7 +273,7 @@ func ResumeCopy(cfg CopyConfig) (*Copy, error) {
 		return c, nil
 	}
 	if cfg.Source == nil || rec.Size > cfg.Source.Size() || rec.Size > cfg.Target.Size() ||
-		rec.RegionSize != copyRegionSize(cfg.Source, cfg.Target, rec.Size) {
+		rec.RegionSize < minCopyRegion {
 		return nil, fmt.Errorf("%w: copy record of %d bytes in regions of %d does not fit the arrays", ErrInvalid, rec.Size, rec.RegionSize)
 	}
 	// The bitmap blocks: the valid slot with the higher seq of each.
@@ -291,7 +300,7 @@ func ResumeCopy(cfg CopyConfig) (*Copy, error) {
 	for r := range rec.Regions {
 		if c.image[r/8]&(1<<(r%8)) != 0 {
 			c.bits[r>>6].Or(1 << (r & 63))
-			c.copied.Add(c.regionLen(r))
+			c.copied.Add(min(rec.RegionSize, rec.Size-r<<c.shift))
 		}
 	}
 	c.install()
@@ -310,8 +319,7 @@ func newCopy(cfg CopyConfig, rec CopyRecord) *Copy {
 	c.image = make([]byte, blocks*crBitsPerBlock/8)
 	c.blockSeq = make([]uint64, blocks)
 	c.state.Store(uint32(CopyRunning))
-	rs := int(rec.RegionSize)
-	c.bufs.New = func() any { b := AlignedBuffer(rs); return &b }
+	c.batch = AlignedBuffer(int(max(rec.RegionSize, copyBatch)))
 	return c
 }
 
@@ -338,32 +346,42 @@ func (a *Array) updateHooks(f func(h *hookSet)) {
 	a.hooks.Store(&h)
 }
 
-// pendingCopy returns a copy that must copy the region of aoff before a
-// write piece there proceeds, or nil. One atomic load without hooks.
-func (a *Array) pendingCopy(aoff int64) (c *Copy, target bool) {
+// pendingCopy returns a copy and a region of it that must be copied before
+// a write piece of [aoff, aoff+n) proceeds, or nil. One atomic load without
+// hooks; with hooks, one bit test per region the piece touches.
+func (a *Array) pendingCopy(aoff, n int64) (c *Copy, r int64, target bool) {
 	h := a.hooks.Load()
 	if h == nil {
-		return nil, false
+		return nil, 0, false
 	}
-	if c := h.hydrate; c != nil && !c.has(aoff) {
-		return c, true
-	}
-	for _, c := range h.cow {
-		if !c.has(aoff) {
-			return c, false
+	return h.pending(aoff, n)
+}
+
+func (h *hookSet) pending(aoff, n int64) (c *Copy, r int64, target bool) {
+	if c := h.hydrate; c != nil {
+		if r, ok := c.missing(aoff, n); ok {
+			return c, r, true
 		}
 	}
-	return nil, false
+	for _, c := range h.cow {
+		if r, ok := c.missing(aoff, n); ok {
+			return c, r, false
+		}
+	}
+	return nil, 0, false
 }
 
 // pendingHydrate is pendingCopy for a read piece: only the copy into the
 // array counts.
-func (a *Array) pendingHydrate(aoff int64) *Copy {
+func (a *Array) pendingHydrate(aoff, n int64) (*Copy, int64) {
 	h := a.hooks.Load()
-	if h == nil || h.hydrate == nil || h.hydrate.has(aoff) {
-		return nil
+	if h == nil || h.hydrate == nil {
+		return nil, 0
 	}
-	return h.hydrate
+	if r, ok := h.hydrate.missing(aoff, n); ok {
+		return h.hydrate, r
+	}
+	return nil, 0
 }
 
 // install puts the hooks in: on a live source with every bucket drained,
@@ -404,26 +422,30 @@ func (c *Copy) uninstall(target bool) {
 	}
 }
 
-// has reports whether the region of array offset aoff needs no copy: its
-// bit is set, or it lies beyond the copy.
-func (c *Copy) has(aoff int64) bool {
-	r := aoff >> c.shift
+// has reports whether region r needs no copy: its bit is set, or it lies
+// beyond the copy.
+func (c *Copy) has(r int64) bool {
 	return r >= c.rec.Regions || c.bits[r>>6].Load()&(1<<(r&63)) != 0
 }
 
-func (c *Copy) regionLen(r int64) int64 {
-	return min(c.rec.RegionSize, c.rec.Size-r<<c.shift)
+// missing returns the first region of [aoff, aoff+n) that still needs a copy.
+func (c *Copy) missing(aoff, n int64) (int64, bool) {
+	for r := aoff >> c.shift; r <= (aoff+n-1)>>c.shift; r++ {
+		if !c.has(r) {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 // ensure copies the region of aoff unless it is copied already; concurrent
 // callers for one region wait for the one copy. A copy that failed (or was
 // stopped) lets source writes go on once the failure is recorded
 // (OnFail), and fails target I/O with ErrCopyFailed.
-func (c *Copy) ensure(aoff int64, target bool) error {
-	r := aoff >> c.shift
-	c.mu.Lock()
+func (c *Copy) ensure(r, last int64, target bool) error {
 	for {
-		if c.has(aoff) {
+		c.mu.Lock()
+		if c.has(r) {
 			c.mu.Unlock()
 			return nil
 		}
@@ -431,32 +453,33 @@ func (c *Copy) ensure(aoff int64, target bool) error {
 			c.mu.Unlock()
 			return c.hookErr(target)
 		}
-		ch, ok := c.busy[r]
-		if !ok {
-			break
+		if ch, ok := c.busy[r]; ok {
+			c.mu.Unlock()
+			<-ch
+			continue
 		}
 		c.mu.Unlock()
-		<-ch
-		c.mu.Lock()
-	}
-	ch := make(chan struct{})
-	c.busy[r] = ch
-	c.mu.Unlock()
-	err := c.copyRegion(r)
-	c.mu.Lock()
-	delete(c.busy, r)
-	close(ch)
-	c.mu.Unlock()
-	if err != nil {
-		if errors.Is(err, ErrClosed) {
-			// An array closed under the copy (Close without Stop): not a
-			// failure of the copy; the record resumes it.
-			return ErrClosed
+		// This region and the uncopied ones after it up to the piece's last,
+		// in one copy.
+		k, ch := c.claim(r, last-r+1)
+		if k == 0 {
+			continue
 		}
-		c.fail(err)
-		return c.hookErr(target)
+		bp := getBounce(int(k << c.shift))
+		err := c.copyRegions(r, k, *bp)
+		putBounce(bp)
+		c.release(r, k, ch)
+		if err != nil {
+			if errors.Is(err, ErrClosed) {
+				// An array closed under the copy (Close without Stop): not a
+				// failure of the copy; the record resumes it.
+				return ErrClosed
+			}
+			c.fail(err)
+			return c.hookErr(target)
+		}
+		return nil
 	}
-	return nil
 }
 
 // hookErr is what I/O that met a copy no longer running gets: a source
@@ -486,15 +509,15 @@ func (c *Copy) stopped() bool {
 	}
 }
 
-// copyRegion copies region r (as the source reads now, which is the cut:
-// its bit is clear) into the target, makes it durable and durably sets
-// its bit. Blocks the source cannot deliver are recorded bad on every copy
-// of the target (reads of them fail there as on the source), never zero.
-func (c *Copy) copyRegion(r int64) error {
-	off, n := r<<c.shift, c.regionLen(r)
-	bp := c.bufs.Get().(*[]byte)
-	defer c.bufs.Put(bp)
-	buf := (*bp)[:n]
+// copyRegions copies regions [r, r+k) (as the source reads now, which is
+// the cut: their bits are clear, and the caller holds them busy) into the
+// target, makes them durable and durably sets their bits. Blocks the source
+// cannot deliver are recorded bad on every copy of the target (reads of
+// them fail there as on the source), never zero.
+func (c *Copy) copyRegions(r, k int64, b []byte) error {
+	off := r << c.shift
+	n := min(k<<c.shift, c.rec.Size-off)
+	buf := b[:n]
 	var lost []badRange
 	if _, err := c.src.ReadAt(buf, off); err != nil {
 		if errors.Is(err, ErrClosed) {
@@ -511,7 +534,7 @@ func (c *Copy) copyRegion(r int64) error {
 				lost = addRun(lost, (off+b)/BlockSize, 1)
 			}
 		}
-		klog.ErrorS(nil, "raid10: copy: source blocks unreadable, recorded lost on the target", "region", r, "runs", len(lost))
+		klog.ErrorS(nil, "raid10: copy: source blocks unreadable, recorded lost on the target", "region", r, "regions", k, "runs", len(lost))
 	}
 	if _, err := c.tgt.write(opWrite, buf, off, n, false, true); err != nil {
 		if errors.Is(err, ErrClosed) {
@@ -524,31 +547,114 @@ func (c *Copy) copyRegion(r int64) error {
 			return fmt.Errorf("copy: region %d: %w", r, err)
 		}
 	}
-	if err := c.tgt.Flush(); err != nil {
-		return fmt.Errorf("copy: flush the target: %w", err)
-	}
-	return c.persistBit(r, n)
+	return c.commit(r, k, n)
 }
 
-// persistBit durably sets region r's bit: the bitmap block holding it is
-// written into the slot its last write did not use, with FUA. A torn write
-// leaves the other slot, which lacks only bits whose regions no write has
-// touched yet.
-func (c *Copy) persistBit(r, n int64) error {
+// bitReq is a copy waiting for its bits to be recorded.
+type bitReq struct {
+	r, k, n int64
+	done    chan error
+}
+
+// commit makes the data of regions [r, r+k) durable and records their bits,
+// batched with the copies that wait at the same time (group commit): one
+// leader flushes the target once for all of them (their data writes
+// completed before they queued), then writes each bitmap block they touch
+// once.
+func (c *Copy) commit(r, k, n int64) error {
+	req := bitReq{r: r, k: k, n: n, done: make(chan error, 1)}
+	c.pendMu.Lock()
+	c.pend = append(c.pend, req)
+	if c.leading {
+		c.pendMu.Unlock()
+		return <-req.done
+	}
+	c.leading = true
+	c.pendMu.Unlock()
+	for {
+		c.pendMu.Lock()
+		batch := c.pend
+		c.pend = nil
+		if len(batch) == 0 {
+			c.leading = false
+			c.pendMu.Unlock()
+			break
+		}
+		c.pendMu.Unlock()
+		err := c.tgt.Flush()
+		if err != nil {
+			err = fmt.Errorf("copy: flush the target: %w", err)
+		} else {
+			err = c.persistBits(batch)
+		}
+		for _, b := range batch {
+			b.done <- err
+		}
+	}
+	return <-req.done
+}
+
+// persistBits durably sets the bits of the batch's regions (their data is
+// durable): each bitmap block holding some is written into the slot its
+// last write did not use, with FUA. A torn write leaves the other slot,
+// which lacks only bits whose regions no write has touched yet.
+func (c *Copy) persistBits(batch []bitReq) error {
 	c.recMu.Lock()
 	defer c.recMu.Unlock()
-	blk := r / crBitsPerBlock
-	c.image[r/8] |= 1 << (r % 8)
-	seq := c.blockSeq[blk] + 1
-	b := c.encodeBlock(blk, seq)
-	if _, err := c.tgt.write(opWrite, b, c.recOff+2*crSlot+(2*blk+int64(seq%2))*crSlot, crSlot, true, true); err != nil {
-		c.image[r/8] &^= 1 << (r % 8)
-		return fmt.Errorf("copy: record region %d: %w", r, err)
+	blocks := map[int64]bool{}
+	for _, q := range batch {
+		for x := q.r; x < q.r+q.k; x++ {
+			c.image[x/8] |= 1 << (x % 8)
+			blocks[x/crBitsPerBlock] = true
+		}
 	}
-	c.blockSeq[blk] = seq
-	c.bits[r>>6].Or(1 << (r & 63))
-	c.copied.Add(n)
+	for blk := range blocks {
+		seq := c.blockSeq[blk] + 1
+		b := c.encodeBlock(blk, seq)
+		if _, err := c.tgt.write(opWrite, b, c.recOff+2*crSlot+(2*blk+int64(seq%2))*crSlot, crSlot, true, true); err != nil {
+			for _, q := range batch {
+				for x := q.r; x < q.r+q.k; x++ {
+					if !c.has(x) {
+						c.image[x/8] &^= 1 << (x % 8)
+					}
+				}
+			}
+			return fmt.Errorf("copy: record the copied regions in bitmap block %d: %w", blk, err)
+		}
+		c.blockSeq[blk] = seq
+	}
+	for _, q := range batch {
+		for x := q.r; x < q.r+q.k; x++ {
+			c.bits[x>>6].Or(1 << (x & 63))
+		}
+		c.copied.Add(q.n)
+	}
 	return nil
+}
+
+// claim marks up to most consecutive uncopied regions from r busy for the
+// copier and returns how many; 0 if region r is copied or busy.
+func (c *Copy) claim(r, most int64) (int64, chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan struct{})
+	k := int64(0)
+	for ; k < most && r+k < c.rec.Regions && !c.has(r+k); k++ {
+		if _, busy := c.busy[r+k]; busy {
+			break
+		}
+		c.busy[r+k] = ch
+	}
+	return k, ch
+}
+
+func (c *Copy) release(r, k int64, ch chan struct{}) {
+	c.mu.Lock()
+	for x := r; x < r+k; x++ {
+		delete(c.busy, x)
+	}
+	close(ch)
+	c.mu.Unlock()
 }
 
 // writeState writes the header with state st into the slot not holding the
@@ -601,13 +707,33 @@ func (c *Copy) run() {
 	defer close(c.done)
 	start, base := time.Now(), c.copied.Load()
 	lastFg := c.src.fgOps()
-	for r := range c.rec.Regions {
+	most := int64(len(c.batch)) >> c.shift
+	for r := int64(0); r < c.rec.Regions; {
 		if c.stopped() || CopyState(c.state.Load()) != CopyRunning {
 			return
 		}
-		if err := c.ensure(r<<c.shift, true); err != nil {
+		if c.has(r) {
+			r++
+			continue
+		}
+		k, ch := c.claim(r, most)
+		if k == 0 {
+			// A foreground write copies it now: wait for that.
+			if err := c.ensure(r, r, true); err != nil {
+				return
+			}
+			r++
+			continue
+		}
+		err := c.copyRegions(r, k, c.batch)
+		c.release(r, k, ch)
+		if err != nil {
+			if !errors.Is(err, ErrClosed) {
+				c.fail(err)
+			}
 			return
 		}
+		r += k
 		// The rebuild's rate settings (the target's Options): at most
 		// SyncRateMax, falling back towards SyncRateMin while the source
 		// serves foreground I/O.

@@ -69,7 +69,7 @@ type copyRig struct {
 func newCopyRig(t *testing.T, rng *rand.Rand, volatile bool) *copyRig {
 	t.Helper()
 	old := copyRegionMin
-	copyRegionMin = 16 << 10
+	copyRegionMin = 4 << 10
 	t.Cleanup(func() { copyRegionMin = old })
 	r := &copyRig{}
 	n, m := 2+rng.IntN(3), 2+rng.IntN(2)
