@@ -47,8 +47,8 @@ bench: deps ## Run the benchmarks (ratios against a reference measured in the sa
 	source hack/tool-env.sh && $(GO) test -run '^$$' -bench . -benchmem -timeout 45m ./pkg/...
 
 .PHONY: soak
-soak: ## Run the engine's fault matrix with random seeds for SOAK (default 10m); RAID10_SEED=<seed> replays a round.
-	set -o pipefail; RAID10_SOAK=$${SOAK:-10m} $(GO) test -race -count=1 -timeout 0 -run '^TestFaultMatrix$$' -v ./pkg/raid10/ 2>&1 | grep -v '^[IEW][0-9]'
+soak: ## Run the engine's fault matrix, then the snapshot copy crash test, each with random seeds for SOAK (default 10m); RAID10_SEED=<seed> replays a round.
+	set -o pipefail; RAID10_SOAK=$${SOAK:-10m} $(GO) test -race -count=1 -timeout 0 -run '^(TestFaultMatrix|TestCopyCrash)$$' -v ./pkg/raid10/ 2>&1 | grep -v '^[IEW][0-9]'
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).

@@ -60,8 +60,9 @@ const (
 var copyRegionMin int64 = 16 << 10
 
 // copyBatch is how much the background copier copies per flush and bitmap
-// write: consecutive uncopied regions, up to this many bytes.
-const copyBatch = 4 << 20
+// write: consecutive uncopied regions, up to this many bytes (tests lower
+// it).
+var copyBatch int64 = 4 << 20
 
 // CopyState is the state a copy record holds.
 type CopyState uint32
