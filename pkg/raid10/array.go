@@ -154,6 +154,7 @@ type Array struct {
 
 	closed       atomic.Bool
 	slowOps      atomic.Int32 // requests in a slow path outside any bucket
+	largeReads   atomic.Int32 // large reads in flight (readlarge.go)
 	handoffBelow int64        // in-flight count under which the copies go in parallel
 	work         chan *wreq
 	reqs         *reqList

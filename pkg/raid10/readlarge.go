@@ -6,16 +6,21 @@ package raid10
 // readPiece on the caller's goroutine: one member call on the copy the
 // balancing picks (fewer requests in flight, then the nearer head).
 //
-// A larger read is cut into parts that run at once: one per chunk it
-// touches, and a chunk part of at least splitReadMin whose two copies are
-// both idle (no request in flight on either member) is halved, the first
-// half read from the chunk's first copy and the second from its second.
-// near-2 keeps a chunk's copies on neighbouring members, so a 1 MiB read
-// over 512 KiB chunks on 4 members then reads from all 4 at once: the
-// sequential read speed of md's far-2 layout, without far-2's long seeks
-// on every write. When the members are busy (a deep queue of large reads
-// spreads over every member already) a chunk part is not halved, and a
-// large read costs md's member calls: one per chunk.
+// A larger read runs as parts at once, and a stream of large reads reads
+// from every member, as md's far-2 layout does (far-2's first copies are a
+// raid0 stripe over all members), without far-2's long seeks on every
+// write. near-2 keeps a chunk's copies on neighbouring members:
+//
+//   - a read over several chunks is one part per chunk, each read whole
+//     from the copy its row of chunks takes (row mod 2: with 4 members,
+//     chunks 0 and 1 from members 0 and 2, chunks 2 and 3 from members 1
+//     and 3). The parts run at once, and a stream's consecutive reads
+//     alternate between the copies: every member serves it, at md's cost
+//     of one member call per chunk.
+//   - a read of at least splitReadMin within one chunk, alone on the array
+//     (no other large read in flight) and with both copies idle, is halved:
+//     the first half from the chunk's first copy, the second half from its
+//     second, so a single read at queue depth 1 still uses both.
 //
 // Every part is a readPiece with its own bucket entry and its own fault
 // handling: a part whose copy fails, has bad blocks there or was failed
@@ -27,8 +32,8 @@ package raid10
 // none is free a part runs on the caller's goroutine.
 
 const (
-	// splitReadMin is the smallest chunk part read half from each copy, and
-	// the size from which a read within one chunk takes the parallel path.
+	// splitReadMin is the smallest read within one chunk that is read half
+	// from each copy (and takes the parallel path).
 	splitReadMin = 128 << 10
 	// maxReadParts bounds the parts handed off at once (a fixed array on the
 	// stack); a longer read runs in rounds of this many.
@@ -66,10 +71,12 @@ func (a *Array) read(p []byte, off int64, raw bool) (int, error) {
 	if a.closed.Load() {
 		return 0, ErrClosed
 	}
+	alone := a.largeReads.Add(1) == 1
+	defer a.largeReads.Add(-1)
 	var parts [maxReadParts]readPart
 	done := 0
 	for done < len(p) {
-		n, next := a.planRead(&parts, p, off, done)
+		n, next := a.planRead(&parts, p, off, done, alone)
 		if k, err := a.runParts(parts[:n], raw); err != nil {
 			return done + k, err
 		}
@@ -86,21 +93,28 @@ type readPart struct {
 }
 
 // planRead fills parts with the parts of p[done:] (at most maxReadParts) and
-// returns how many it made and how far into p they reach.
-func (a *Array) planRead(parts *[maxReadParts]readPart, p []byte, off int64, done int) (int, int) {
+// returns how many it made and how far into p they reach. alone says that no
+// other large read is in flight.
+func (a *Array) planRead(parts *[maxReadParts]readPart, p []byte, off int64, done int, alone bool) (int, int) {
+	if l := len(p); done == 0 && off&(a.geo.chunk-1)+int64(l) <= a.geo.chunk {
+		// Within one chunk.
+		if alone && l >= splitReadMin && a.bothIdle(off) {
+			h := l / 2 &^ (BlockSize - 1)
+			parts[0] = readPart{p: p[:h], aoff: off, want: 0}
+			parts[1] = readPart{p: p[h:], aoff: off + int64(h), want: 1}
+			return 2, l
+		}
+		parts[0] = readPart{p: p, aoff: off, want: copyAny}
+		return 1, l
+	}
 	n := 0
 	for done < len(p) && n < maxReadParts {
 		aoff := off + int64(done)
 		l := int(min(int64(len(p)-done), a.geo.chunk-aoff&(a.geo.chunk-1)))
-		if l >= splitReadMin && n+2 <= maxReadParts && a.bothIdle(aoff) {
-			h := l / 2 &^ (BlockSize - 1)
-			parts[n] = readPart{p: p[done : done+h], aoff: aoff, want: 0}
-			parts[n+1] = readPart{p: p[done+h : done+l], aoff: aoff + int64(h), want: 1}
-			n += 2
-		} else {
-			parts[n] = readPart{p: p[done : done+l], aoff: aoff, want: copyAny}
-			n++
-		}
+		// The copy of the chunk's row: device slot 2c is in row 2c/n.
+		row := (aoff >> a.geo.chunkShift) * nearCopies / int64(a.geo.n)
+		parts[n] = readPart{p: p[done : done+l], aoff: aoff, want: int(row & 1)}
+		n++
 		done += l
 	}
 	return n, done

@@ -43,23 +43,26 @@ func readOps(a *Array) []uint64 {
 	return ops
 }
 
-// TestLargeReadUsesEveryMember: one 1 MiB read over two 512 KiB chunks of an
-// idle 4-member array reads from all four members, one call each (both
-// copies of each chunk, half each), and returns the data; a 4 KiB read stays
-// one call on one member; a read within one chunk of 256 KiB takes both of
-// its copies.
+// TestLargeReadUsesEveryMember: on an idle 4-member array a 1 MiB read over
+// two 512 KiB chunks reads both at once, one member call each (md's cost);
+// consecutive 1 MiB reads of a stream take the other copies, so two of them
+// have used all four members; a read of 256 KiB within one chunk takes both
+// of its copies; a 4 KiB or 64 KiB read stays one call on one member. Every
+// read returns the data.
 func TestLargeReadUsesEveryMember(t *testing.T) {
 	a, _, model := newLargeRig(t)
+	seen := make([]uint64, 4)
 	for _, tc := range []struct {
 		name    string
 		off, n  int64
 		members int // members with one read call each; the others none
 	}{
-		{"1 MiB over two chunks", 2 * largeChunk, 1 << 20, 4},
-		{"256 KiB within a chunk", 4*largeChunk + 128<<10, 256 << 10, 2},
-		{"4 KiB", 6*largeChunk + 4096, 4096, 1},
-		{"64 KiB", 6 * largeChunk, 64 << 10, 1},
-		{"1 MiB not chunk-aligned", largeChunk/2 + 8192, 1 << 20, 4},
+		{"1 MiB over two chunks", 0, 1 << 20, 2},
+		{"the next 1 MiB", 2 * largeChunk, 1 << 20, 2},
+		{"2 MiB over four chunks", 4 * largeChunk, 2 << 20, 4},
+		{"256 KiB within a chunk", 8*largeChunk + 128<<10, 256 << 10, 2},
+		{"4 KiB", 9*largeChunk + 4096, 4096, 1},
+		{"64 KiB", 9 * largeChunk, 64 << 10, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := readOps(a)
@@ -79,16 +82,44 @@ func TestLargeReadUsesEveryMember(t *testing.T) {
 					used++
 				}
 			}
-			// A read not aligned to the chunk covers three chunks: the middle one
-			// is halved (both copies), the ends are too (each >= 128 KiB here) but
-			// may land on a member the previous part used.
-			if used != tc.members {
-				t.Fatalf("read used %d members (%v -> %v), want %d", used, before, after, tc.members)
+			if used != tc.members || calls != uint64(tc.members) {
+				t.Fatalf("read made %d calls on %d members (%v -> %v), want one call on each of %d", calls, used, before, after, tc.members)
 			}
-			if tc.members <= 2 && calls != uint64(tc.members) {
-				t.Fatalf("%d member calls, want %d", calls, tc.members)
+			for i := range after {
+				seen[i] += after[i] - before[i]
+			}
+			if tc.name == "the next 1 MiB" {
+				for i, n := range seen {
+					if n == 0 {
+						t.Fatalf("two consecutive 1 MiB reads left member %d unused: %v", i, seen)
+					}
+				}
 			}
 		})
+	}
+}
+
+// TestLargeReadPlanInQueue: with other large reads in flight too, a 1 MiB
+// read is one part per chunk (md's member calls), and consecutive reads of a
+// stream take alternate copies, so the stream reads from every member.
+func TestLargeReadPlanInQueue(t *testing.T) {
+	a, _, _ := newLargeRig(t)
+	p := make([]byte, 1<<20)
+	used := map[int]int{}
+	for off := int64(0); off < 4<<20; off += 1 << 20 {
+		var parts [maxReadParts]readPart
+		n, next := a.planRead(&parts, p, off, 0, false)
+		if n != 2 || next != len(p) {
+			t.Fatalf("read at %d: %d parts covering %d bytes, want 2 covering %d", off, n, next, len(p))
+		}
+		for _, pt := range parts[:n] {
+			d0, d1, _, _ := a.geo.mapChunk(pt.aoff >> a.geo.chunkShift)
+			m := []int{d0, d1}[pt.want]
+			used[m]++
+		}
+	}
+	if len(used) != 4 || used[0] != used[1] || used[1] != used[2] || used[2] != used[3] {
+		t.Fatalf("parts per member %v, want all 4 members equally", used)
 	}
 }
 
@@ -96,9 +127,25 @@ func TestLargeReadUsesEveryMember(t *testing.T) {
 // error or a failed member still returns the data (from the other copy), and
 // the read error is healed there.
 func TestLargeReadFaults(t *testing.T) {
-	t.Run("read error on one half", func(t *testing.T) {
+	t.Run("read error on a halved read", func(t *testing.T) {
 		a, fs, model := newLargeRig(t)
-		// Chunk 2 is on members 0 and 1; its second half is read from member 1.
+		// A 256 KiB read within chunk 0 (members 0 and 1) reads its second half from member 1.
+		_, _, _, o1 := a.geo.mapChunk(0)
+		fs[1].FailRange(o1+128<<10, 4096, true, false)
+		p := make([]byte, 256<<10)
+		if _, err := a.ReadAt(p, 0); err != nil {
+			t.Fatalf("ReadAt: %v", err)
+		}
+		if !bytes.Equal(p, model[:256<<10]) {
+			t.Fatal("data differs from what was written")
+		}
+		if st := a.Status(); st.Members[1].ReadErrors == 0 || st.State != ArrayOptimal {
+			t.Fatalf("status %v, member 1 read errors %d", st.State, st.Members[1].ReadErrors)
+		}
+	})
+	t.Run("read error on one part", func(t *testing.T) {
+		a, fs, model := newLargeRig(t)
+		// Chunk 2 is on members 0 and 1, in row 1: a 1 MiB read takes it from member 1.
 		d0, d1, _, o1 := a.geo.mapChunk(2)
 		if d0 != 0 || d1 != 1 {
 			t.Fatalf("chunk 2 on %d,%d", d0, d1)
@@ -159,8 +206,9 @@ func TestLargeReadFaults(t *testing.T) {
 }
 
 // BenchmarkSeqRead1M reads 1 MiB at a time, in order, from one submitter
-// (the queue-depth-1 stream that halving a chunk part serves from both
-// copies), on the benchmark array of 4 file members (bench_test.go); ref is
+// (a queue-depth-1 stream: each read's two chunk parts run at once, and
+// consecutive reads alternate copies), on the benchmark array of 4 file
+// members (bench_test.go); ref is
 // pread of 1 MiB from one of its files. x-ref is the throughput relative to
 // ref; -benchmem shows the read path allocates nothing.
 func BenchmarkSeqRead1M(b *testing.B) {
