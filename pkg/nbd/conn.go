@@ -73,7 +73,7 @@ type conn struct {
 	// goroutines about to take wmu: the last writer of a burst (waiting == 0) flushes, so
 	// replies are batched into few writes without a reply ever waiting for a slow request.
 	wmu     sync.Mutex
-	bw      *bufio.Writer
+	bw      *replyWriter
 	werr    error
 	waiting atomic.Int32
 	hdr     [replyHeaderSize]byte // under wmu; a field so that it is not allocated per reply
@@ -134,7 +134,7 @@ func (c *conn) transmit() error {
 	if sc, ok := c.nc.(syscall.Conn); ok {
 		c.raw, _ = sc.SyscallConn()
 	}
-	c.bw = bufio.NewWriterSize(c.nc, writeBufferSize)
+	c.bw = newReplyWriter(c.nc, writeBufferSize)
 	c.free = make(chan *request, o.MaxInflight)
 	c.work = make(chan *request, o.MaxInflight)
 	c.ended = make(chan struct{})
@@ -175,7 +175,7 @@ func (c *conn) transmit() error {
 		c.readers.Wait()
 		c.wmu.Lock()
 		if c.werr == nil {
-			c.werr = c.bw.Flush()
+			c.werr = c.bw.flush()
 		}
 		werr := c.werr
 		c.wmu.Unlock()
@@ -544,12 +544,13 @@ func (c *conn) reply(r *request) {
 		binary.BigEndian.PutUint32(h[0:], magicReply)
 		binary.BigEndian.PutUint32(h[4:], uint32(r.errno))
 		binary.BigEndian.PutUint64(h[8:], r.handle)
-		_, c.werr = c.bw.Write(h[:])
-		if c.werr == nil && r.cmd == CmdRead && r.errno == ErrnoNone {
-			_, c.werr = c.bw.Write(r.buf)
+		var payload []byte
+		if r.cmd == CmdRead && r.errno == ErrnoNone {
+			payload = r.buf
 		}
+		c.werr = c.bw.write(h[:], payload)
 		if c.werr == nil && c.waiting.Load() == 0 {
-			c.werr = c.bw.Flush()
+			c.werr = c.bw.flush()
 		}
 		if c.werr != nil {
 			_ = c.nc.Close()

@@ -5,7 +5,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeQueue makes a sysfs-like queue directory for nbd<index> under a temporary sysBlock.
@@ -74,5 +77,45 @@ func TestScheduler(t *testing.T) {
 		if got, err := scheduler(p); err != nil || got != want {
 			t.Fatalf("scheduler(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+}
+
+// TestSocketPairBuffers: both ends of an attach's socket pair get a send buffer of
+// socketBuffer (the kernel reports twice what was set), or the most the host allows
+// without CAP_NET_ADMIN.
+func TestSocketPairBuffers(t *testing.T) {
+	s, k, err := socketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer k.Close()
+	limit := socketBuffer
+	if os.Geteuid() != 0 {
+		b, err := os.ReadFile("/proc/sys/net/core/wmem_max")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, _ := strconv.Atoi(strings.TrimSpace(string(b))); m < limit {
+			limit = m
+		}
+	}
+	got, err := unix.GetsockoptInt(int(k.Fd()), unix.SOL_SOCKET, unix.SO_SNDBUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < 2*limit {
+		t.Fatalf("kernel end: SO_SNDBUF %d, want %d", got, 2*limit)
+	}
+	raw, err := s.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { got, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	if got < 2*limit {
+		t.Fatalf("server end: SO_SNDBUF %d, want %d", got, 2*limit)
 	}
 }
