@@ -92,6 +92,9 @@ type Options struct {
 	// (its queue/max_sectors_kb, kernel.Options.MaxRequestKiB); 0 leaves the kernel's
 	// default (128 KiB).
 	NBDMaxRequestKiB int
+	// Frontend is how the node serves a volume whose StorageClass names none: auto, nbd or
+	// ublk (driver.ResolveFrontend; auto is nbd for now).
+	Frontend string
 	// RegistrationDir is the kubelet's plugins_registry directory the node mode registers
 	// the driver in (driver.Registration); empty: no self-registration.
 	RegistrationDir string
@@ -159,6 +162,9 @@ func (o *Options) Validate() error {
 		if o.NetlinkNetNS != "" && !filepath.IsAbs(o.NetlinkNetNS) {
 			return fmt.Errorf("--netlink-netns=%q: must be an absolute path to a network namespace file (e.g. /proc/1/ns/net) or empty", o.NetlinkNetNS)
 		}
+		if _, err := driver.ParseFrontend(o.Frontend); err != nil {
+			return fmt.Errorf("--frontend: %w", err)
+		}
 		if k := o.NBDMaxRequestKiB; k != 0 && (k < 4 || k > 32768 || k%4 != 0) {
 			return fmt.Errorf("--nbd-max-request-kib=%d: must be 0 (the kernel's default) or a multiple of 4 from 4 to 32768", k)
 		}
@@ -195,6 +201,7 @@ func main() {
 	flag.StringVar(&o.MetricsAddress, "metrics-address", DefaultMetricsAddress, "host:port serving /metrics, /healthz and /readyz over HTTP; empty: none")
 	flag.DurationVar(&o.HandoverWait, "handover-wait", DefaultHandoverWait, "node and all modes: after SIGTERM, how long to keep serving while waiting for a successor process to hand the NBD devices to (no I/O stall); 0: stop at once (requests in flight then wait for the kernel's request timeout)")
 	flag.StringVar(&o.NetlinkNetNS, "netlink-netns", "", "node and all modes: the network namespace file to open the kernel's nbd netlink socket in, e.g. /proc/1/ns/net with the pod's hostPID (kernels such as Debian 12's 6.1 have the nbd family only in the host's network namespace); empty: the process's own")
+	flag.StringVar(&o.Frontend, "frontend", string(driver.FrontendAuto), "node and all modes: how a volume whose StorageClass names no frontend is served: auto (nbd for now), nbd (/dev/nbdX) or ublk (/dev/ublkbN; Linux 6.0+ with ublk_drv loaded)")
 	flag.IntVar(&o.NBDMaxRequestKiB, "nbd-max-request-kib", kernel.DefaultMaxRequestKiB, "node and all modes: the largest request, in KiB, the kernel sends a volume's /dev/nbdX (its queue/max_sectors_kb; the kernel's default of 128 cuts a 1 MiB request into 8); 0: the kernel's default")
 	flag.StringVar(&o.RegistrationDir, "registration-dir", driver.DefaultRegistrationDir, "node mode: the kubelet's plugin registration directory; the plugin registers itself there (socket raid10.csi.io-reg.sock), no node-driver-registrar needed; empty: no registration")
 	flag.StringVar(&o.KubeletRegistrationPath, "kubelet-registration-path", "", "node mode: the CSI socket's path on the host, as the kubelet dials it (e.g. /var/lib/kubelet/plugins/raid10.csi.io/csi.sock); empty: the path of a unix --endpoint")
@@ -428,6 +435,15 @@ func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
 	np := &nodePlugin{pool: p}
 	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), nbdAttachOptions(o), handed...)
 	if err != nil {
+		np.close()
+		return nil, err
+	}
+	fe, _ := driver.ParseFrontend(o.Frontend) // checked by Validate
+	if fe, err = driver.ResolveFrontend(fe); err != nil {
+		np.close()
+		return nil, err
+	}
+	if err := np.attacher.EnableUblk(ctx, fe, filepath.Join(o.StateDir, driver.UblkStateFile)); err != nil {
 		np.close()
 		return nil, err
 	}

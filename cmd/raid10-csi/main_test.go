@@ -57,6 +57,8 @@ func TestValidate(t *testing.T) {
 		{"NBDMaxRequestKernelDefault", func(o *Options) { node(driver.ModeNode)(o); o.NBDMaxRequestKiB = 0 }, ""},
 		{"NBDMaxRequestUnaligned", func(o *Options) { node(driver.ModeNode)(o); o.NBDMaxRequestKiB = 1022 }, "--nbd-max-request-kib"},
 		{"NBDMaxRequestTooLarge", func(o *Options) { node(driver.ModeAll)(o); o.NBDMaxRequestKiB = 65536 }, "--nbd-max-request-kib"},
+		{"FrontendUblk", func(o *Options) { node(driver.ModeNode)(o); o.Frontend = "ublk" }, ""},
+		{"FrontendUnknown", func(o *Options) { node(driver.ModeNode)(o); o.Frontend = "iscsi" }, "--frontend"},
 		{"Registration", func(o *Options) { node(driver.ModeNode)(o); o.RegistrationDir = "/var/lib/kubelet/plugins_registry" }, ""},
 		{"RegistrationPath", func(o *Options) {
 			node(driver.ModeNode)(o)

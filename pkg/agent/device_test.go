@@ -119,7 +119,8 @@ func TestAgentDevicesAndChunkSize(t *testing.T) {
 
 	devs.set(vol.Name, "/dev/nbd7")
 	d := waitFor(t, 10*time.Second, "devicePath reported", func() bool {
-		return getVolume(t, c, vol.Name).Status.DevicePath == "/dev/nbd7"
+		st := getVolume(t, c, vol.Name).Status
+		return st.DevicePath == "/dev/nbd7" && st.Frontend == "nbd"
 	})
 	t.Logf("devicePath reported %v after the attach", d.Round(time.Millisecond))
 

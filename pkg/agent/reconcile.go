@@ -115,6 +115,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 	st := VolumeStatus(prev, &vol, info, DiskIDs(a.pool.Status().Disks), now)
 	if a.devices != nil {
 		st.DevicePath = a.devices.Device(vol.Name)
+		st.Frontend = frontendOf(st.DevicePath)
 		if st.DevicePath != "" {
 			// The device follows the array: after a growth (here or by an earlier pass whose
 			// resize failed) the kernel learns the new size in place.
@@ -339,4 +340,16 @@ func requeueOnConflict(err error) (reconcile.Result, error) {
 		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return reconcile.Result{}, err
+}
+
+// frontendOf names the frontend of a device path for the status: "ublk" for /dev/ublkbN,
+// "nbd" for /dev/nbdX, "" for none.
+func frontendOf(device string) string {
+	switch {
+	case strings.HasPrefix(device, "/dev/ublkb"):
+		return "ublk"
+	case strings.HasPrefix(device, "/dev/nbd"):
+		return "nbd"
+	}
+	return ""
 }

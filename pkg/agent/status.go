@@ -90,6 +90,7 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		Capacity:           resource.NewQuantity(int64(info.Size), resource.BinarySI),
 		InSync:             fmt.Sprintf("%d/%d", info.InSync, len(info.Members)),
 		DevicePath:         prev.DevicePath, // the agent sets it from Options.Devices
+		Frontend:           prev.Frontend,
 		Conditions:         slices.Clone(prev.Conditions),
 		BadBlocks:          info.BadBlocks,
 		LostBlocks:         info.LostBlocks,

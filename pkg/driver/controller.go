@@ -105,7 +105,11 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
-	return &csi.CreateVolumeResponse{Volume: csiVolume(vol)}, nil
+	cv := csiVolume(vol)
+	if params.frontend != "" {
+		cv.VolumeContext = map[string]string{ParamFrontend: string(params.frontend)}
+	}
+	return &csi.CreateVolumeResponse{Volume: cv}, nil
 }
 
 // compatible reports whether an existing volume answers a CreateVolume of that name,

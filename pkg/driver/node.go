@@ -42,6 +42,14 @@ type VolumeAttacher interface {
 	Device(volumeID string) string
 }
 
+// frontendAttacher is a VolumeAttacher that serves a volume over the frontend its
+// StorageClass names (the volume context's "frontend"); PoolAttacher is one.
+type frontendAttacher interface {
+	AttachFrontend(ctx context.Context, volumeID string, f Frontend) (string, error)
+}
+
+var _ frontendAttacher = (*PoolAttacher)(nil)
+
 // VolumeState is what the node service needs to know of a volume.
 type VolumeState struct {
 	// SizeBytes is the volume's usable size.
@@ -156,7 +164,16 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	}
 	defer n.locks.Release(id)
 
-	dev, err := n.attacher.Attach(ctx, id)
+	var dev string
+	if fa, ok := n.attacher.(frontendAttacher); ok {
+		f, ferr := ParseFrontend(req.GetVolumeContext()[ParamFrontend])
+		if ferr != nil {
+			return nil, fmt.Errorf("volume_context: %w", ferr)
+		}
+		dev, err = fa.AttachFrontend(ctx, id, f)
+	} else {
+		dev, err = n.attacher.Attach(ctx, id)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("attach volume %q: %w", id, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/pkg/ublk"
 )
 
 // PoolAttacher is the VolumeAttacher of a node: it serves a volume's array from the local
@@ -28,16 +29,27 @@ type PoolAttacher struct {
 
 	ownNL bool // Close closes nl (OpenPoolAttacher)
 
-	mu      sync.Mutex // guards vols and retired
-	vols    map[string]*served
-	retired bool // the devices were handed to a successor (node_handover.go)
+	mu       sync.Mutex // guards vols, retired, frontend and ublkRec
+	vols     map[string]*served
+	retired  bool         // the devices were handed to a successor (node_handover.go)
+	frontend Frontend     // a volume's frontend when it names none (EnableUblk); "": NBD
+	ublkRec  *ublkRecords // the ublk devices (node_ublk.go); nil: ublk not enabled
 }
 
-// served is one attached volume.
+// served is one attached volume: over NBD (srv, att, dev) or over ublk (ub).
 type served struct {
 	srv *nbd.Server
 	att *kernel.Attacher
 	dev *kernel.Device
+	ub  *ublk.Device
+}
+
+// path is the volume's block device.
+func (s *served) path() string {
+	if s.ub != nil {
+		return s.ub.Path()
+	}
+	return s.dev.Path()
 }
 
 var (
@@ -88,16 +100,34 @@ func poolErr(err error) error {
 	return err
 }
 
-// Attach serves the volume on a /dev/nbdX device and returns its path; an attached volume
-// returns its device, and a device recorded by an earlier process is reattached.
-func (a *PoolAttacher) Attach(_ context.Context, volumeID string) (string, error) {
+// Attach serves the volume on a device of the node's frontend (AttachFrontend).
+func (a *PoolAttacher) Attach(ctx context.Context, volumeID string) (string, error) {
+	return a.AttachFrontend(ctx, volumeID, FrontendAuto)
+}
+
+// AttachFrontend serves the volume on a block device and returns its path: /dev/nbdX, or
+// /dev/ublkbN for FrontendUblk (FrontendAuto: the node's --frontend, EnableUblk). An attached
+// volume returns its device, whichever frontend serves it; a device recorded by an earlier
+// process is reattached (NBD) or recovered (ublk).
+func (a *PoolAttacher) AttachFrontend(ctx context.Context, volumeID string, f Frontend) (string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s := a.vols[volumeID]; s != nil {
-		return s.dev.Path(), nil
+		return s.path(), nil
 	}
 	if a.retired {
 		return "", errRetired
+	}
+	if f == FrontendAuto || f == "" {
+		f = a.frontend
+	}
+	if f == FrontendUblk {
+		s, err := a.attachUblk(ctx, volumeID)
+		if err != nil {
+			return "", err
+		}
+		a.vols[volumeID] = s
+		return s.path(), nil
 	}
 	arr, err := a.pool.Array(volumeID)
 	if err != nil {
@@ -125,6 +155,15 @@ func (a *PoolAttacher) Detach(ctx context.Context, volumeID string) error {
 	s := a.vols[volumeID]
 	if a.retired {
 		return errRetired
+	}
+	if a.ublkRec != nil && (s == nil || s.ub != nil) {
+		if err := a.detachUblk(ctx, volumeID, s); err != nil {
+			return err
+		}
+		if s != nil {
+			delete(a.vols, volumeID)
+			return nil
+		}
 	}
 	if s == nil {
 		// Not ours in this process: a recorded device of an earlier one is disconnected.
@@ -218,6 +257,23 @@ func (a *PoolAttacher) Expand(_ context.Context, volumeID string) (int64, error)
 	if s == nil {
 		return 0, fmt.Errorf("volume %q is not attached on this node (not staged): %w", volumeID, ErrFailedPrecondition)
 	}
+	if s.ub != nil {
+		// ublk sets a device's size when it starts (no resize before Linux 6.16's
+		// UPDATE_SIZE): a grown array is refused until the volume is staged again.
+		have, err := s.ub.Size()
+		if err != nil {
+			return 0, err
+		}
+		arr, err := a.pool.Array(volumeID)
+		if err != nil {
+			return 0, poolErr(err)
+		}
+		if arr.Size() > have {
+			return 0, fmt.Errorf("volume %q grew to %d bytes, its ublk device %s stays at %d until the volume is staged again (online expansion needs the nbd frontend): %w",
+				volumeID, arr.Size(), s.ub.Path(), have, ErrFailedPrecondition)
+		}
+		return have, nil
+	}
 	return s.att.Resize(volumeID)
 }
 
@@ -228,7 +284,7 @@ func (a *PoolAttacher) Device(volumeID string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s := a.vols[volumeID]; s != nil {
-		return s.dev.Path()
+		return s.path()
 	}
 	return ""
 }
@@ -255,10 +311,14 @@ func (a *PoolAttacher) Close(ctx context.Context) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, s := range a.vols {
+		delete(a.vols, id)
+		if s.ub != nil {
+			s.ub.Detach() // the kernel keeps its I/O queued for the next plugin (EnableUblk)
+			continue
+		}
 		s.att.Close()
 		_ = s.srv.Shutdown(ctx)
 		s.att.Wait()
-		delete(a.vols, id)
 	}
 	if a.ownNL {
 		_ = a.nl.Close()

@@ -28,6 +28,13 @@ func (a *PoolAttacher) HandOver(ctx context.Context) ([]kernel.Handed, error) {
 	var out []kernel.Handed
 	var first error
 	for id, s := range a.vols {
+		if s.ub != nil {
+			// Nothing to pass: the kernel keeps the device and its I/O queued for the
+			// successor, which recovers it (EnableUblk).
+			s.ub.Detach()
+			delete(a.vols, id)
+			continue
+		}
 		h, err := s.att.HandOver(ctx)
 		_ = s.srv.Close()
 		delete(a.vols, id)

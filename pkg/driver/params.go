@@ -19,6 +19,9 @@ const (
 	// ParamChunkSize is the stripe chunk size as a quantity (512Ki): a power of two from 4Ki
 	// to 16Mi. Default 512Ki.
 	ParamChunkSize = "chunkSize"
+	// ParamFrontend is how the node serves the volume's block device: auto, nbd or ublk
+	// (Frontend). It reaches the node in the volume context.
+	ParamFrontend = "frontend"
 
 	// Keys that external-provisioner's --extra-create-metadata adds; recorded as annotations.
 	paramPVCName      = "csi.storage.k8s.io/pvc/name"
@@ -45,6 +48,7 @@ type volumeParams struct {
 	pvcName      string
 	pvcNamespace string
 	pvName       string
+	frontend     Frontend // "" when the StorageClass does not say: the node's --frontend
 }
 
 // parseParams validates StorageClass parameters. An unknown or invalid one is an error
@@ -72,6 +76,12 @@ func parseParams(in map[string]string) (volumeParams, error) {
 				return p, fmt.Errorf("parameter %s=%q: must be a power of two from 4Ki to 16Mi: %w", k, v, ErrInvalidArgument)
 			}
 			p.layout.ChunkSizeBytes = n
+		case ParamFrontend:
+			f, err := ParseFrontend(v)
+			if err != nil {
+				return p, fmt.Errorf("parameter %s: %w", k, err)
+			}
+			p.frontend = f
 		case paramPVCName:
 			p.pvcName = v
 		case paramPVCNamespace:
@@ -79,7 +89,7 @@ func parseParams(in map[string]string) (volumeParams, error) {
 		case paramPVName:
 			p.pvName = v
 		default:
-			return p, fmt.Errorf("parameter %q: unknown (known: %s, %s): %w", k, ParamMembers, ParamChunkSize, ErrInvalidArgument)
+			return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ErrInvalidArgument)
 		}
 	}
 	return p, nil

@@ -28,6 +28,8 @@ func TestParseParams(t *testing.T) {
 		{name: "ChunkNotPowerOfTwo", in: map[string]string{ParamChunkSize: "96Ki"}, bad: ParamChunkSize},
 		{name: "ChunkTooSmall", in: map[string]string{ParamChunkSize: "2Ki"}, bad: ParamChunkSize},
 		{name: "ChunkGarbage", in: map[string]string{ParamChunkSize: "big"}, bad: ParamChunkSize},
+		{name: "FrontendUblk", in: map[string]string{ParamFrontend: "ublk"}, members: DefaultMembers, chunk: DefaultChunkSizeBytes},
+		{name: "FrontendUnknown", in: map[string]string{ParamFrontend: "iscsi"}, bad: ParamFrontend},
 		{name: "Unknown", in: map[string]string{"csi.storage.k8s.io/fstype": "ext4"}, bad: "csi.storage.k8s.io/fstype"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

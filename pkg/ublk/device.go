@@ -367,3 +367,16 @@ func (d *Device) Stats() Stats {
 	}
 	return s
 }
+
+// Size is the block device's size in bytes, as the kernel has it (/sys/block/ublkbN/size).
+func (d *Device) Size() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/sys/block/ublkb%d/size", d.id))
+	if err != nil {
+		return 0, fmt.Errorf("ublk: size of %s: %w", d.Path(), err)
+	}
+	var sectors int64
+	if _, err := fmt.Sscanf(string(b), "%d", &sectors); err != nil {
+		return 0, fmt.Errorf("ublk: size of %s: %q: %w", d.Path(), b, err)
+	}
+	return sectors << sectorShift, nil
+}

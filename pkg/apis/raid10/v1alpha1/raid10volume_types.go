@@ -274,9 +274,14 @@ type Raid10VolumeStatus struct {
 	// Scrub is the volume's current or last scrub (requested or scheduled).
 	// +optional
 	Scrub *ScrubStatus `json:"scrub,omitempty"`
-	// DevicePath is the block device the array is served on, on its node (/dev/nbdN).
+	// DevicePath is the block device the array is served on, on its node (/dev/nbdN or
+	// /dev/ublkbN).
 	// +optional
 	DevicePath string `json:"devicePath,omitempty"`
+	// Frontend is how the node serves that device: nbd (the kernel's NBD client) or ublk
+	// (the kernel's ublk driver, over io_uring); empty while the volume is not attached.
+	// +optional
+	Frontend string `json:"frontend,omitempty"`
 	// Message is a human-readable summary of the last problem.
 	// +optional
 	Message string `json:"message,omitempty"`
@@ -302,6 +307,7 @@ type Raid10VolumeStatus struct {
 // +kubebuilder:printcolumn:name="Rebuild",type=integer,JSONPath=`.status.rebuild.percent`,description="Rebuild progress in percent"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.devicePath`,priority=1
+// +kubebuilder:printcolumn:name="Frontend",type=string,JSONPath=`.status.frontend`,priority=1,description="nbd or ublk: how the node serves the device"
 // +kubebuilder:printcolumn:name="Requested",type=integer,JSONPath=`.spec.sizeBytes`,priority=1
 // +kubebuilder:printcolumn:name="LostBlocks",type=integer,JSONPath=`.status.lostBlocks`,priority=1,description="Blocks bad on every copy: reads there fail"
 // +kubebuilder:printcolumn:name="Scrub",type=string,JSONPath=`.status.scrub.state`,priority=1,description="State of the current or last scrub"

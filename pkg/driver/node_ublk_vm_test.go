@@ -1,0 +1,191 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/pkg/ublk"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+// TestNodeUblkVM boots the 6.12 kernel (ublk_drv) and runs TestNodeUblkInGuest there.
+func TestNodeUblkVM(t *testing.T) {
+	vm.HostHalf(t)
+	vm.RunGoTestOpts(t, vm.Options{Timeout: 5 * time.Minute, Memory: 2048,
+		KernelSeries: vm.UblkKernelSeries, Modules: append(slices.Clone(vm.DefaultModules), "ublk_drv"),
+		Tests: []string{"TestNodeUblkInGuest"}},
+		".", "-test.run=^TestNodeUblkInGuest$", "-test.v", "-test.timeout=4m")
+}
+
+// TestNodeUblkInGuest drives the node service with a StorageClass that asks for ublk: the
+// volume is staged on /dev/ublkbN with ext4 while an NBD volume of the same pool stays on
+// /dev/nbdX; a writer appends and fsyncs records while the plugin's data path restarts (the
+// old attacher stops serving, a new one recovers the device from its records) and sees no
+// error; a ublk device of ours that no record names is deleted as an orphan; unstage deletes
+// the device and its record.
+func TestNodeUblkInGuest(t *testing.T) {
+	vm.GuestHalf(t, "TestNodeUblkVM")
+	dir := t.TempDir()
+	ctx := context.Background()
+	p, _ := openFilePool(t, 256<<20)
+	for _, v := range []string{"vol-ublk", "vol-nbd"} {
+		if _, err := p.CreateVolume(v, 64<<20, pool.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nl, err := kernel.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	statePath := filepath.Join(dir, "nbd-state.json")
+	state, err := kernel.OpenState(statePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ublkPath := filepath.Join(dir, UblkStateFile)
+	kopts := kernel.Options{Timeout: 10 * time.Second, DeadConnTimeout: 60 * time.Second}
+	att := NewPoolAttacher(p, nl, state, kopts)
+	def, err := ResolveFrontend(FrontendAuto)
+	if err != nil || def != FrontendNBD {
+		t.Fatalf("auto resolves to %q (%v), want nbd", def, err)
+	}
+	if err := att.EnableUblk(ctx, def, ublkPath); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staging := filepath.Join(dir, "staging")
+	if _, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-ublk", StagingTargetPath: staging,
+		VolumeCapability: mountCap("ext4"), VolumeContext: map[string]string{ParamFrontend: "ublk"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-nbd", StagingTargetPath: filepath.Join(dir, "staging-nbd"),
+		VolumeCapability: blockCap()}); err != nil {
+		t.Fatal(err)
+	}
+	dev := att.Device("vol-ublk")
+	if !strings.HasPrefix(dev, "/dev/ublkb") || !strings.HasPrefix(att.Device("vol-nbd"), "/dev/nbd") {
+		t.Fatalf("devices %q and %q, want /dev/ublkbN and /dev/nbdX", dev, att.Device("vol-nbd"))
+	}
+	if _, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-x", StagingTargetPath: staging,
+		VolumeCapability: mountCap("ext4"), VolumeContext: map[string]string{ParamFrontend: "iscsi"}}); err == nil {
+		t.Fatal("frontend iscsi accepted")
+	}
+
+	// An orphan: a device of ours that no record names (a crash between adding and recording).
+	fb, err := nbd.OpenFileBackend(filepath.Join(dir, "orphan.img"), 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	orphan, err := ublk.Create(ctx, fb, ublk.Options{Queues: 1, Depth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan.Detach()
+
+	stop := make(chan struct{})
+	werr := make(chan error, 1)
+	var written int
+	var slowest time.Duration
+	go func() {
+		f, err := os.OpenFile(filepath.Join(staging, "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			werr <- err
+			return
+		}
+		defer f.Close()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				written = i
+				werr <- nil
+				return
+			default:
+			}
+			if _, err := f.Write(record(i)); err != nil {
+				werr <- err
+				return
+			}
+			t0 := time.Now()
+			if err := f.Sync(); err != nil {
+				werr <- err
+				return
+			}
+			slowest = max(slowest, time.Since(t0))
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	att.Close(ctx) // the "old process" stops serving; the devices stay, their I/O queued
+	time.Sleep(500 * time.Millisecond)
+	att2, err := OpenPoolAttacher(ctx, p, statePath, kopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att2.Close(context.Background())
+	if err := att2.EnableUblk(ctx, def, ublkPath); err != nil {
+		t.Fatal(err)
+	}
+	if got := att2.Device("vol-ublk"); got != dev {
+		t.Fatalf("after the restart vol-ublk is on %q, was %s", got, dev)
+	}
+	t.Logf("restart took %s", time.Since(start).Round(time.Millisecond))
+	if _, err := ublk.GetInfo(ctx, orphan.ID()); err == nil {
+		t.Errorf("orphan %s still there after the restart", orphan.Path())
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	if err := <-werr; err != nil {
+		t.Fatalf("writer saw an error across the restart: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(staging, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != written*4096 {
+		t.Fatalf("log has %d bytes, want %d records", len(got), written)
+	}
+	for i := 0; i < written; i++ {
+		if !bytes.Equal(got[i*4096:(i+1)*4096], record(i)) {
+			t.Fatalf("record %d differs", i)
+		}
+	}
+	t.Logf("%d records written and read back across the restart; slowest fsync %s", written, slowest.Round(time.Millisecond))
+	if _, err := att2.Expand(ctx, "vol-ublk"); err != nil {
+		t.Errorf("Expand of an unchanged volume over ublk: %v", err)
+	}
+
+	ns2, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att2, Mounter: mount.New(""), Exec: utilexec.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns2.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-ublk", StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dev); !os.IsNotExist(err) {
+		t.Errorf("%s still there after unstage: %v", dev, err)
+	}
+	if _, ok := att2.ublkRec.get("vol-ublk"); ok {
+		t.Error("vol-ublk still recorded after unstage")
+	}
+	if _, err := ns2.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-nbd", StagingTargetPath: filepath.Join(dir, "staging-nbd")}); err != nil {
+		t.Fatal(err)
+	}
+}
