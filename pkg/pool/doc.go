@@ -40,6 +40,18 @@
 // way. Blocks the engine records bad (VolumeInfo.BadBlocks; LostBlocks where no copy is
 // readable) fail no disk but keep the volume Degraded until they are written again.
 //
+// # Snapshots, restores and clones
+//
+// CreateSnapshot makes a snapshot of a volume: an array of the pool as large as the volume,
+// never served, filled with the volume's data as of the cut by the engine's Copy (a
+// copy-before-write hook on the volume, a rate-limited background copier, a resumable
+// bitmap in the copy record at the snapshot array's reserved tail). CreateVolume with a
+// Source restores a snapshot or clones a volume the same way into a served volume, usable at
+// once (uncopied regions are copied on access). Extent flags record the relation (snapshot,
+// copy target, copying, copy failed; the source's UUID prefix), so Open puts the hooks back
+// before anything is served. A finished copy depends on nothing. See docs/design.md,
+// "Snapshots, clones and restores".
+//
 // # Scrub
 //
 // StartScrub runs the engine's check or repair of a volume in the background (StopScrub

@@ -166,4 +166,90 @@
 // cleared), else fully. If the freshest superblock is not clean, the
 // regions with bits set are resynced (first copy over the second); reads in
 // such a region use the first copy until it is done.
+//
+// # Copies (snapshots, clones, restores)
+//
+// A Copy (copy.go) fills a target array with a source array's contents as
+// of one instant, the cut. The source's address space is cut into regions
+// (16 KiB, doubled until at most 4,129,016 regions); the copy record in the
+// target's reserved tail (Array.Reserve(CopyRecordSize): the last 1 MiB of
+// the array, outside Size) holds one bit per region, set once that region's
+// data as of the cut is durable on the target. Invariant, for every region:
+// either its bit is set and the target holds the region as of the cut, or
+// the source region is unchanged since the cut.
+//
+//   - Cut (NewCopy): the record (state running, every bit clear) is written
+//     and flushed on the target; then, for a live source, every barrier
+//     bucket of the source is drained (freeze) while the copy-before-write
+//     hook goes in, and released. A write piece checks the hooks inside its
+//     bucket, so every piece admitted after the cut sees the hook and none
+//     admitted before is still running. The pause is the drain.
+//   - Copy before write: a write, discard or write-zeroes piece touching a
+//     region whose bit is clear leaves its bucket, copies the run of
+//     uncopied regions it covers (read from the source, written raw to the
+//     target), and is admitted again. Concurrent writers of a region wait
+//     for its one copy. Durability: the target's data, then the bit.
+//     Copies that finish together share one target flush and one write of
+//     each bitmap block they touch (group commit).
+//   - Hydrate on access: the target's own reads and writes of a region
+//     whose bit is clear copy it first, so a cloned volume serves its data
+//     at once and a write into it is never overwritten by the copier.
+//   - Copier: consecutive uncopied regions, 4 MiB at a time, at the rebuild
+//     rate (the target's SyncRateMax, falling back towards SyncRateMin
+//     while the source serves foreground I/O). When every bit is set the
+//     header says ready, the hooks go, and the target is independent.
+//   - Costs: without hooks, one atomic load per request piece; with hooks,
+//     one bit test per region a piece touches; no lock.
+//   - Faults: both arrays are RAID10 and degrade as usual. A source block
+//     no copy can read is recorded bad on every copy of the target (EIO
+//     there too, never zeroes). A target that cannot be written fails the
+//     copy: OnFail (the pool records it in its labels) runs before source
+//     writes into uncopied regions go on; target I/O into uncopied regions
+//     then fails with EIO.
+//   - Crash: ResumeCopy reads the record; a running copy gets its hooks
+//     back (the owner calls it before serving either array) and the copier
+//     continues from the bits.
+//
+// Copy record, at array offset Size() (the reserved tail), little-endian:
+//
+//	record offset        size  content
+//	0                    4096  header slot A
+//	4096                 4096  header slot B
+//	8192 + 8192*i        4096  bitmap block i, slot A
+//	8192 + 8192*i + 4096 4096  bitmap block i, slot B (i < 127)
+//
+// Header slot:
+//
+//	off  size  field
+//	0    8     magic "R10COPY\0"
+//	8    4     version, 1
+//	12   4     state: 1 running, 2 ready, 3 failed
+//	16   4     flags: bit 0 = the source was live (cut with the hook)
+//	20   4     reserved, zero
+//	24   8     seq: bumped by every header write; selects the slot (seq mod 2)
+//	32   16    source array UUID
+//	48   16    target array UUID
+//	64   8     size: bytes copied from offset 0 of the source
+//	72   8     region size in bytes (a power of two >= 4096)
+//	80   8     regions = ceil(size / region size), <= 127 * 32608
+//	88   8     cut time, Unix nanoseconds
+//	96   3996  zero
+//	4092 4     CRC32C of bytes 0..4091
+//
+// Bitmap block slot (block i covers regions 32608*i onwards):
+//
+//	off  size  field
+//	0    4     magic "R10C"
+//	4    4     block index i
+//	8    8     seq: bumped by every write of the block; selects the slot
+//	16   4076  bits: region r at byte (r mod 32608)/8, bit r mod 8 (LSB first)
+//	4092 4     CRC32C of bytes 0..4091
+//
+// The valid slot with the higher seq wins. NewCopy writes the whole 1 MiB
+// (header slot A with seq 1, every block's slot A with seq 0 and no bit);
+// a later write goes to the slot the last one did not use, with FUA, so a
+// torn write leaves the previous slot, which lacks only bits being set at
+// that moment (their source regions are not written yet). A block with
+// neither slot valid makes the record unusable (the copy is failed, never
+// guessed).
 package raid10
