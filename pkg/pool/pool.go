@@ -448,15 +448,20 @@ func (p *Pool) Close() error {
 	p.stopScrubs()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.stopCopies()
+	// The arrays close with their copy hooks in place (a write still arriving on a source
+	// copies first or fails with ErrClosed, never bypasses the hook); the copiers then end
+	// on ErrClosed, and their records resume them at the next Open.
 	var first error
 	for _, v := range p.volumes {
 		if v.arr != nil {
 			if err := v.arr.Close(); err != nil && first == nil {
 				first = fmt.Errorf("pool: close volume %s: %w", v.name, err)
 			}
-			v.arr = nil
 		}
+	}
+	p.stopCopies()
+	for _, v := range p.volumes {
+		v.arr = nil
 	}
 	p.closeDisks()
 	klog.InfoS("Pool closed", "pool", p.uuid)

@@ -343,3 +343,67 @@ func TestSnapshotCreateCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotDiskFailsDuringCopy: a disk holding members of both the volume and its
+// snapshot fails while the copy runs; both degrade, the copy finishes, the snapshot holds the
+// volume as of the cut; a replacement rebuilds both (the snapshot is an ordinary array of the
+// pool) and the snapshot still reads back the same.
+func TestSnapshotDiskFailsDuringCopy(t *testing.T) {
+	dir := t.TempDir()
+	paths := makeDisks(t, dir, 4, 96<<20)
+	cfg := Config{Disks: []DiskConfig{{Path: filepath.Join(dir, "disk*.img")}}, RebuildRateMax: 8 << 20}
+	p := openPool(t, cfg)
+	defer func() { p.Close() }()
+	const size = 16 << 20
+	if _, err := p.CreateVolume("v", size, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := randBytes(size)
+	writeVolume(t, p, "v", a, 0)
+	if _, err := p.CreateSnapshot("s", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.FailDisk(paths[0]); err != nil {
+		t.Fatal(err)
+	}
+	writeVolume(t, p, "v", randBytes(size), 0)
+	si := waitSnapshotReady(t, p, "s")
+	if si.Health != Degraded {
+		t.Fatalf("snapshot with a failed disk: %+v", si)
+	}
+	if sum(readArray(t, snapArray(t, p, "s"), size)) != sum(a) {
+		t.Fatal("snapshot after a disk failed during its copy")
+	}
+	sparse(t, filepath.Join(dir, "disk9.img"), 96<<20)
+	if _, err := p.ReplaceDisk(paths[0], DiskConfig{Path: filepath.Join(dir, "disk9.img")}); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(t, p, "v", Healthy)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		si, _ := p.Snapshot("s")
+		if si.Health == Healthy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot not rebuilt: %+v", si)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if sum(readArray(t, snapArray(t, p, "s"), size)) != sum(a) {
+		t.Fatal("snapshot after its rebuild")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = openPool(t, cfg)
+	if si, err := p.Snapshot("s"); err != nil || !si.Ready || si.Health != Healthy || si.Source != "v" {
+		t.Fatalf("snapshot after a restart: %+v %v", si, err)
+	}
+	if sum(readArray(t, snapArray(t, p, "s"), size)) != sum(a) {
+		t.Fatal("snapshot after a restart")
+	}
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
