@@ -707,7 +707,7 @@ func (c *Copy) Start() {
 func (c *Copy) run() {
 	defer close(c.done)
 	start, base := time.Now(), c.copied.Load()
-	lastFg := c.src.fgOps()
+	lastFg := c.src.fgWrites()
 	most := int64(len(c.batch)) >> c.shift
 	for r := int64(0); r < c.rec.Regions; {
 		if c.stopped() || CopyState(c.state.Load()) != CopyRunning {
@@ -737,14 +737,14 @@ func (c *Copy) run() {
 		r += k
 		// The rebuild's rate settings (the target's Options): at most
 		// SyncRateMax, falling back towards SyncRateMin while the source
-		// serves foreground I/O.
+		// takes writes (its own reads of the source do not count).
 		done := c.copied.Load() - base
 		el := time.Since(start)
 		rate := float64(done) / max(el.Seconds(), 1e-6)
 		o := c.tgt.opts
 		if o.SyncRateMax > 0 && rate > float64(o.SyncRateMax) {
 			c.sleep(min(time.Duration(float64(done)/float64(o.SyncRateMax)*float64(time.Second))-el, 200*time.Millisecond))
-		} else if fg := c.src.fgOps(); fg != lastFg {
+		} else if fg := c.src.fgWrites(); fg != lastFg {
 			lastFg = fg
 			if o.SyncRateMin > 0 && rate > float64(o.SyncRateMin) {
 				c.sleep(min(time.Duration(float64(done)/float64(o.SyncRateMin)*float64(time.Second))-el, 10*time.Millisecond))
@@ -765,6 +765,16 @@ func (c *Copy) run() {
 	if c.cfg.OnReady != nil {
 		c.cfg.OnReady()
 	}
+}
+
+// fgWrites counts the array's write pieces: the copier's yield signal (its
+// own reads of the source would make fgOps move every time).
+func (a *Array) fgWrites() uint64 {
+	var n uint64
+	for i := range a.buckets {
+		n += a.buckets[i].wOps.Load()
+	}
+	return n
 }
 
 func (c *Copy) sleep(d time.Duration) {

@@ -196,7 +196,7 @@
 //     at once and a write into it is never overwritten by the copier.
 //   - Copier: consecutive uncopied regions, 4 MiB at a time, at the rebuild
 //     rate (the target's SyncRateMax, falling back towards SyncRateMin
-//     while the source serves foreground I/O). When every bit is set the
+//     while the source takes writes). When every bit is set the
 //     header says ready, the hooks go, and the target is independent.
 //   - Costs: without hooks, one atomic load per request piece; with hooks,
 //     one bit test per region a piece touches; no lock.
