@@ -385,6 +385,20 @@ func (a *Array) pendingHydrate(aoff, n int64) (*Copy, int64) {
 	return nil, 0
 }
 
+// hydrateRange copies every uncopied region of [off, off+n) of a copy
+// target before a read of it.
+func (a *Array) hydrateRange(off, n int64) error {
+	for {
+		c, r := a.pendingHydrate(off, n)
+		if c == nil {
+			return nil
+		}
+		if err := c.ensure(r, (off+n-1)>>c.shift, true); err != nil {
+			return err
+		}
+	}
+}
+
 // install puts the hooks in: on a live source with every bucket drained,
 // so every write piece admitted afterwards sees the hook and none
 // admitted before is still running (the cut).

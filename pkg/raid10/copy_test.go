@@ -490,3 +490,63 @@ func TestCopyFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyHydrate: a target serves the cut at once. Reads of uncopied regions (small and
+// large, the large ones in parallel parts) copy them first; writes into the target
+// before its copier got there stay (the copier never overwrites them); writes to the
+// source after the cut never reach the target.
+func TestCopyHydrate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 0x4d))
+	r := newCopyRig(t, rng, false)
+	defer r.src.Close()
+	defer r.tgt.Close()
+	hist := prefill(t, r.src, rng)
+	size := r.src.Size()
+	want := make([]byte, size)
+	for i := range hist {
+		copy(want[int64(i)*BlockSize:], hist[i].initial)
+	}
+	c, err := NewCopy(CopyConfig{Source: r.src, Target: r.tgt, Size: size, Live: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The copier is not started yet: every region is uncopied.
+	p := make([]byte, 256<<10)
+	fillRand(rng, p)
+	if _, err := r.src.WriteAt(p, 0); err != nil { // copies its regions first
+		t.Fatal(err)
+	}
+	tw := make([]byte, 3*BlockSize)
+	fillRand(rng, tw)
+	twOff := size/2 + BlockSize
+	if _, err := r.tgt.WriteAt(tw, twOff); err != nil { // hydrates, then writes
+		t.Fatal(err)
+	}
+	copy(want[twOff:], tw)
+	small := make([]byte, BlockSize)
+	if _, err := r.tgt.ReadAt(small, size-BlockSize); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(small, want[size-BlockSize:]) {
+		t.Fatal("small read of an uncopied target region")
+	}
+	big := make([]byte, size)
+	if _, err := r.tgt.ReadAt(big, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(big, want) {
+		t.Fatal("large read of the target before its copier ran")
+	}
+	c.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.tgt.ReadAt(big, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(big, want) {
+		t.Fatal("target after its copy: a write into it was overwritten, or the source's later write reached it")
+	}
+}

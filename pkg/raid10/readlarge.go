@@ -58,6 +58,14 @@ func (a *Array) read(p []byte, off int64, raw bool) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if !raw {
+		// A copy target hydrates the range here, on the caller's goroutine,
+		// before parts go to the workers: a worker never waits for a copy
+		// (whose own writes may need a worker). readPiece checks again.
+		if err := a.hydrateRange(off, int64(len(p))); err != nil {
+			return 0, err
+		}
+	}
 	if len(p) < splitReadMin && off&(a.geo.chunk-1)+int64(len(p)) <= a.geo.chunk {
 		if err := a.readPiece(p, off, copyAny, raw); err != nil {
 			return 0, err
