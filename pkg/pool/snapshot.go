@@ -59,7 +59,7 @@ func (p *Pool) CreateSnapshot(name, source string) (SnapshotInfo, error) {
 	}
 	src := p.byName[source]
 	if s := p.snaps[name]; s != nil {
-		if src == nil || s.srcUUID != src.uuid {
+		if !s.sameSource(Source{Volume: source}, src) {
 			return SnapshotInfo{}, fmt.Errorf("%w: snapshot %q exists of another source (%s)", ErrAlreadyExists, name, p.nameOf(s.srcUUID))
 		}
 		return p.snapshotInfo(s), nil
@@ -163,11 +163,8 @@ func (p *Pool) nameOf(u UUID) string {
 
 // snapshotInfo describes a snapshot. Caller holds p.mu.
 func (p *Pool) snapshotInfo(v *volume) SnapshotInfo {
-	si := SnapshotInfo{Name: v.name, UUID: v.uuid, SourceUUID: v.srcUUID, Size: v.size, CutAt: v.cutAt,
+	si := SnapshotInfo{Name: v.name, UUID: v.uuid, Source: v.srcName, SourceUUID: v.srcUUID, Size: v.size, CutAt: v.cutAt,
 		Members: v.members, Copied: v.copied()}
-	if s := p.volumes[v.srcUUID]; s != nil {
-		si.Source = s.name
-	}
 	si.Ready = v.flags&(ExtentFlagCopying|ExtentFlagCopyFailed) == 0
 	si.Health, _ = p.health(v)
 	switch {
@@ -203,6 +200,26 @@ func (p *Pool) copySourceLocked(s Source) (*volume, error) {
 	return v, nil
 }
 
+// sameSource reports whether s names v's source: by UUID while the source exists, else by
+// the name and kind the copy record kept.
+func (v *volume) sameSource(s Source, found *volume) bool {
+	if (s.Volume != "") != v.srcLive {
+		return false
+	}
+	if found != nil {
+		return found.uuid == v.srcUUID
+	}
+	return s.Volume+s.Snapshot == v.srcName
+}
+
+// lookupSource finds a source by name, or nil.
+func (p *Pool) lookupSource(s Source) *volume {
+	if s.Snapshot != "" {
+		return p.snaps[s.Snapshot]
+	}
+	return p.byName[s.Volume]
+}
+
 // copyFromLocked returns a volume or snapshot whose copy from v is still running.
 func (p *Pool) copyFromLocked(v *volume) *volume {
 	for _, t := range p.volumes {
@@ -217,7 +234,7 @@ func (p *Pool) copyFromLocked(v *volume) *volume {
 // held while the hook goes in). Caller holds p.mu.
 func (p *Pool) startCopyLocked(v, src *volume, live bool) error {
 	c, err := raid10.NewCopy(raid10.CopyConfig{Source: src.arr, Target: v.arr, Size: int64(src.size), Live: live,
-		OnFail: p.onCopyFail(v), OnReady: p.onCopyReady(v)})
+		SourceName: src.name, OnFail: p.onCopyFail(v), OnReady: p.onCopyReady(v)})
 	if err != nil {
 		return err
 	}
@@ -324,7 +341,7 @@ func (p *Pool) resumeCopies() {
 			}
 			continue
 		}
-		v.srcUUID, v.cutAt, v.copySize = rec.Source, rec.CutAt, uint64(rec.Size)
+		v.srcUUID, v.cutAt, v.copySize, v.srcName, v.srcLive = rec.Source, rec.CutAt, uint64(rec.Size), rec.SourceName, rec.Live
 		switch rec.State {
 		case raid10.CopyReady:
 			if v.copying() {
@@ -382,12 +399,11 @@ func (p *Pool) sourceInfo(v *volume) *Source {
 	if v.flags&ExtentFlagCopy == 0 {
 		return nil
 	}
-	s := p.volumes[v.srcUUID]
-	switch {
-	case s == nil:
+	if v.srcName == "" {
 		return nil
-	case s.snap:
-		return &Source{Snapshot: s.name}
 	}
-	return &Source{Volume: s.name}
+	if v.srcLive {
+		return &Source{Volume: v.srcName}
+	}
+	return &Source{Snapshot: v.srcName}
 }

@@ -115,6 +115,19 @@ func TestSnapshotRestoreClone(t *testing.T) {
 	if vi, _ := p.Volume("c"); vi.Source == nil || vi.Source.Volume != "v" {
 		t.Fatalf("clone's source: %+v", vi.Source)
 	}
+	// Idempotent by name and source.
+	r0, _ := p.Volume("r")
+	if again, err := p.CreateVolume("r", size+8<<20, CreateOptions{Source: &Source{Snapshot: "s"}}); err != nil || again.UUID != r0.UUID {
+		t.Fatalf("restore again: %+v %v", again, err)
+	}
+	for _, o := range []CreateOptions{{Source: &Source{Volume: "v"}}, {}} {
+		if _, err := p.CreateVolume("r", size+8<<20, o); !errors.Is(err, ErrAlreadyExists) {
+			t.Fatalf("restore again with source %+v: %v", o.Source, err)
+		}
+	}
+	if _, err := p.CreateVolume("v", size, CreateOptions{Source: &Source{Snapshot: "s"}}); !errors.Is(err, ErrAlreadyExists) {
+		t.Fatalf("plain volume asked for with a source: %v", err)
+	}
 	c := randBytes(size / 2)
 	writeVolume(t, p, "v", c, size/4)
 	// A restart in the middle: the copies resume from their records.
@@ -147,6 +160,13 @@ func TestSnapshotRestoreClone(t *testing.T) {
 	// Independent: the sources go, the copies stay.
 	if err := p.DeleteVolume("v"); err != nil {
 		t.Fatal(err)
+	}
+	// The snapshot keeps its source's name; a retry of its create still answers it.
+	if si, err := p.CreateSnapshot("s", "v"); err != nil || si.Source != "v" || !si.Ready {
+		t.Fatalf("snapshot of a deleted volume, created again: %+v %v", si, err)
+	}
+	if _, err := p.CreateSnapshot("s", "w"); !errors.Is(err, ErrAlreadyExists) {
+		t.Fatalf("snapshot name again with another (unknown) source: %v", err)
 	}
 	if err := p.DeleteSnapshot("s"); err != nil {
 		t.Fatal(err)

@@ -71,6 +71,8 @@ type volume struct {
 	copySource [8]byte      // ExtentEntry.CopySource
 	copy       *raid10.Copy // the copy into this array, while it runs (and after, until reopened)
 	srcUUID    UUID         // the copy's source
+	srcName    string       // the source's name at the cut (the copy record keeps it)
+	srcLive    bool         // the source was a volume (a live cut), not a snapshot
 	copySize   uint64       // bytes the copy fills (the source's size; 0: v.size)
 	cutAt      time.Time    // the copy's cut
 }
@@ -196,12 +198,6 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 	if p.snaps[name] != nil {
 		return VolumeInfo{}, fmt.Errorf("%w: %q is the name of a snapshot", ErrAlreadyExists, name)
 	}
-	var src *volume
-	if s := opts.Source; s != nil {
-		if src, err = p.copySourceLocked(*s); err != nil {
-			return VolumeInfo{}, fmt.Errorf("volume %q: %w", name, err)
-		}
-	}
 	if v := p.byName[name]; v != nil {
 		if v.size != size {
 			return VolumeInfo{}, fmt.Errorf("%w: volume %q has size %d, requested %d", ErrAlreadyExists, name, v.size, size)
@@ -209,10 +205,21 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 		if have := p.volumeChunk(v); opts.ChunkSize != 0 && v.arr != nil && have != chunk {
 			return VolumeInfo{}, fmt.Errorf("%w: volume %q has chunk size %d, requested %d", ErrAlreadyExists, name, have, chunk)
 		}
-		if want := sourceUUID(src); v.srcUUID != want {
+		switch s := opts.Source; {
+		case s == nil && v.flags&ExtentFlagCopy != 0:
+			return VolumeInfo{}, fmt.Errorf("%w: volume %q exists, filled from a source", ErrAlreadyExists, name)
+		case s != nil && v.flags&ExtentFlagCopy == 0:
+			return VolumeInfo{}, fmt.Errorf("%w: volume %q exists without a source", ErrAlreadyExists, name)
+		case s != nil && !v.sameSource(*s, p.lookupSource(*s)):
 			return VolumeInfo{}, fmt.Errorf("%w: volume %q exists with another source", ErrAlreadyExists, name)
 		}
 		return p.volumeInfo(v), nil
+	}
+	var src *volume
+	if s := opts.Source; s != nil {
+		if src, err = p.copySourceLocked(*s); err != nil {
+			return VolumeInfo{}, fmt.Errorf("volume %q: %w", name, err)
+		}
 	}
 	if src != nil && size < src.size {
 		return VolumeInfo{}, fmt.Errorf("%w: volume %q of %d bytes is smaller than its source %q (%d bytes)", ErrInvalidArgument, name, size, src.name, src.size)
@@ -227,13 +234,6 @@ func (p *Pool) CreateVolume(name string, size uint64, opts CreateOptions) (Volum
 		return VolumeInfo{}, err
 	}
 	return p.volumeInfo(v), nil
-}
-
-func sourceUUID(src *volume) UUID {
-	if src == nil {
-		return UUID{}
-	}
-	return src.uuid
 }
 
 // createLocked allocates and creates the array of a volume or snapshot; with a source,
@@ -276,7 +276,7 @@ func (p *Pool) createLocked(name string, size uint64, spec createSpec) (*volume,
 		arrSize += raid10.CopyRecordSize
 		v.flags |= ExtentFlagCopy | ExtentFlagCopying
 		copy(v.copySource[:], spec.src.uuid[:8])
-		v.srcUUID, v.copySize = spec.src.uuid, spec.src.size
+		v.srcUUID, v.copySize, v.srcName, v.srcLive = spec.src.uuid, spec.src.size, spec.src.name, spec.live
 	}
 	ext := p.extentLen(arrSize, n, chunk)
 	for _, d := range cands {

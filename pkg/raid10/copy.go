@@ -53,6 +53,7 @@ const (
 	crMaxRegions   = crMaxBlocks * crBitsPerBlock
 	minCopyRegion  = 4096
 	crFlagLive     = 1
+	crNameMax      = 64 // source name field, NUL-padded
 )
 
 // copyRegionMin is the smallest region copyRegionSize picks: what the first
@@ -108,6 +109,9 @@ type CopyRecord struct {
 	RegionSize int64
 	Regions    int64
 	CutAt      time.Time
+	// SourceName is the caller's name of the source at the cut (at most 63
+	// bytes; the pool's volume or snapshot name), kept for its reports.
+	SourceName string
 	seq        uint64
 }
 
@@ -131,6 +135,8 @@ type CopyConfig struct {
 	OnFail func(err error)
 	// OnReady, when set, is called once the record says ready.
 	OnReady func()
+	// SourceName is recorded as CopyRecord.SourceName (NewCopy only).
+	SourceName string
 }
 
 // Copy is a running (or finished) copy; see the comment at the top of
@@ -201,9 +207,13 @@ func NewCopy(cfg CopyConfig) (*Copy, error) {
 	if cfg.CutAt.IsZero() {
 		cfg.CutAt = time.Now()
 	}
+	if len(cfg.SourceName) >= crNameMax {
+		return nil, invalidf("copy: source name of %d bytes (at most %d)", len(cfg.SourceName), crNameMax-1)
+	}
 	region := copyRegionSize(cfg.Size)
 	rec := CopyRecord{State: CopyRunning, Live: cfg.Live, Source: src.uuid, Target: tgt.uuid,
-		Size: cfg.Size, RegionSize: region, Regions: (cfg.Size + region - 1) / region, CutAt: cfg.CutAt}
+		Size: cfg.Size, RegionSize: region, Regions: (cfg.Size + region - 1) / region, CutAt: cfg.CutAt,
+		SourceName: cfg.SourceName}
 	c := newCopy(cfg, rec)
 	// The whole record area: header slot A, empty slot B, every bitmap
 	// block's slot A with seq 0 and no bit, slot B empty.
@@ -892,6 +902,7 @@ func (c *Copy) encodeHeader(seq uint64) []byte {
 	le.PutUint64(b[72:], uint64(c.rec.RegionSize))
 	le.PutUint64(b[80:], uint64(c.rec.Regions))
 	le.PutUint64(b[88:], uint64(c.rec.CutAt.UnixNano()))
+	copy(b[96:96+crNameMax], c.rec.SourceName)
 	le.PutUint32(b[crSlot-4:], crc32.Checksum(b[:crSlot-4], castagnoli))
 	return b
 }
@@ -905,13 +916,14 @@ func decodeHeader(b []byte) (CopyRecord, bool) {
 	r := CopyRecord{State: CopyState(le.Uint32(b[12:])), seq: le.Uint64(b[24:]),
 		Size: int64(le.Uint64(b[64:])), RegionSize: int64(le.Uint64(b[72:])), Regions: int64(le.Uint64(b[80:])),
 		CutAt: time.Unix(0, int64(le.Uint64(b[88:]))).UTC()}
+	r.SourceName = string(bytes.TrimRight(b[96:96+crNameMax], "\x00"))
 	fl := le.Uint32(b[16:])
 	r.Live = fl&crFlagLive != 0
 	copy(r.Source[:], b[32:48])
 	copy(r.Target[:], b[48:64])
 	if fl&^crFlagLive != 0 || r.State < CopyRunning || r.State > CopyFailed || r.Size <= 0 || r.Size%BlockSize != 0 ||
 		r.RegionSize < minCopyRegion || r.RegionSize&(r.RegionSize-1) != 0 || r.Regions != (r.Size+r.RegionSize-1)/r.RegionSize ||
-		r.Regions > crMaxRegions || !bytes.Equal(b[96:crSlot-4], make([]byte, crSlot-100)) {
+		r.Regions > crMaxRegions || !bytes.Equal(b[96+crNameMax:crSlot-4], make([]byte, crSlot-4-96-crNameMax)) {
 		return CopyRecord{}, false
 	}
 	return r, true

@@ -233,7 +233,8 @@
 //	72   8     region size in bytes (a power of two >= 4096)
 //	80   8     regions = ceil(size / region size), <= 127 * 32608
 //	88   8     cut time, Unix nanoseconds
-//	96   3996  zero
+//	96   64    source name at the cut (the caller's), NUL-padded
+//	160  3932  zero
 //	4092 4     CRC32C of bytes 0..4091
 //
 // Bitmap block slot (block i covers regions 32608*i onwards):
