@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -168,6 +169,9 @@ func TestNodeUblkInGuest(t *testing.T) {
 		}
 	}
 	t.Logf("%d records written and read back across the restart; slowest fsync %s", written, slowest.Round(time.Millisecond))
+	if out, _ := exec.Command("dmesg").Output(); strings.Contains(string(out), "WARNING:") {
+		t.Errorf("kernel warned:\n%s", out)
+	}
 	if _, err := att2.Expand(ctx, "vol-ublk"); err != nil {
 		t.Errorf("Expand of an unchanged volume over ublk: %v", err)
 	}

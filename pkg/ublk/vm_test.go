@@ -159,7 +159,7 @@ func TestInGuestAttach(t *testing.T) {
 	_ = os.Mkdir(mnt, 0o755)
 	sh(t, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev)
 	sh(t, "mount", dev, mnt)
-	out := sh(t, "fio", "--name=verify", "--filename="+filepath.Join(mnt, "fio.dat"), "--size=16M",
+	out := sh(t, "fio", "--name=verify", "--filename="+filepath.Join(mnt, "fio.dat"), "--size=8M",
 		"--bs=4k", "--rw=randwrite", "--ioengine=libaio", "--iodepth=32", "--direct=1",
 		"--verify=crc32c", "--verify_state_save=0", "--do_verify=1", "--verify_fatal=1")
 	if !strings.Contains(out, "err= 0") {
@@ -205,6 +205,7 @@ func TestInGuestAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("recovered %s in %s", d.Path(), time.Since(start).Round(time.Millisecond))
+	noKernelWarning(t)
 	got := filepath.Join(dir, "got")
 	sh(t, "dd", "if="+dev, "of="+got, "bs=1M", "skip=100", "count=1", "iflag=direct")
 	if b, err := os.ReadFile(got); err != nil || string(b) != string(want) {
@@ -224,6 +225,18 @@ func TestInGuestAttach(t *testing.T) {
 	}
 	if err := Delete(ctx, d.ID()); err != nil {
 		t.Errorf("Delete of a missing device: %v", err)
+	}
+}
+
+// noKernelWarning fails t when the kernel log has a WARNING (a recovery started while the
+// old queue threads were not exiting warns in ublk_drv).
+func noKernelWarning(t *testing.T) {
+	t.Helper()
+	out, _ := exec.Command("dmesg").Output()
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "WARNING:") {
+			t.Errorf("kernel: %s", l)
+		}
 	}
 }
 
@@ -405,6 +418,7 @@ func TestInGuestKill9(t *testing.T) {
 	sh(t, "umount", mnt)
 	mounted = false
 	sh(t, "e2fsck", "-fn", dev)
+	noKernelWarning(t)
 	if out, _ := exec.Command("dmesg").Output(); len(out) > 0 {
 		for _, l := range strings.Split(string(out), "\n") {
 			if strings.Contains(l, "ublk") || strings.Contains(l, "I/O error") || strings.Contains(l, "EXT4-fs error") {
