@@ -374,11 +374,24 @@ func (p *Pool) resumeCopies() {
 		if err != nil {
 			klog.ErrorS(err, "Copy cannot resume: marked failed", "name", v.name)
 			_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+			if !v.snap {
+				_ = v.arr.Close()
+				v.arr, v.err = nil, fmt.Errorf("%w: its copy from its source cannot resume: %w", ErrFailedPrecondition, err)
+			}
 			continue
 		}
 		v.copy = c
 		started = append(started, c)
 		klog.InfoS("Copy resumed", "target", v.name, "source", src.name, "copied", c.Copied(), "of", rec.Size)
+	}
+	// A source whose superblocks count more running copies than were resumed has a copy
+	// target absent: its copy generation moves on (that record is void if it returns).
+	for _, v := range p.volumes {
+		if v.arr != nil {
+			if err := v.arr.CopiesResumed(); err != nil {
+				klog.ErrorS(err, "Recording the copy generation", "name", v.name)
+			}
+		}
 	}
 	for _, c := range started {
 		c.Start()

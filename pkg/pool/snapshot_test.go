@@ -427,3 +427,66 @@ func TestSnapshotDiskFailsDuringCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSnapshotAbsentAtOpen: the pool opens without the disks of a snapshot whose copy was
+// running and serves its volume (without the hook: the snapshot is not there). When the
+// disks come back the snapshot is Failed, never resumed from a bitmap that no longer says
+// what the volume holds; restoring it is refused, deleting it works.
+func TestSnapshotAbsentAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	paths := makeDisks(t, dir, 4, 96<<20)
+	all := Config{Disks: []DiskConfig{{Path: filepath.Join(dir, "disk*.img")}}, RebuildRateMax: 1 << 20}
+	p := openPool(t, all)
+	if _, err := p.CreateVolume("v", 16<<20, CreateOptions{Members: 2}); err != nil {
+		t.Fatal(err)
+	}
+	writeVolume(t, p, "v", randBytes(16<<20), 0)
+	if _, err := p.CreateSnapshot("s", "v"); err != nil {
+		t.Fatal(err)
+	}
+	vi, _ := p.Volume("v")
+	p.mu.Lock()
+	var snapDisks []string
+	for _, r := range p.snaps["s"].roles {
+		snapDisks = append(snapDisks, r.disk.path)
+	}
+	p.mu.Unlock()
+	for _, m := range vi.Members {
+		for _, d := range snapDisks {
+			if m.DiskPath == d {
+				t.Fatalf("test set-up: the snapshot shares disk %s with its volume", d)
+			}
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Only the volume's disks.
+	var only []string
+	for _, m := range vi.Members {
+		only = append(only, m.DiskPath)
+	}
+	p = openPool(t, Config{Disks: configFor(only...).Disks, RebuildRateMax: 1 << 20})
+	writeVolume(t, p, "v", randBytes(16<<20), 0)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = openPool(t, all)
+	defer p.Close()
+	si, err := p.Snapshot("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.Ready || si.Health != Failed {
+		t.Fatalf("snapshot whose volume was served without it: %+v", si)
+	}
+	t.Logf("snapshot after its disks came back: health %s, %s", si.Health, si.Reason)
+	if _, err := p.CreateVolume("r", 16<<20, CreateOptions{Source: &Source{Snapshot: "s"}}); !errors.Is(err, ErrFailedPrecondition) {
+		t.Fatalf("restore of a failed snapshot: %v", err)
+	}
+	if err := p.DeleteSnapshot("s"); err != nil {
+		t.Fatal(err)
+	}
+	writeVolume(t, p, "v", randBytes(1<<20), 0)
+	_ = paths
+}

@@ -387,7 +387,7 @@ func (p *Pool) createLocked(name string, size uint64, spec createSpec) (*volume,
 			}
 		}); err != nil {
 			if v.copy != nil {
-				v.copy.Stop()
+				v.copy.Cancel()
 			}
 			_ = arr.Close()
 			_ = p.finishDelete(v.uuid)
@@ -463,7 +463,7 @@ func (p *Pool) deleteLocked(v *volume) error {
 		if err := p.markDeleting(v.uuid); err != nil {
 			return err
 		}
-		v.copy.Stop()
+		v.copy.Cancel()
 	}
 	if v.arr != nil {
 		if err := v.arr.Close(); err != nil {

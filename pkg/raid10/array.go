@@ -173,6 +173,12 @@ type Array struct {
 	zombies       map[any]int // abandoned member calls still running, by storage (zombieMu)
 	events        uint64
 	eventsCleared uint64
+	// Live copies from this array (copy.go, under metaMu): how many are
+	// running (persisted), the copy generation (persisted), how many
+	// ResumeCopy found since Assemble.
+	liveCopies, copyGen uint32
+	resumedCopies       uint32
+	resumed             []*Copy
 
 	// resync: regions whose copies may differ (after an unclean shutdown or
 	// a create without AssumeClean). Reads there use the first copy.

@@ -92,6 +92,12 @@ func (s CopyState) String() string {
 	return fmt.Sprintf("state-%d", uint32(s))
 }
 
+// ErrCopyStale is returned by ResumeCopy for a live copy whose source was
+// served without its hook since (its target was absent when the source was
+// assembled and the source's copy generation moved on): the target does not
+// hold the cut.
+var ErrCopyStale = errors.New("raid10: copy record stale: its source was served without the copy's hook")
+
 // ErrNoCopyRecord is returned when the target's reserved tail holds no copy record.
 var ErrNoCopyRecord = errors.New("raid10: no copy record")
 
@@ -112,7 +118,10 @@ type CopyRecord struct {
 	// SourceName is the caller's name of the source at the cut (at most 63
 	// bytes; the pool's volume or snapshot name), kept for its reports.
 	SourceName string
-	seq        uint64
+	// SrcGen is the source's copy generation the record is valid for
+	// (Live copies; see Array.CopiesResumed).
+	SrcGen uint32
+	seq    uint64
 }
 
 // CopyConfig describes a new copy, or the arrays of one to resume.
@@ -172,6 +181,7 @@ type Copy struct {
 	done     chan struct{} // closed when the copier ends
 	ready    chan struct{} // closed when the record says ready
 	started  atomic.Bool
+	counted  atomic.Bool // a live copy counted in its source's superblocks
 
 	// Pause is how long the source's writes were held at the cut.
 	Pause time.Duration
@@ -214,7 +224,21 @@ func NewCopy(cfg CopyConfig) (*Copy, error) {
 	rec := CopyRecord{State: CopyRunning, Live: cfg.Live, Source: src.uuid, Target: tgt.uuid,
 		Size: cfg.Size, RegionSize: region, Regions: (cfg.Size + region - 1) / region, CutAt: cfg.CutAt,
 		SourceName: cfg.SourceName}
+	if cfg.Live {
+		// Counted in the source's superblocks before the record exists: a
+		// crash in between only makes the next assembly bump the generation.
+		src.metaMu.Lock()
+		src.liveCopies++
+		src.writeSuperblocksLocked(true, false)
+		rec.SrcGen = src.copyGen
+		failed := src.stateLocked() == ArrayFailed
+		src.metaMu.Unlock()
+		if failed {
+			return nil, fmt.Errorf("%w: copy: the source's superblocks could not be written", ErrIO)
+		}
+	}
 	c := newCopy(cfg, rec)
+	c.counted.Store(cfg.Live)
 	// The whole record area: header slot A, empty slot B, every bitmap
 	// block's slot A with seq 0 and no bit, slot B empty.
 	area := AlignedBuffer(CopyRecordSize)
@@ -313,6 +337,20 @@ func ResumeCopy(cfg CopyConfig) (*Copy, error) {
 			c.bits[r>>6].Or(1 << (r & 63))
 			c.copied.Add(min(rec.RegionSize, rec.Size-r<<c.shift))
 		}
+	}
+	if rec.Live {
+		src := cfg.Source
+		src.metaMu.Lock()
+		stale := rec.SrcGen != src.copyGen
+		if !stale {
+			src.resumedCopies++
+			src.resumed = append(src.resumed, c)
+		}
+		src.metaMu.Unlock()
+		if stale {
+			return nil, fmt.Errorf("%w (record generation %d, source %d)", ErrCopyStale, rec.SrcGen, src.copyGen)
+		}
+		c.counted.Store(true)
 	}
 	c.install()
 	return c, nil
@@ -712,6 +750,7 @@ func (c *Copy) fail(err error) {
 				c.cfg.OnFail(err)
 			}
 			c.uninstall(false)
+			c.ended()
 			close(c.failDone)
 		}()
 	})
@@ -784,6 +823,7 @@ func (c *Copy) run() {
 	}
 	c.state.Store(uint32(CopyReady))
 	c.uninstall(true)
+	c.ended()
 	close(c.ready)
 	klog.InfoS("raid10: copy ready", "source", fmt.Sprintf("%x", c.rec.Source), "target", fmt.Sprintf("%x", c.rec.Target), "bytes", c.rec.Size)
 	if c.cfg.OnReady != nil {
@@ -822,6 +862,72 @@ func (c *Copy) Stop() {
 	if c.started.Load() || CopyState(c.state.Load()) != CopyRunning {
 		<-c.done
 	}
+}
+
+// Cancel is Stop for a copy whose target is being deleted (the caller has
+// recorded that durably first): the source no longer counts it among its
+// running copies.
+func (c *Copy) Cancel() {
+	c.Stop()
+	if CopyState(c.state.Load()) == CopyRunning {
+		c.ended()
+	}
+}
+
+// ended takes a finished, failed or cancelled live copy off its source's
+// count of running copies (once).
+func (c *Copy) ended() {
+	if !c.rec.Live || !c.counted.CompareAndSwap(true, false) {
+		return
+	}
+	a := c.src
+	if a.closed.Load() {
+		return
+	}
+	a.metaMu.Lock()
+	defer a.metaMu.Unlock()
+	if a.liveCopies > 0 {
+		a.liveCopies--
+		a.writeSuperblocksLocked(true, false)
+	}
+}
+
+// CopiesResumed is called by the owner of a source array after ResumeCopy
+// of every copy it found, before it serves the array. If the source's
+// superblocks count more running live copies than were resumed, some copy
+// target is absent: the array is about to be served without that copy's
+// hook, so the copy generation is bumped (in the superblocks, then in the
+// records of the resumed copies) and the absent copy's record, carrying
+// the old generation, is refused by ResumeCopy if it ever comes back
+// (ErrCopyStale).
+func (a *Array) CopiesResumed() error {
+	a.metaMu.Lock()
+	if a.liveCopies <= a.resumedCopies {
+		a.metaMu.Unlock()
+		return nil
+	}
+	klog.InfoS("raid10: running copies from this array are missing: their records are void from now on",
+		"running", a.liveCopies, "resumed", a.resumedCopies, "copyGeneration", a.copyGen+1)
+	a.copyGen++
+	a.liveCopies = a.resumedCopies
+	gen := a.copyGen
+	a.writeSuperblocksLocked(true, false)
+	failed := a.stateLocked() == ArrayFailed
+	resumed := a.resumed
+	a.metaMu.Unlock()
+	if failed {
+		return fmt.Errorf("%w: the copy generation could not be recorded", ErrIO)
+	}
+	var first error
+	for _, c := range resumed {
+		c.recMu.Lock()
+		c.rec.SrcGen = gen
+		c.recMu.Unlock()
+		if err := c.writeState(CopyRunning); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Wait returns nil once the copy is ready, ErrCopyFailed if it failed,
@@ -903,6 +1009,7 @@ func (c *Copy) encodeHeader(seq uint64) []byte {
 	le.PutUint64(b[80:], uint64(c.rec.Regions))
 	le.PutUint64(b[88:], uint64(c.rec.CutAt.UnixNano()))
 	copy(b[96:96+crNameMax], c.rec.SourceName)
+	le.PutUint32(b[96+crNameMax:], c.rec.SrcGen)
 	le.PutUint32(b[crSlot-4:], crc32.Checksum(b[:crSlot-4], castagnoli))
 	return b
 }
@@ -917,13 +1024,14 @@ func decodeHeader(b []byte) (CopyRecord, bool) {
 		Size: int64(le.Uint64(b[64:])), RegionSize: int64(le.Uint64(b[72:])), Regions: int64(le.Uint64(b[80:])),
 		CutAt: time.Unix(0, int64(le.Uint64(b[88:]))).UTC()}
 	r.SourceName = string(bytes.TrimRight(b[96:96+crNameMax], "\x00"))
+	r.SrcGen = le.Uint32(b[96+crNameMax:])
 	fl := le.Uint32(b[16:])
 	r.Live = fl&crFlagLive != 0
 	copy(r.Source[:], b[32:48])
 	copy(r.Target[:], b[48:64])
 	if fl&^crFlagLive != 0 || r.State < CopyRunning || r.State > CopyFailed || r.Size <= 0 || r.Size%BlockSize != 0 ||
 		r.RegionSize < minCopyRegion || r.RegionSize&(r.RegionSize-1) != 0 || r.Regions != (r.Size+r.RegionSize-1)/r.RegionSize ||
-		r.Regions > crMaxRegions || !bytes.Equal(b[96+crNameMax:crSlot-4], make([]byte, crSlot-4-96-crNameMax)) {
+		r.Regions > crMaxRegions || !bytes.Equal(b[100+crNameMax:crSlot-4], make([]byte, crSlot-4-100-crNameMax)) {
 		return CopyRecord{}, false
 	}
 	return r, true

@@ -549,4 +549,74 @@ func TestCopyHydrate(t *testing.T) {
 	if !bytes.Equal(big, want) {
 		t.Fatal("target after its copy: a write into it was overwritten, or the source's later write reached it")
 	}
+	r.src.metaMu.Lock()
+	n := r.src.liveCopies
+	r.src.metaMu.Unlock()
+	if n != 0 {
+		t.Fatalf("a finished copy still counted on its source: %d", n)
+	}
+}
+
+// TestCopyStale: a source assembled and served while the target of its running copy is
+// absent moves its copy generation on (CopiesResumed), so that copy's record is refused
+// when the target comes back (its bitmap no longer says what the source holds); a source
+// assembled with its target resumes normally and keeps its generation.
+func TestCopyStale(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 0x57a1e))
+	r := newCopyRig(t, rng, false)
+	prefill(t, r.src, rng)
+	c, err := NewCopy(CopyConfig{Source: r.src, Target: r.tgt, Size: r.src.Size(), Live: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop() // a shutdown with the copy running: still counted
+	_ = r.src.Close()
+	_ = r.tgt.Close()
+	asm := func(bs []*MemMember) *Array {
+		ms := make([]Member, len(bs))
+		for i := range bs {
+			ms[i] = bs[i]
+		}
+		a, err := Assemble(ms, AssembleOptions{Options: testOpts()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// Both present: resumed, generation unchanged.
+	src, tgt := asm(r.srcBase), asm(r.tgtBase)
+	if err := tgt.Reserve(CopyRecordSize); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := ResumeCopy(CopyConfig{Source: src, Target: tgt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.CopiesResumed(); err != nil || src.copyGen != 0 || src.liveCopies != 1 {
+		t.Fatalf("resumed with its target: generation %d, running %d, %v", src.copyGen, src.liveCopies, err)
+	}
+	c2.Stop()
+	_ = src.Close()
+	_ = tgt.Close()
+	// The target absent: the source is served, the generation moves on.
+	src = asm(r.srcBase)
+	if err := src.CopiesResumed(); err != nil || src.copyGen != 1 || src.liveCopies != 0 {
+		t.Fatalf("served without its copy's target: generation %d, running %d, %v", src.copyGen, src.liveCopies, err)
+	}
+	p := make([]byte, BlockSize)
+	fillRand(rng, p)
+	if _, err := src.WriteAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = src.Close()
+	// The target is back: its record is void.
+	src, tgt = asm(r.srcBase), asm(r.tgtBase)
+	defer src.Close()
+	defer tgt.Close()
+	if err := tgt.Reserve(CopyRecordSize); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ResumeCopy(CopyConfig{Source: src, Target: tgt}); !errors.Is(err, ErrCopyStale) {
+		t.Fatalf("resume after the source was served without the hook: %v", err)
+	}
 }

@@ -96,7 +96,8 @@
 //	136  8     recovery offset: 2^64-1 = in sync, else the member is stale
 //	           and this many data bytes of it are rebuilt (checkpoint)
 //	144  8     creation time, Unix nanoseconds
-//	152  8     reserved, zero
+//	152  4     live copies from this array still running (copy.go)
+//	156  4     copy generation (see Copies)
 //	160  256   slot table: one byte per slot, 0 active, 1 faulty,
 //	           2 missing, 3 recovering (only the first N are meaningful)
 //	416  4     bad-block runs B (0..229)
@@ -209,6 +210,11 @@
 //   - Crash: ResumeCopy reads the record; a running copy gets its hooks
 //     back (the owner calls it before serving either array) and the copier
 //     continues from the bits.
+//   - Absent target: a live copy is counted in its source's superblocks
+//     and its record carries the source's copy generation. After resuming
+//     what it found, the owner calls CopiesResumed: if the source counts
+//     more running copies than were resumed, the generation moves on, and
+//     the absent copy's record is refused (ErrCopyStale) if it returns.
 //
 // Copy record, at array offset Size() (the reserved tail), little-endian:
 //
@@ -234,7 +240,8 @@
 //	80   8     regions = ceil(size / region size), <= 127 * 32608
 //	88   8     cut time, Unix nanoseconds
 //	96   64    source name at the cut (the caller's), NUL-padded
-//	160  3932  zero
+//	160  4     the source's copy generation the record is valid for
+//	164  3928  zero
 //	4092 4     CRC32C of bytes 0..4091
 //
 // Bitmap block slot (block i covers regions 32608*i onwards):

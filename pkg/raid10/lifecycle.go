@@ -136,6 +136,7 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 		sb.bitmapBytes = uint64(a.geo.bmBytes)
 		sb.regionSize = uint64(a.geo.region)
 		sb.eventsCleared = a.eventsCleared
+		sb.liveCopies, sb.copyGen = a.liveCopies, a.copyGen
 		sb.ctime = a.ctime
 		for i, s := range a.slots {
 			switch {
@@ -303,6 +304,7 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	a.ctime = ref.ctime
 	a.events = ref.events
 	a.eventsCleared = ref.eventsCleared
+	a.liveCopies, a.copyGen = ref.liveCopies, ref.copyGen
 	for i, c := range bySlot {
 		if c == nil {
 			continue

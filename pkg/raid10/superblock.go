@@ -71,6 +71,8 @@ type superblock struct {
 	recoveryOff   uint64 // member data bytes rebuilt, or recoveryDone
 	partial       bool   // the recovery copies dirty regions only
 	ctime         uint64
+	liveCopies    uint32 // live copies (snapshots, clones) from this array still running
+	copyGen       uint32 // bumped when the array is served without some running copy's hook
 	slots         [MaxMembers]slotState
 	bad           []badRange // this member's bad blocks (version 2)
 }
@@ -105,6 +107,8 @@ func (sb *superblock) marshal(b []byte) {
 	le.PutUint64(b[128:], sb.eventsCleared)
 	le.PutUint64(b[136:], sb.recoveryOff)
 	le.PutUint64(b[144:], sb.ctime)
+	le.PutUint32(b[152:], sb.liveCopies)
+	le.PutUint32(b[156:], sb.copyGen)
 	for i := 0; i < int(sb.raidDisks) && i < MaxMembers; i++ {
 		b[sbSlotsOffset+i] = byte(sb.slots[i])
 	}
@@ -154,6 +158,8 @@ func unmarshalSuperblock(b []byte) (*superblock, error) {
 		eventsCleared: le.Uint64(b[128:]),
 		recoveryOff:   le.Uint64(b[136:]),
 		ctime:         le.Uint64(b[144:]),
+		liveCopies:    le.Uint32(b[152:]),
+		copyGen:       le.Uint32(b[156:]),
 	}
 	copy(sb.arrayUUID[:], b[16:32])
 	copy(sb.memberUUID[:], b[32:48])
