@@ -307,9 +307,9 @@ func ResumeCopy(cfg CopyConfig) (*Copy, error) {
 		close(c.done)
 		return c, nil
 	}
-	if cfg.Source == nil || rec.Size > cfg.Source.Size() || rec.Size > cfg.Target.Size() ||
-		rec.RegionSize < minCopyRegion {
-		return nil, fmt.Errorf("%w: copy record of %d bytes in regions of %d does not fit the arrays", ErrInvalid, rec.Size, rec.RegionSize)
+	if cfg.Source == nil || cfg.Source.uuid != rec.Source || cfg.Target.uuid != rec.Target ||
+		rec.Size > cfg.Source.Size() || rec.Size > cfg.Target.Size() || rec.RegionSize < minCopyRegion {
+		return nil, fmt.Errorf("%w: copy record of %d bytes in regions of %d, from %x into %x, does not fit the arrays given", ErrInvalid, rec.Size, rec.RegionSize, rec.Source, rec.Target)
 	}
 	// The bitmap blocks: the valid slot with the higher seq of each.
 	n := int64(len(c.blockSeq))
