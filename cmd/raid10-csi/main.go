@@ -93,7 +93,7 @@ type Options struct {
 	// default (128 KiB).
 	NBDMaxRequestKiB int
 	// Frontend is how the node serves a volume whose StorageClass names none: auto, nbd or
-	// ublk (driver.ResolveFrontend; auto is nbd for now).
+	// ublk (driver.ResolveFrontend; auto is nbd).
 	Frontend string
 	// RegistrationDir is the kubelet's plugins_registry directory the node mode registers
 	// the driver in (driver.Registration); empty: no self-registration.
@@ -201,7 +201,7 @@ func main() {
 	flag.StringVar(&o.MetricsAddress, "metrics-address", DefaultMetricsAddress, "host:port serving /metrics, /healthz and /readyz over HTTP; empty: none")
 	flag.DurationVar(&o.HandoverWait, "handover-wait", DefaultHandoverWait, "node and all modes: after SIGTERM, how long to keep serving while waiting for a successor process to hand the NBD devices to (no I/O stall); 0: stop at once (requests in flight then wait for the kernel's request timeout)")
 	flag.StringVar(&o.NetlinkNetNS, "netlink-netns", "", "node and all modes: the network namespace file to open the kernel's nbd netlink socket in, e.g. /proc/1/ns/net with the pod's hostPID (kernels such as Debian 12's 6.1 have the nbd family only in the host's network namespace); empty: the process's own")
-	flag.StringVar(&o.Frontend, "frontend", string(driver.FrontendAuto), "node and all modes: how a volume whose StorageClass names no frontend is served: auto (nbd for now), nbd (/dev/nbdX) or ublk (/dev/ublkbN; Linux 6.0+ with ublk_drv loaded)")
+	flag.StringVar(&o.Frontend, "frontend", string(driver.FrontendAuto), "node and all modes: how a volume whose StorageClass names no frontend is served: auto (nbd, which keeps online expansion), nbd (/dev/nbdX) or ublk (/dev/ublkbN; Linux 6.0+ with ublk_drv loaded; no online expansion)")
 	flag.IntVar(&o.NBDMaxRequestKiB, "nbd-max-request-kib", kernel.DefaultMaxRequestKiB, "node and all modes: the largest request, in KiB, the kernel sends a volume's /dev/nbdX (its queue/max_sectors_kb; the kernel's default of 128 cuts a 1 MiB request into 8); 0: the kernel's default")
 	flag.StringVar(&o.RegistrationDir, "registration-dir", driver.DefaultRegistrationDir, "node mode: the kubelet's plugin registration directory; the plugin registers itself there (socket raid10.csi.io-reg.sock), no node-driver-registrar needed; empty: no registration")
 	flag.StringVar(&o.KubeletRegistrationPath, "kubelet-registration-path", "", "node mode: the CSI socket's path on the host, as the kubelet dials it (e.g. /var/lib/kubelet/plugins/raid10.csi.io/csi.sock); empty: the path of a unix --endpoint")
