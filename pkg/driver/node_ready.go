@@ -11,7 +11,7 @@ import (
 const readyGrace = 5 * time.Second
 
 // Ready is the node plugin's readiness check (the metrics server's /readyz): nil when every
-// volume attached by this process has a connection of its /dev/nbdX served, or had one less
+// volume attached by this process over NBD has a connection of its /dev/nbdX served, or had one less
 // than readyGrace ago; else an error naming the volumes and devices without. Such a device
 // fails every request above it until a NodeStageVolume retry or a restart reattaches it.
 func (a *PoolAttacher) Ready() error {
@@ -19,6 +19,9 @@ func (a *PoolAttacher) Ready() error {
 	defer a.mu.Unlock()
 	var dead []string
 	for id, s := range a.vols {
+		if s.ub != nil {
+			continue // no connection: its queue threads serve it from Create or Recover on
+		}
 		if u := s.dev.Unserved(); u >= readyGrace {
 			dead = append(dead, fmt.Sprintf("%s on %s for %s", id, s.dev.Path(), u.Round(time.Second)))
 		}

@@ -172,6 +172,12 @@ func TestNodeUblkInGuest(t *testing.T) {
 	if out, _ := exec.Command("dmesg").Output(); strings.Contains(string(out), "WARNING:") {
 		t.Errorf("kernel warned:\n%s", out)
 	}
+	if err := att2.Ready(); err != nil {
+		t.Errorf("Ready with a ublk volume: %v", err)
+	}
+	if st := att2.IOStats()["vol-ublk"]; st.Write.Requests == 0 || st.Write.Bytes == 0 {
+		t.Errorf("IOStats of the ublk volume: %+v, want its writes counted", st.Write)
+	}
 	if _, err := att2.Expand(ctx, "vol-ublk"); err != nil {
 		t.Errorf("Expand of an unchanged volume over ublk: %v", err)
 	}

@@ -34,8 +34,9 @@ import (
 // pluginEnv names the environment variable that gives the guest the plugin binary's path;
 // accessEnv the access type of the suite's volumes (mount, the default, or block).
 const (
-	pluginEnv = "RAID10_SANITY_PLUGIN"
-	accessEnv = "RAID10_SANITY_ACCESS_TYPE"
+	pluginEnv   = "RAID10_SANITY_PLUGIN"
+	accessEnv   = "RAID10_SANITY_ACCESS_TYPE"
+	frontendEnv = "RAID10_SANITY_FRONTEND" // the plugin's --frontend (default: its own)
 )
 
 // TestSanityVM builds the plugin (with -race) and runs TestSanityInGuest in the VM twice:
@@ -59,11 +60,21 @@ func TestSanityVM(t *testing.T) {
 		t.Fatalf("go build cmd/raid10-csi: %v\n%s", err, out)
 	}
 	t.Logf("plugin built in %s", time.Since(start).Round(time.Second))
-	for _, access := range []string{"mount", "block"} {
-		t.Run(access, func(t *testing.T) {
+	runs := []struct{ name, access, frontend string }{{"mount", "mount", ""}, {"block", "block", ""}}
+	if os.Getenv("RAID10_SANITY_UBLK") == "1" {
+		// By hand: the suite with every volume over ublk, in the 6.12 VM. Its expansion
+		// tests fail there: a ublk device cannot grow while staged (docs/limitations.md).
+		runs = append(runs, struct{ name, access, frontend string }{"ublk-mount", "mount", "ublk"})
+	}
+	for _, r := range runs {
+		t.Run(r.name, func(t *testing.T) {
 			began := time.Now()
-			res := vm.RunGoTestOpts(t, vm.Options{Timeout: 15 * time.Minute, Memory: 2048,
-				Env: []string{pluginEnv + "=" + plugin, accessEnv + "=" + access}},
+			opts := vm.Options{Timeout: 15 * time.Minute, Memory: 2048,
+				Env: []string{pluginEnv + "=" + plugin, accessEnv + "=" + r.access, frontendEnv + "=" + r.frontend}}
+			if r.frontend == "ublk" {
+				opts.KernelSeries, opts.Modules = vm.UblkKernelSeries, append(append([]string{}, vm.DefaultModules...), "ublk_drv")
+			}
+			res := vm.RunGoTestOpts(t, opts,
 				".", "-test.run=^TestSanityInGuest$", "-test.v", "-test.timeout=13m", "-ginkgo.v", "-ginkgo.no-color")
 			t.Logf("VM run: boot %s, total %s (with the test build: %s)", res.Boot.Round(time.Second),
 				res.Duration.Round(time.Second), time.Since(began).Round(time.Second))
@@ -102,6 +113,9 @@ func TestSanityInGuest(t *testing.T) {
 	h := &harness{bin: bin, base: "http://" + metricsAddr, args: []string{"--mode=all", "--node-id=sanity-node",
 		"--endpoint=unix://" + sock, "--pool-config=" + poolConfig, "--state-dir=" + stateDir,
 		"--metrics-address=" + metricsAddr, "--ready-timeout=30s", "--v=2"}}
+	if f := os.Getenv(frontendEnv); f != "" {
+		h.args = append(h.args, "--frontend="+f)
+	}
 	h.start(t)
 
 	sc := csisanity.NewTestConfig()
