@@ -35,8 +35,9 @@ func ParseFrontend(s string) (Frontend, error) {
 // ResolveFrontend turns the node's --frontend into the one it serves volumes with when a
 // volume does not ask: auto is NBD. ublk passes its VM tests (stage, kill -9 and graceful
 // restarts of the plugin under fio verification), but a ublk device cannot grow while it is
-// served (Linux 6.16's UPDATE_SIZE is needed) and csi-sanity has not run over it, so auto
-// keeps online expansion by staying on NBD; a StorageClass or --frontend=ublk asks for ublk.
+// served (Linux 6.16's UPDATE_SIZE is needed), so auto keeps online expansion by staying on
+// NBD; a StorageClass or --frontend=ublk asks for ublk (csi-sanity passes over it:
+// RAID10_SANITY_UBLK=1 in test/sanity).
 // ublk asked for on a kernel without it is an error that names the missing piece.
 func ResolveFrontend(f Frontend) (Frontend, error) {
 	switch f {
