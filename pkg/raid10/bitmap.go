@@ -191,6 +191,46 @@ func (b *bitmap) writeMarshaled(bufs []blockBuf) error {
 	return nil
 }
 
+// hold takes the writer token, as a group commit does, and returns its
+// release: while held, no bitmap block is written; bits set meanwhile are
+// written by the next writer, to every member live by then.
+func (b *bitmap) hold() (release func()) {
+	b.mu.Lock()
+	b.idle()
+	b.writing = true
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		b.writing = false
+		b.cond.Broadcast()
+		b.mu.Unlock()
+	}
+}
+
+// giveBitmap writes the whole image to r, a member just added (live from
+// now on), and flushes it. Its own bitmap predates the bits set while it
+// was out: were it the only in-sync member at a later assembly, the
+// regions written meanwhile would be missing from the bitmap there, and a
+// bitmap-based recovery of the other copy would skip them. Caller holds
+// the writer token (hold), so no block is written between the image and
+// r's start; bits set meanwhile reach r with the next group commit.
+func (b *bitmap) giveBitmap(r *memberRef) error {
+	a := b.a
+	blocks := make(map[int64]bool)
+	b.mu.Lock()
+	for blk := int64(0); blk < int64(len(b.image))*8/bmBitsPerBlock; blk++ {
+		blocks[blk] = true
+	}
+	bufs := b.marshal(blocks)
+	b.mu.Unlock()
+	for _, bb := range bufs {
+		if err := a.metaIO(r, func() error { _, err := r.m.WriteAt(bb.buf, bitmapOffset+bb.blk*sbSize); return err }); err != nil {
+			return err
+		}
+	}
+	return a.metaIO(r, r.m.Flush)
+}
+
 // writeAll writes the whole image (Create, Close). Caller holds b.mu.
 func (b *bitmap) writeAll() error {
 	blocks := make(map[int64]bool)

@@ -363,6 +363,13 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	if bad > 0 {
 		klog.InfoS("raid10: corrupt bitmap blocks treated as dirty", "blocks", bad)
 	}
+	// Every live member gets the merged bitmap, so that any of them can
+	// later be the one an assembly reads it from.
+	a.bm.mu.Lock()
+	if err := a.bm.writeAll(); err != nil {
+		klog.ErrorS(err, "raid10: writing the merged bitmap at assembly failed")
+	}
+	a.bm.mu.Unlock()
 	if !ref.clean {
 		dirty := a.bm.dirtyRegions()
 		for _, r := range dirty {
@@ -394,6 +401,12 @@ func (a *Array) ReplaceMember(slot int, m Member) error {
 	if slot < 0 || slot >= len(a.slots) || m == nil {
 		return invalidf("slot %d of %d", slot, len(a.slots))
 	}
+	// The bitmap's writer token, taken before metaMu (the order of every
+	// bitmap write that fails a member): no bitmap block is written
+	// between the image given to the new member and its start as a live
+	// member (see giveBitmap).
+	release := a.bm.hold()
+	defer release()
 	a.metaMu.Lock()
 	// Under metaMu: Grow changes the data size.
 	if need := a.geo.dataOffset + a.geo.dataSize; m.Size() < need {
@@ -426,6 +439,11 @@ func (a *Array) ReplaceMember(slot int, m Member) error {
 	ref.bad.Store(newBadList(bad))
 	s.ref.Store(ref)
 	s.state.Store(int32(MemberRecovering))
+	if err := a.bm.giveBitmap(ref); err != nil {
+		a.memberFailedLocked(s, ref, "bitmap write", err)
+		a.metaMu.Unlock()
+		return fmt.Errorf("%w: slot %d: writing the bitmap to the new member: %w", ErrIO, slot, err)
+	}
 	a.writeSuperblocksLocked(true, false)
 	a.metaMu.Unlock()
 	klog.InfoS("raid10: recovery started", "member", slot, "full", full)
