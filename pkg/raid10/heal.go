@@ -187,15 +187,42 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 			}
 		}
 	}
-	if unavailable && lost > 0 && mode == modeRecover {
-		// The only source is hung: the targets cannot get this chunk, and
-		// marking it bad on them would lose data the source may still
-		// hold. They are failed instead (as md stops a recovery without a
-		// source); a re-add after the source is back rebuilds them.
+	// A copy whose reads failed may be a device failing as a whole (gone,
+	// dead controller), not some sectors: it is failed (or broken, if it
+	// holds a last copy), and nothing is recorded bad on any copy, since
+	// the blocks may read fine when it returns. Probed before any mark.
+	failing := false
+	if lost > 0 && !unavailable {
 		for k := range cp {
-			if cp[k].target != nil {
-				a.memberFailed(cp[k].s, cp[k].target, "recovery", errTimedOut)
+			if cs := &cp[k]; cs.errs && cs.in != nil && !a.mediaError(cs.s, cs.in) {
+				a.memberFailed(cs.s, cs.in, "read", errDeviceFailing)
+				failing = true
 			}
+		}
+	}
+	if (unavailable || failing) && lost > 0 {
+		complete = false
+		if mode == modeRecover {
+			// The only source is hung or failing: the targets cannot get
+			// this chunk, and marking it bad on them would lose data the
+			// source may still hold (after a crash or restart it is the
+			// in-sync copy again). They are failed instead (as md stops a
+			// recovery without a source); a re-add after the source is
+			// back rebuilds them. (Found by the fault matrix's restarts: a
+			// source gone during a recovery left every block it was asked
+			// for marked bad on a target that was then promoted.)
+			var why error = errTimedOut
+			if failing {
+				why = errDeviceFailing
+			}
+			for k := range cp {
+				if cp[k].target != nil {
+					a.memberFailed(cp[k].s, cp[k].target, "recovery", why)
+				}
+			}
+		}
+		for k := range cp {
+			cp[k].bad = nil
 		}
 	}
 	for k := range cp {
@@ -209,13 +236,6 @@ func (a *Array) syncRange(c, within int64, p []byte, mode syncMode, targets map[
 		}
 		for _, w := range cs.wrote {
 			a.clearBad(cs.s, r, w.start*BlockSize, w.count*BlockSize)
-		}
-		if len(cs.bad) > 0 && cs.errs && cs.in != nil && !a.mediaError(cs.s, cs.in) {
-			// The device fails as a whole (gone, dead controller), not
-			// some sectors: it is failed (or broken, if it holds a last
-			// copy), and nothing is recorded that would outlive its return.
-			a.memberFailed(cs.s, cs.in, "read", errDeviceFailing)
-			continue
 		}
 		for _, br := range cs.bad {
 			// A full list fails the member (or breaks it if it holds the

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,8 +31,11 @@ import (
 // block's history and what each copy held before reassembly. The counts
 // are logged.
 //
-// `make test` runs the fixed seed set; RAID10_SOAK=<duration> (make soak)
-// runs random seeds for that long; RAID10_SEED=<seed> replays one round.
+// `make test` runs the fixed seed set (26 fault steps a round);
+// RAID10_SOAK=<duration> (make soak) runs random seeds for that long;
+// RAID10_SEED=<seed> replays one round (30 steps, or RAID10_STEPS).
+// After every round the array is restarted twice: in two rounds in three
+// with a fault kept across the restart (restartFaulted), then calmly.
 
 // Fault kinds of the matrix.
 const (
@@ -47,6 +51,7 @@ const (
 )
 
 type matrixTotals struct {
+	stepsPer      int // fault steps per round
 	mu            sync.Mutex
 	rounds        int
 	steps         int
@@ -58,6 +63,7 @@ type matrixTotals struct {
 	wrong         int64                     // must stay 0
 	timeouts      uint64
 	crashBroken   int   // crash rounds with a member broken at the crash
+	restarts      int   // restarts with a fault kept that assembled
 	discardsAfter int64 // blocks that held what a discard left after a crash
 }
 
@@ -71,7 +77,19 @@ func (m *matrixTotals) fault(kind, phase string) {
 }
 
 func TestFaultMatrix(t *testing.T) {
-	tot := &matrixTotals{faults: map[string]map[string]int{}}
+	// The fixed set runs shorter rounds (make test's time); the soak and
+	// replays 30 steps unless RAID10_STEPS says otherwise.
+	tot := &matrixTotals{faults: map[string]map[string]int{}, stepsPer: 30}
+	if os.Getenv("RAID10_SEED") == "" && os.Getenv("RAID10_SOAK") == "" {
+		tot.stepsPer = 26
+	}
+	if v := os.Getenv("RAID10_STEPS"); v != "" {
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 1 {
+			t.Fatalf("RAID10_STEPS=%q: want a positive number of steps", v)
+		}
+		tot.stepsPer = k
+	}
 	var seeds []uint64
 	switch {
 	case os.Getenv("RAID10_SEED") != "":
@@ -118,8 +136,8 @@ func TestFaultMatrix(t *testing.T) {
 			fmt.Fprintf(&b, " %s=%d", p, tot.faults[k][p])
 		}
 	}
-	t.Logf("fault matrix: %d rounds, %d steps, %d I/O ops, %d member timeouts; EIO blocks during rounds %d, after reassembly %d (engine reported %d lost); wrong data %d; crashes with a member broken %d; blocks holding a discard's leftover after a crash %d\nfaults by kind and phase:%s",
-		tot.rounds, tot.steps, tot.ops, tot.timeouts, tot.eioRead, tot.eioEnd, tot.lostRep, tot.wrong, tot.crashBroken, tot.discardsAfter, b.String())
+	t.Logf("fault matrix: %d rounds, %d steps, %d I/O ops, %d member timeouts; EIO blocks during rounds %d, after reassembly %d (engine reported %d lost); wrong data %d; crashes with a member broken %d; blocks holding a discard's leftover after a crash %d; restarts with a fault kept that assembled %d\nfaults by kind and phase:%s",
+		tot.rounds, tot.steps, tot.ops, tot.timeouts, tot.eioRead, tot.eioEnd, tot.lostRep, tot.wrong, tot.crashBroken, tot.discardsAfter, tot.restarts, b.String())
 	if tot.wrong != 0 {
 		t.Fatalf("%d reads returned wrong data", tot.wrong)
 	}
@@ -248,7 +266,7 @@ func arrayBlockOf(g *geometry, d int, mb int64) int64 {
 }
 
 func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
-	t.Logf("seed %d (replay with RAID10_SEED=%d go test -run TestFaultMatrix)", seed, seed)
+	t.Logf("seed %d (replay with RAID10_SEED=%d RAID10_STEPS=%d go test -run TestFaultMatrix)", seed, seed, tot.stepsPer)
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
 	n := 2 + rng.IntN(3)
 	chunk := int64(BlockSize) << rng.IntN(3)
@@ -426,7 +444,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	ctx := context.Background()
 	var bgOps sync.WaitGroup
 	var growing, scrubbing atomic.Bool
-	steps := 30
+	steps := tot.stepsPer
 	whole := -1 // the member with a whole-device fault, if any
 	for step := 0; step < steps && !stop.Load(); step++ {
 		time.Sleep(time.Duration(2+rng.IntN(15)) * time.Millisecond)
@@ -654,10 +672,19 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	for _, f := range fs {
 		f.SetVolatile(false)
 	}
+	if k := rng.IntN(len(restartFaults) + restartFaultless); k < len(restartFaults) {
+		kind := restartFaults[k]
+		tot.fault(kind, "restart")
+		restartFaulted(t, rng, kind, restartEnv{
+			fs: fs, ms: ms2, opts: opts, geo: &geo, model: model, crashed: crashed,
+			poisonMember: poisonMember, poisoned: poisoned, wrong: &wrong, tot: tot,
+		})
+	}
 	// No faults from here on: a deadline the loaded test machine cannot
 	// miss, so a slow scheduler never fails a member.
 	calm := opts
 	calm.MemberTimeout = 10 * time.Second
+	calm.SyncRateMax, calm.SyncRateMin = -1, 1<<40 // only verification from here
 	b, err := Assemble(ms2, AssembleOptions{Options: calm})
 	if err != nil {
 		t.Fatalf("assemble after the round (crash %v): %v", crashed, err)
@@ -751,4 +778,208 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	tot.wrong += wrong.Load()
 	tot.discardsAfter += discardsAfter
 	tot.mu.Unlock()
+}
+
+// Faults kept across a restart: the array is assembled while a member is
+// still unreadable over a range, slow, or gone (assembled without it, as
+// the pool does with a disk it cannot use, then re-added), or while one
+// fails during the assembly (write or read errors counted from there) or
+// the resync or recovery it resumes (gone, or hung past the deadline, a
+// few milliseconds in).
+const (
+	fkRestartUnreadable = "restart:unreadable"
+	fkRestartSlow       = "restart:latency"
+	fkRestartGone       = "restart:gone"
+	fkRestartWriteErr   = "restart:write-eio"
+	fkRestartReadErr    = "restart:read-eio"
+	fkRestartDisappear  = "restart:disappear"
+	fkRestartStall      = "restart:stall"
+)
+
+var restartFaults = []string{fkRestartUnreadable, fkRestartSlow, fkRestartGone, fkRestartWriteErr, fkRestartReadErr, fkRestartDisappear, fkRestartStall}
+
+// restartFaultless weighs the rounds whose restart is calm (the draw is
+// over len(restartFaults)+restartFaultless): about one in three.
+const restartFaultless = 3
+
+type restartEnv struct {
+	fs           []*FaultyMember
+	ms           []Member
+	opts         Options
+	geo          *geometry
+	model        []mblock
+	crashed      bool
+	poisonMember func(d int, off, length int64) // EIO allowed to the end
+	poisoned     func(b int64) bool
+	wrong        *atomic.Int64
+	tot          *matrixTotals
+}
+
+// restartFaulted assembles the members with a fault of the given kind on
+// one of them, waits for the resync or recovery, reads every block (wrong
+// data fails; EIO only for a block a fault may have left without a good
+// copy, one a failed write left undefined, or one whose in-sync copies are
+// all past their deadline), and closes the array with every fault
+// cleared, for the calm assembly that follows.
+func restartFaulted(t *testing.T, rng *rand.Rand, kind string, e restartEnv) {
+	n := len(e.fs)
+	i := rng.IntN(n)
+	f := e.fs[i]
+	geo := e.geo
+	ms := append([]Member(nil), e.ms...)
+	// A device that fails as a whole (gone, hung, every read failing)
+	// makes its blocks unavailable here, never lost: nothing may be
+	// recorded bad for it, so the calm assembly after it reads them all.
+	// Media errors and failed writes may leave blocks lost for good.
+	var localMu sync.Mutex
+	local := map[int64]bool{}
+	unavailable := func(d int) {
+		localMu.Lock()
+		defer localMu.Unlock()
+		for mb := geo.dataOffset / BlockSize; mb < (geo.dataOffset+geo.dataSize)/BlockSize; mb++ {
+			if b := arrayBlockOf(geo, d, mb); b >= 0 && b < int64(len(e.model)) {
+				local[b] = true
+			}
+		}
+	}
+	poisoned := func(b int64) bool {
+		localMu.Lock()
+		defer localMu.Unlock()
+		return local[b] || e.poisoned(b)
+	}
+	switch kind {
+	case fkRestartUnreadable:
+		off := geo.dataOffset + rng.Int64N(geo.dataSize/BlockSize)*BlockSize
+		l := min(int64(1+rng.IntN(64))*BlockSize, geo.dataOffset+geo.dataSize-off)
+		e.poisonMember(i, off, l)
+		f.FailRange(off, l, true, false)
+	case fkRestartSlow:
+		f.SetLatency(time.Duration(500+rng.IntN(2500)) * time.Microsecond)
+	case fkRestartGone:
+		// Only where another member carries the freshest superblock: an
+		// assembly without the one that knows of a later failure would
+		// trust a stale member, as md's would (the pool never leaves out
+		// a disk it can read).
+		var top uint64
+		events := make([]uint64, n)
+		for k, g := range e.fs {
+			if sb, err := readSuperblock(g); err == nil {
+				events[k] = sb.events
+				top = max(top, sb.events)
+			}
+		}
+		informed := false
+		for k := range e.fs {
+			if k != i && events[k] == top {
+				informed = true
+			}
+		}
+		if !informed {
+			t.Logf("restart fault %s: member %d alone has the freshest superblock; not left out", kind, i)
+			return
+		}
+		unavailable(i)
+		f.Disappear()
+		for k, m := range ms {
+			if m == Member(f) {
+				ms[k] = nil
+			}
+		}
+	case fkRestartWriteErr:
+		e.poisonMember(i, geo.dataOffset, geo.dataSize)
+		f.FailWritesAfter(int64(rng.IntN(8)))
+	case fkRestartReadErr:
+		// Past the superblock and bitmap reads of the assembly itself,
+		// which refuses a member it cannot read.
+		unavailable(i)
+		f.FailReadsAfter(int64(1 + geo.bmBytes/sbSize + int64(rng.IntN(30))))
+	}
+	defer func() {
+		for _, g := range e.fs {
+			g.ClearFaults()
+			g.Unstall()
+			g.Reappear()
+			g.SetLatency(0)
+		}
+	}()
+	start := time.Now()
+	defer func() {
+		t.Logf("restart fault %s on member %d: %v", kind, i, time.Since(start).Round(time.Millisecond))
+	}()
+	ropts := e.opts
+	ropts.SyncRateMax, ropts.SyncRateMin = -1, 1<<40 // the timed faults hit the syncs in their first milliseconds
+	b, err := Assemble(ms, AssembleOptions{Options: ropts})
+	if err != nil {
+		if errors.Is(err, ErrTooFewMembers) {
+			// A member that failed while assembling held the last in-sync
+			// copy of some chunk: nothing is started.
+			t.Logf("restart fault %s on member %d: assembly refused: %v", kind, i, err)
+			return
+		}
+		t.Fatalf("assemble with %s on member %d: %v", kind, i, err)
+	}
+	var timed sync.WaitGroup
+	if kind == fkRestartDisappear || kind == fkRestartStall {
+		unavailable(i)
+		delay := time.Duration(rng.IntN(20)) * time.Millisecond
+		hold := e.opts.MemberTimeout * time.Duration(2+rng.IntN(2))
+		timed.Add(1)
+		go func() {
+			defer timed.Done()
+			time.Sleep(delay)
+			if kind == fkRestartDisappear {
+				f.Disappear()
+				return
+			}
+			f.Stall()
+			time.Sleep(hold)
+			f.Unstall()
+		}()
+	}
+	verify := func(when string) {
+		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.WaitSync(wctx); err != nil {
+			t.Errorf("restart fault %s on member %d: %s: the sync did not end: %v; status %+v", kind, i, when, err, b.Status())
+		}
+		available := func(d int) bool {
+			r := b.slots[d].inSync()
+			return r != nil && !r.timedOut.Load()
+		}
+		p := make([]byte, BlockSize)
+		var eio int64
+		for blk := int64(0); blk < b.Size()/BlockSize; blk++ {
+			if _, err := b.ReadAt(p, blk*BlockSize); err != nil {
+				d0, d1, _, _ := b.geo.mapChunk(blk * BlockSize >> b.geo.chunkShift)
+				if !errors.Is(err, syscall.EIO) || !e.model[blk].indet && !poisoned(blk) && (available(d0) || available(d1)) {
+					t.Errorf("restart fault %s on member %d: %s: block %d: %v (it has a good copy); status %+v", kind, i, when, blk, err, b.Status())
+				}
+				eio++
+				continue
+			}
+			if !e.model[blk].matches(p, e.crashed) {
+				e.wrong.Add(1)
+				t.Errorf("restart fault %s on member %d: %s: block %d: wrong data: it holds %s", kind, i, when, blk, e.model[blk].explain(p))
+			}
+		}
+		t.Logf("restart fault %s on member %d: %s: state %v, EIO blocks %d", kind, i, when, b.State(), eio)
+	}
+	verify("after assembly")
+	if kind == fkRestartGone {
+		f.Reappear()
+		if _, err := b.AddMember(f); err != nil {
+			t.Errorf("re-adding member %d after the restart: %v", i, err)
+		} else {
+			verify("after its re-add")
+		}
+	}
+	timed.Wait()
+	if err := b.Close(); err != nil {
+		t.Logf("close after the faulted restart: %v", err)
+	}
+	b.workers.Wait()
+	b.late.Wait()
+	e.tot.mu.Lock()
+	e.tot.restarts++
+	e.tot.mu.Unlock()
 }

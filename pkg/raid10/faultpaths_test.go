@@ -2,6 +2,7 @@ package raid10
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -181,5 +182,63 @@ func TestReaddedMemberCarriesTheBitmap(t *testing.T) {
 		if _, err := b.ReadAt(p, blk*BlockSize); err != nil || !bytes.Equal(p, v2) {
 			t.Fatalf("read %d, %v: want the last write", p[0], err)
 		}
+	}
+}
+
+// TestSourceGoneDuringRecovery: the only source of a recovery disappears
+// (its reads fail and so does the superblock probe: the device fails as a
+// whole, not some sectors). The target must not get the blocks it could
+// not copy marked bad and be promoted: the source still holds them and is
+// the in-sync copy again after a restart. Before, every block the
+// recovery met while the source was gone was recorded bad on the target
+// (until its list was full), the target was promoted, the source failed,
+// and after the restart those blocks were lost (found by the fault
+// matrix's restarts with a member gone).
+func TestSourceGoneDuringRecovery(t *testing.T) {
+	opts := testOpts()
+	opts.SyncRateMax = 4 << 20 // the recovery is still running when the source goes
+	opts.SyncRateMin = 4 << 20
+	fs := []*FaultyMember{NewFaultyMember(NewMemMember(4 << 20)), NewFaultyMember(NewMemMember(4 << 20))}
+	a, err := Create([]Member{fs[0], fs[1]}, CreateOptions{Options: opts, ChunkSize: BlockSize, Size: 1 << 20, AssumeClean: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 1<<20)
+	fillRand(rand.New(rand.NewPCG(1, 2)), data)
+	if _, err := a.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.FailMember(1); err != nil {
+		t.Fatal(err)
+	}
+	spare := NewFaultyMember(NewMemMember(4 << 20))
+	if err := a.ReplaceMember(1, spare); err != nil { // a full recovery from member 0
+		t.Fatal(err)
+	}
+	waitFor(t, "the recovery to start", func() bool { return a.Status().Sync.Done > 0 })
+	fs[0].Disappear()
+	if err := a.WaitSync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	st := a.Status()
+	if st.Members[1].State == MemberInSync {
+		t.Fatalf("the target was promoted without its source: %+v", st.Members[1])
+	}
+	fs[0].Reappear()
+	_ = a.Close()
+	b, err := Assemble([]Member{fs[0], spare}, AssembleOptions{Options: testOpts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.WaitSync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, len(data))
+	if _, err := b.ReadAt(p, 0); err != nil || !bytes.Equal(p, data) {
+		t.Fatalf("after the source came back: %v, data equal %v; status %+v", err, bytes.Equal(p, data), b.Status())
+	}
+	if st := b.Status(); st.State != ArrayOptimal || st.BadBlocks != 0 {
+		t.Fatalf("after the source came back: %+v", st)
 	}
 }
