@@ -892,7 +892,7 @@ func restartFaulted(t *testing.T, rng *rand.Rand, kind string, e restartEnv) {
 		// Past the superblock and bitmap reads of the assembly itself,
 		// which refuses a member it cannot read.
 		unavailable(i)
-		f.FailReadsAfter(int64(1 + geo.bmBytes/sbSize + int64(rng.IntN(30))))
+		f.FailReadsAfter(1 + geo.bmBytes/sbSize + int64(rng.IntN(30)))
 	}
 	defer func() {
 		for _, g := range e.fs {
