@@ -142,6 +142,10 @@
 //     sync): flush every member, then write the cleared block. If events
 //     moved since the last clear, the superblocks carrying the new
 //     events-cleared mark are written (and flushed) first.
+//   - Member added (re-add or replacement): the whole bitmap is written to
+//     it and flushed before it goes live, and Assemble writes the merged
+//     bitmap to every live member, so whichever member is in sync at a
+//     later assembly carries every bit.
 //   - Superblock: written to every live member, then each is flushed. A
 //     member failure is in the superblocks before the write that found it
 //     is acknowledged.
