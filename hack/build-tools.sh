@@ -17,7 +17,7 @@
 # in main below. Usage: hack/build-tools.sh  (no arguments; set RAID10_CACHE to move the cache)
 set -euo pipefail
 
-KUBE_VERSION=v1.37.2    # k8s.io/kubernetes: kube-apiserver, kube-controller-manager
+KUBE_VERSION=v1.37.2    # k8s.io/kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl
 STAGING_VERSION=v0.37.2 # the k8s.io/<staging> modules released with KUBE_VERSION
 ETCD_VERSION=v3.6.5     # go.etcd.io/etcd/server/v3
 # The CSI sidecars, at the versions of the images in charts/raid10-csi/values.yaml.
@@ -138,12 +138,18 @@ main() {
     LDFLAGS="-X $kv.gitVersion=$KUBE_VERSION -X $kv.gitMajor=1 -X $kv.gitMinor=$minor -X $kv.gitTreeState=clean" \
     build_go_tool "kube-$KUBE_VERSION" k8s.io/kubernetes "$KUBE_VERSION" \
     kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
-    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
+    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
+    kubelet=k8s.io/kubernetes/cmd/kubelet \
+    kubectl=k8s.io/kubernetes/cmd/kubectl
 
   env_export RAID10_KUBE_BIN_DIR "$(link_dir "kube-$KUBE_VERSION-etcd-$ETCD_VERSION" \
     "$CACHE/etcd-$ETCD_VERSION/etcd" \
     "$CACHE/kube-$KUBE_VERSION/kube-apiserver" \
-    "$CACHE/kube-$KUBE_VERSION/kube-controller-manager")"
+    "$CACHE/kube-$KUBE_VERSION/kube-controller-manager" \
+    "$CACHE/kube-$KUBE_VERSION/kube-scheduler" \
+    "$CACHE/kube-$KUBE_VERSION/kubelet" \
+    "$CACHE/kube-$KUBE_VERSION/kubectl")"
 
   # The real sidecar that turns PVCs into CreateVolume calls and publishes CSIStorageCapacity.
   # Its own go.mod pins released k8s.io modules, so it needs no replace hook.

@@ -46,5 +46,17 @@ for cmd in raid10-csi kubectl-raid10; do
   CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$out/bin/$cmd" "./cmd/$cmd"
 done
 CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$out/bin/pause" ./hack/pause
-go run ./hack/image -rootfs "$rootfs" -bin "$out/bin" -pause "$out/bin/pause" -out "$out"
+# The CSI sidecars the chart runs, from the binaries hack/build-tools.sh built from their Go
+# modules (their paths in ${RAID10_CACHE}/env.sh), tagged raid10-csi/<name>:<version>.
+sidecars=()
+if [[ -f $CACHE/env.sh ]]; then
+  # shellcheck disable=SC1091
+  source "$CACHE/env.sh"
+  for bin in "${RAID10_CSI_PROVISIONER:-}" "${RAID10_CSI_RESIZER:-}" "${RAID10_CSI_SNAPSHOTTER:-}"; do
+    [[ -n $bin && -x $bin ]] || continue
+    version=$(basename "$(dirname "$bin")") # <name>-<version>, as build-tools.sh caches it
+    sidecars+=(-sidecar "raid10-csi/$(basename "$bin"):${version##*-}=$bin")
+  done
+fi
+go run ./hack/image -rootfs "$rootfs" -bin "$out/bin" -pause "$out/bin/pause" "${sidecars[@]}" -out "$out"
 echo "image: done in $((SECONDS - t0))s"

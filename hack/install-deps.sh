@@ -22,6 +22,9 @@ DEB_PACKAGES=(
   dmsetup
   # Foreign signatures the pool must refuse (real mkfs in the signature tests).
   dosfstools btrfs-progs
+  # test/cluster: the VM node's container runtime, CNI plugins (bridge with ipMasq needs
+  # iptables) and socat, which carries each guest connection to the host's API server.
+  containerd runc containernetworking-plugins iptables socat
 )
 
 missing=()

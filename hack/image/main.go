@@ -3,7 +3,11 @@
 // over a Debian root filesystem tar, and the pause image.
 //
 //	go run ./hack/image -print-packages            # "<suite> <package>..." from the Dockerfile
-//	go run ./hack/image -rootfs ROOTFS.tar -bin DIR [-pause PAUSE] -out DIR
+//	go run ./hack/image -rootfs ROOTFS.tar -bin DIR [-pause PAUSE] [-sidecar TAG=BINARY]... -out DIR
+//
+// Each -sidecar wraps one static binary (a CSI sidecar built from its Go module by
+// hack/build-tools.sh) as an image of that one file at /<name>, its entrypoint, written to
+// <name>.tar.
 package main
 
 import (
@@ -27,9 +31,15 @@ func main() {
 		out        = flag.String("out", "_output/image", "directory the tarballs are written to")
 		tag        = flag.String("tag", "raid10-csi/raid10-csi:0.1.0", "tag of the plugin image")
 		pauseTag   = flag.String("pause-tag", "raid10-csi/pause:0.1.0", "tag of the pause image")
+		sidecars   sidecarFlags
 	)
+	flag.Var(&sidecars, "sidecar", "TAG=BINARY: an image of the one static BINARY, its entrypoint (repeatable)")
 	flag.Parse()
 	if err := run(*dockerfile, *printPkgs, *rootfs, *bins, *pause, *out, *tag, *pauseTag); err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+	if err := writeSidecars(sidecars, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
@@ -85,5 +95,37 @@ func run(dockerfile string, printPkgs bool, rootfs, bins, pause, out, tag, pause
 		return err
 	}
 	fmt.Printf("image: %s (%s)\n", file, pauseTag)
+	return nil
+}
+
+// sidecarFlags collects -sidecar TAG=BINARY.
+type sidecarFlags []string
+
+func (s *sidecarFlags) String() string { return strings.Join(*s, ",") }
+
+func (s *sidecarFlags) Set(v string) error {
+	tag, bin, ok := strings.Cut(v, "=")
+	if !ok || tag == "" || bin == "" {
+		return fmt.Errorf("want TAG=BINARY, got %q", v)
+	}
+	*s = append(*s, v)
+	return nil
+}
+
+// writeSidecars writes one image per TAG=BINARY: the binary at /<base name>, its entrypoint.
+func writeSidecars(specs []string, out string) error {
+	for _, spec := range specs {
+		tag, bin, _ := strings.Cut(spec, "=")
+		base := filepath.Base(bin)
+		img, err := ociimage.BinaryImage(bin, "/"+base)
+		if err != nil {
+			return err
+		}
+		file := filepath.Join(out, base+".tar")
+		if err := ociimage.Write(img, tag, file); err != nil {
+			return err
+		}
+		fmt.Printf("image: %s (%s)\n", file, tag)
+	}
 	return nil
 }

@@ -60,6 +60,16 @@ func PauseImage(pause string) (v1.Image, error) {
 	return image([]string{"/pause"}, l)
 }
 
+// BinaryImage is an image of one static binary at path, its entrypoint: a CSI sidecar
+// built from its Go module, for a node without registry access.
+func BinaryImage(bin, path string) (v1.Image, error) {
+	l, err := FileLayer(map[string]string{path: bin})
+	if err != nil {
+		return nil, err
+	}
+	return image([]string{path}, l)
+}
+
 func image(entrypoint []string, layers ...v1.Layer) (v1.Image, error) {
 	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {

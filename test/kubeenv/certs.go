@@ -28,8 +28,9 @@ type pki struct {
 	adminToken string
 }
 
-// newPKI writes the key material into dir.
-func newPKI(dir string) (*pki, error) {
+// newPKI writes the key material into dir. The serving certificate is for 127.0.0.1 and
+// extraIPs.
+func newPKI(dir string, extraIPs ...net.IP) (*pki, error) {
 	p := &pki{
 		caCertFile: filepath.Join(dir, "ca.crt"),
 		certFile:   filepath.Join(dir, "apiserver.crt"),
@@ -73,7 +74,7 @@ func newPKI(dir string) (*pki, error) {
 		NotAfter:     now.Add(7 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses:  append([]net.IP{net.IPv4(127, 0, 0, 1)}, extraIPs...),
 		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)

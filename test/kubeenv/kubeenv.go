@@ -65,6 +65,8 @@ type Option func(*options)
 
 type options struct {
 	controllerManager bool
+	scheduler         bool
+	servingIPs        []net.IP
 	apiServerFlags    []string
 	auditNamespaces   []string
 }
@@ -73,6 +75,19 @@ type options struct {
 // controllers: the PV binder, service-account and namespace controllers, garbage collection.
 func WithControllerManager() Option {
 	return func(o *options) { o.controllerManager = true }
+}
+
+// WithScheduler also runs kube-scheduler, for tests with a kubelet: it binds pods to nodes
+// (and, with a WaitForFirstConsumer StorageClass, picks the node of a claim).
+func WithScheduler() Option {
+	return func(o *options) { o.scheduler = true }
+}
+
+// WithServingIPs adds IP addresses to the API server's serving certificate, besides
+// 127.0.0.1: the address a client elsewhere (a VM node reaching the loopback API server
+// through a forward) connects to.
+func WithServingIPs(ips ...net.IP) Option {
+	return func(o *options) { o.servingIPs = append(o.servingIPs, ips...) }
 }
 
 // WithAPIServerFlags appends flags to kube-apiserver's command line (a later flag wins).
@@ -94,6 +109,9 @@ func Start(t testing.TB, opts ...Option) *Env {
 	if o.controllerManager {
 		bins = append(bins, "kube-controller-manager")
 	}
+	if o.scheduler {
+		bins = append(bins, "kube-scheduler")
+	}
 	binPath := findBinaries(t, bins)
 
 	begin := time.Now()
@@ -110,10 +128,10 @@ func Start(t testing.TB, opts ...Option) *Env {
 	defer cancel()
 
 	var err error
-	if env.pki, err = newPKI(env.Dir); err != nil {
+	if env.pki, err = newPKI(env.Dir, o.servingIPs...); err != nil {
 		t.Fatalf("kubeenv: generate keys: %v", err)
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		t.Fatalf("kubeenv: %v", err)
 	}
@@ -235,6 +253,31 @@ func Start(t testing.TB, opts ...Option) *Env {
 			t.Fatalf("kubeenv: kube-controller-manager not healthy: %v", err)
 		}
 		t.Logf("kubeenv: kube-controller-manager healthy in %v", time.Since(phase).Round(time.Millisecond))
+	}
+
+	// kube-scheduler
+	if o.scheduler {
+		phase = time.Now()
+		schedURL := "https://127.0.0.1:" + strconv.Itoa(ports[4])
+		sched, err := env.start("kube-scheduler", binPath["kube-scheduler"],
+			"--kubeconfig="+env.Kubeconfig,
+			"--authentication-kubeconfig="+env.Kubeconfig,
+			"--authorization-kubeconfig="+env.Kubeconfig,
+			"--bind-address=127.0.0.1",
+			"--secure-port="+strconv.Itoa(ports[4]),
+			"--leader-elect=false",
+			"--profiling=false",
+		)
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		insecure := &http.Client{Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health check only
+		}}
+		if err := waitHTTP(ctx, sched, insecure, schedURL+"/healthz"); err != nil {
+			t.Fatalf("kubeenv: kube-scheduler not healthy: %v", err)
+		}
+		t.Logf("kubeenv: kube-scheduler healthy in %v", time.Since(phase).Round(time.Millisecond))
 	}
 
 	env.StartupTime = time.Since(begin)

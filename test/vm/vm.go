@@ -87,11 +87,80 @@ type Options struct {
 	RunDir string
 	// BuildFlags are passed to `go test -c` by RunGoTest (e.g. "-race").
 	BuildFlags []string
+	// Disks are raw image files attached as block devices, in order.
+	Disks []Disk
+	// Net, if set, gives the guest one virtio NIC (eth0, module virtio_net) on QEMU user
+	// networking with restrict=on: the guest reaches nothing outside but Net.GuestFwd. The
+	// guest configures eth0 itself (10.0.2.15/24, gateway 10.0.2.2: QEMU's defaults).
+	Net *Net
 	// Tests names the in-guest tests (top-level test functions) that RunGoTestOpts
 	// requires to report "--- PASS" in the guest's output. Empty: taken from a
 	// -test.run argument that is a plain list (^Name$, ^(A|B)$ or ^A$|^B$). Set and no
 	// -test.run given: the binary runs exactly these.
 	Tests []string
+}
+
+// Disk is one raw image file attached to the guest.
+type Disk struct {
+	// File is the raw image on the host (created and sized by the caller).
+	File string
+	// NVMe attaches it as an emulated NVMe controller with one namespace (/dev/nvmeXn1,
+	// modules nvme and nvme_core); otherwise as virtio-blk (/dev/vdX, module virtio_blk).
+	NVMe bool
+	// Serial is the NVMe serial number (/sys/block/nvmeXn1/device/serial) or the
+	// virtio-blk serial; empty: QEMU's default.
+	Serial string
+}
+
+// Net is the guest's restricted user-mode network.
+type Net struct {
+	// Network is QEMU's net= (default 10.0.2.0/24); the guest's address is .15 in it, the
+	// gateway .2.
+	Network string
+	// GuestFwd maps a guest TCP address (IP:port in Network, not .2, .3 or .15) to a
+	// host command run once per connection with the connection on its stdin and stdout,
+	// e.g. {"10.0.2.100:6443": "socat - TCP:127.0.0.1:36443"}.
+	GuestFwd map[string]string
+}
+
+// deviceArgs returns the -drive/-device and -netdev arguments of the disks and the network.
+func (o Options) deviceArgs() ([]string, error) {
+	var args []string
+	for i, d := range o.Disks {
+		if d.File == "" || strings.ContainsAny(d.File, ",") || strings.ContainsAny(d.Serial, ", ") {
+			return nil, fmt.Errorf("vm: disk %d: file %q, serial %q: a file is required, no commas or spaces", i, d.File, d.Serial)
+		}
+		id := fmt.Sprintf("disk%d", i)
+		args = append(args, "-drive", fmt.Sprintf("file=%s,if=none,id=%s,format=raw,cache=unsafe,aio=threads", d.File, id))
+		dev := "virtio-blk-pci,drive=" + id
+		if d.NVMe {
+			dev = "nvme,drive=" + id
+		}
+		if d.Serial != "" {
+			dev += ",serial=" + d.Serial
+		}
+		args = append(args, "-device", dev)
+	}
+	if o.Net != nil {
+		nd := "user,id=net0,restrict=on"
+		if o.Net.Network != "" {
+			nd += ",net=" + o.Net.Network
+		}
+		keys := make([]string, 0, len(o.Net.GuestFwd))
+		for k := range o.Net.GuestFwd {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			c := o.Net.GuestFwd[k]
+			if strings.Contains(c, ",") || strings.Contains(k, ",") {
+				return nil, fmt.Errorf("vm: guestfwd %s=%q: no commas", k, c)
+			}
+			nd += ",guestfwd=tcp:" + k + "-cmd:" + c
+		}
+		args = append(args, "-netdev", nd, "-device", "virtio-net-pci,netdev=net0")
+	}
+	return args, nil
 }
 
 // Result of one guest boot.
@@ -196,6 +265,11 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		"-virtfs", "local,path=" + runDir + ",mount_tag=vmrun,security_model=none,multidevs=remap",
 		"-device", "virtio-rng-pci",
 	}
+	devArgs, err := o.deviceArgs()
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, devArgs...)
 	if _, err := os.Stat(qbootROM); err == nil {
 		// qboot: a minimal firmware that boots a -kernel faster than SeaBIOS.
 		args = append(args, "-bios", qbootROM)

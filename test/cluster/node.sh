@@ -1,0 +1,92 @@
+#!/bin/sh
+# The test node (package test/cluster; see doc.go): runs in the QEMU guest, in the chroot of
+# the host's root (test/vm), as root. It turns the guest into a Kubernetes node: network,
+# the node's state disk, cgroup v2, containerd with the images imported, the kubelet; then
+# it serves the host's commands until the host asks it to stop.
+#
+# The rig directory $RIG (shared read-write with the host) holds: containerd.toml, cni.conflist,
+# kubelet.yaml, kubelet.kubeconfig, images.list (one image tarball per line), and receives
+# containerd.log, kubelet.log, node.log. Commands: the host writes cmd/N.sh; this script runs
+# it and writes cmd/N.out and then cmd/N.rc. The host creates "stop" to end the node.
+set -u
+RIG=${RAID10_RIG:?RAID10_RIG not set}
+log() { echo "node: [$(cut -d' ' -f1 /proc/uptime)] $*"; }
+die() { log "FATAL: $*"; exit 1; }
+
+# Network: eth0 on QEMU's restricted user network; the host is reachable only through the
+# guestfwd addresses (the API server). Pods reach them through the bridge, masqueraded.
+ip link set eth0 up || die "no eth0"
+ip addr add "$NODE_IP/$NODE_PREFIX" dev eth0
+ip route add default via "$NODE_GW"
+echo 1 >/proc/sys/net/ipv4/ip_forward
+
+# The node's state disk: containerd's root, the kubelet's directory, the plugin's state, the
+# logs of pods. It carries /var/lib (the host's /var/lib stays hidden in the guest).
+mount -t ext4 "$STATE_DEV" /var/lib || die "mount the state disk $STATE_DEV"
+mkdir -p /var/lib/log /var/lib/kubelet /var/lib/cni-conf.d
+mount --bind /var/lib/log /var/log || die "bind /var/log"
+cp "$RIG/cni.conflist" /var/lib/cni-conf.d/10-bridge.conflist
+# The kubelet's mounts must propagate to the node plugin's container and back (Bidirectional).
+mount --make-rshared /
+
+# cgroup v2, every controller delegated to the kubelet's pods.
+mount -t cgroup2 cgroup2 /sys/fs/cgroup || die "mount cgroup2"
+for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
+	echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || log "cannot delegate $c"
+done
+
+# What udev would do on a real node: /dev/disk/by-id links for the NVMe namespaces
+# (nvme-<model>_<serial>, spaces as underscores), which the chart's disk list names.
+mkdir -p /dev/disk/by-id
+for b in /sys/block/nvme*n*; do
+	[ -e "$b" ] || continue
+	d=${b##*/}
+	model=$(sed 's/ *$//; s/ /_/g' "$b/device/model")
+	serial=$(sed 's/ *$//; s/ /_/g' "$b/device/serial")
+	ln -sf "../../$d" "/dev/disk/by-id/nvme-${model}_${serial}"
+done
+ls -l /dev/disk/by-id/
+
+log "starting containerd"
+containerd --config "$RIG/containerd.toml" >>"$RIG/containerd.log" 2>&1 &
+CONTAINERD=$!
+i=0
+until ctr version >/dev/null 2>&1; do
+	i=$((i + 1))
+	[ $i -lt 600 ] || die "containerd did not answer in 60 s"
+	sleep 0.1
+done
+log "containerd up; importing images"
+while read -r img; do
+	[ -n "$img" ] || continue
+	ctr -n k8s.io images import "$img" >/dev/null || die "ctr import $img"
+	log "imported $img"
+done <"$RIG/images.list"
+ctr -n k8s.io images ls -q
+
+log "starting the kubelet"
+kubelet --config="$RIG/kubelet.yaml" --kubeconfig="$RIG/kubelet.kubeconfig" \
+	--hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=2 >>"$RIG/kubelet.log" 2>&1 &
+KUBELET=$!
+log "node up"
+echo up >"$RIG/node.up"
+
+# The host's commands, one at a time, in the order of their numbers.
+mkdir -p "$RIG/cmd"
+while [ ! -e "$RIG/stop" ]; do
+	for f in "$RIG"/cmd/*.sh; do
+		[ -e "$f" ] || continue
+		n=${f%.sh}
+		[ -e "$n.rc" ] && continue
+		sh "$f" >"$n.out" 2>&1
+		echo $? >"$n.rc.tmp" && mv "$n.rc.tmp" "$n.rc"
+	done
+	sleep 0.2
+done
+log "stopping the kubelet and containerd"
+kill "$KUBELET" 2>/dev/null
+wait "$KUBELET" 2>/dev/null
+# Containers keep running under their shims after containerd ends; the VM powers off next.
+kill "$CONTAINERD" 2>/dev/null
+sync
+log "node stopped"

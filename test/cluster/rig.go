@@ -1,0 +1,434 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
+	"github.com/raid10-csi/raid10-csi/test/kubeenv"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+//go:embed node.sh
+var nodeScript string
+
+// The node's network: QEMU's user network 10.0.0.0/16 (restrict=on). The guest is
+// 10.0.0.15 (QEMU's default for the network), the gateway 10.0.0.2. The API server's
+// Service range is 10.0.1.0/24, so the "kubernetes" Service's ClusterIP is 10.0.1.1, and a
+// guestfwd carries 10.0.1.1:443 to the API server on the host's loopback: pods reach the
+// API server at the address the kubelet gives them (KUBERNETES_SERVICE_HOST), as kube-proxy
+// would make them, with no kube-proxy and no chart setting.
+const (
+	guestNetwork = "10.0.0.0/16"
+	NodeIP       = "10.0.0.15"
+	nodeGateway  = "10.0.0.2"
+	serviceRange = "10.0.1.0/24"
+	apiServerVIP = "10.0.1.1"
+	// PodCIDR is the bridge network of the node's pods (CNI bridge + host-local).
+	PodCIDR = "10.244.0.0/24"
+	// NodeName is the Node object's name.
+	NodeName = "raid10-node"
+)
+
+// NVMeModel is the model QEMU's emulated NVMe controllers report; /dev/disk/by-id names
+// are nvme-<model with underscores>_<serial>.
+const NVMeModel = "QEMU NVMe Ctrl"
+
+// Config is what a Rig boots.
+type Config struct {
+	// NVMe is the number of emulated NVMe disks and DiskSize the size of each.
+	NVMe     int
+	DiskSize int64
+	// StateSize is the size of the node's state disk (ext4: containerd, kubelet, plugin state).
+	StateSize int64
+	// Images are image tarballs imported into containerd (ctr -n k8s.io images import).
+	Images []string
+	// SandboxImage is the pause image's name (containerd's sandbox_image).
+	SandboxImage string
+	// Memory of the guest in MiB.
+	Memory int
+}
+
+// Rig is a control plane on the host and one node in a QEMU guest.
+type Rig struct {
+	t   testing.TB
+	cfg Config
+	// Env is the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler).
+	Env *kubeenv.Env
+	// Dir holds the disks, the node's configuration and logs (shared with the guest).
+	Dir string
+	// Disks are the NVMe image files; Serials their serial numbers.
+	Disks   []string
+	Serials []string
+	state   string
+	bootN   int
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	res     *vm.Result
+	runErr  error
+	cmdSeq  int
+	nodeDir string // the rig directory of the current boot
+}
+
+// New starts the control plane and prepares the node's disks; Boot starts the node.
+func New(t testing.TB, cfg Config) *Rig {
+	t.Helper()
+	vm.Require(t)
+	for _, tool := range []string{"containerd", "ctr", "runc", "socat", "iptables", "mkfs.ext4"} {
+		testenv.Tool(t, tool, "run `make deps` (hack/install-deps.sh)")
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		testenv.Missing(t, "cluster: CNI plugins missing (%v); run `make deps` (containernetworking-plugins)", err)
+	}
+	base := filepath.Join(vm.CacheDir(), "cluster")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(base, "rig-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Rig{t: t, cfg: cfg, Dir: dir}
+	t.Cleanup(func() {
+		r.Stop()
+		if !t.Failed() || os.Getenv("RAID10_CLUSTER_KEEP") == "" {
+			_ = os.RemoveAll(dir)
+		} else {
+			t.Logf("cluster: rig kept in %s", dir)
+		}
+	})
+	r.Env = kubeenv.Start(t, kubeenv.WithControllerManager(), kubeenv.WithScheduler(),
+		kubeenv.WithServingIPs(net.ParseIP(apiServerVIP)),
+		kubeenv.WithAPIServerFlags("--service-cluster-ip-range="+serviceRange))
+
+	for i := range cfg.NVMe {
+		f := filepath.Join(dir, fmt.Sprintf("nvme%d.img", i))
+		if err := truncate(f, cfg.DiskSize); err != nil {
+			t.Fatal(err)
+		}
+		r.Disks = append(r.Disks, f)
+		r.Serials = append(r.Serials, fmt.Sprintf("R10DISK%d", i))
+	}
+	r.state = filepath.Join(dir, "state.img")
+	if err := truncate(r.state, cfg.StateSize); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", "node-state", r.state).CombinedOutput(); err != nil {
+		t.Fatalf("cluster: mkfs.ext4 on the state disk: %v: %s", err, out)
+	}
+	return r
+}
+
+func truncate(f string, size int64) error {
+	fh, err := os.Create(f)
+	if err != nil {
+		return err
+	}
+	if err := fh.Truncate(size); err != nil {
+		_ = fh.Close()
+		return err
+	}
+	return fh.Close()
+}
+
+// ByID is the /dev/disk/by-id path of NVMe disk i in the guest.
+func (r *Rig) ByID(i int) string {
+	return "/dev/disk/by-id/nvme-" + strings.ReplaceAll(NVMeModel, " ", "_") + "_" + r.Serials[i]
+}
+
+// Boot starts the node (a new boot each call, on the same disks) and waits until its Node
+// is Ready.
+func (r *Rig) Boot(ctx context.Context) {
+	t := r.t
+	t.Helper()
+	r.bootN++
+	nodeDir := filepath.Join(r.Dir, fmt.Sprintf("boot%d", r.bootN))
+	if err := os.MkdirAll(filepath.Join(nodeDir, "cmd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.writeNodeConfig(nodeDir); err != nil {
+		t.Fatal(err)
+	}
+	port := strings.TrimPrefix(r.Env.Host, "https://127.0.0.1:")
+	disks := []vm.Disk{{File: r.state, Serial: "node-state"}}
+	for i, f := range r.Disks {
+		disks = append(disks, vm.Disk{File: f, NVMe: true, Serial: r.Serials[i]})
+	}
+	opts := vm.Options{
+		Memory:  r.cfg.Memory,
+		CPUs:    2,
+		Timeout: 3 * time.Hour,
+		Dir:     r.Dir,
+		RunDir:  filepath.Join(nodeDir, "run"),
+		Disks:   disks,
+		Net: &vm.Net{
+			Network:  guestNetwork,
+			GuestFwd: map[string]string{apiServerVIP + ":443": "socat - TCP:127.0.0.1:" + port},
+		},
+		Writable: []string{r.Dir},
+		Modules: []string{"nbd", "ext4", "xfs", "overlay", "nvme", "virtio_blk", "virtio_net",
+			"bridge", "veth", "br_netfilter", "nf_tables", "nft_compat", "nft_chain_nat", "nft_masq",
+			"xt_MASQUERADE", "xt_comment", "xt_addrtype", "xt_conntrack", "nf_nat", "nf_conntrack",
+			"dm_mod", "loop"},
+		ModuleParams: map[string]string{"nbd": "nbds_max=32"},
+		Env: []string{
+			"RAID10_RIG=" + nodeDir,
+			"NODE_IP=" + NodeIP, "NODE_PREFIX=16", "NODE_GW=" + nodeGateway,
+			"NODE_NAME=" + NodeName, "STATE_DEV=/dev/vda",
+		},
+	}
+	logf, err := os.Create(filepath.Join(nodeDir, "node.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Stdout = logf
+	if err := os.WriteFile(filepath.Join(nodeDir, "node.sh"), []byte(nodeScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	vctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.cancel, r.done, r.nodeDir, r.res, r.runErr = cancel, done, nodeDir, nil, nil
+	r.mu.Unlock()
+	start := time.Now()
+	go func() {
+		defer close(done)
+		defer func() { _ = logf.Close() }()
+		res, err := vm.Run(vctx, opts, "exec /bin/sh "+vm.ShellJoin(filepath.Join(nodeDir, "node.sh")))
+		r.mu.Lock()
+		r.res, r.runErr = res, err
+		r.mu.Unlock()
+	}()
+	t.Logf("cluster: booting the node (boot %d, rig %s)", r.bootN, nodeDir)
+	if err := r.waitNodeReady(ctx, 15*time.Minute); err != nil {
+		r.dumpNode()
+		t.Fatalf("cluster: node not Ready after %v: %v", time.Since(start).Round(time.Second), err)
+	}
+	t.Logf("cluster: node %s Ready %v after boot", NodeName, time.Since(start).Round(time.Second))
+}
+
+// waitNodeReady polls the Node until its Ready condition is True.
+func (r *Rig) waitNodeReady(ctx context.Context, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var last string
+	for {
+		select {
+		case <-r.done:
+			return fmt.Errorf("the VM ended: %v", r.runErr)
+		default:
+		}
+		n, err := r.Env.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err == nil {
+			last = "no Ready condition"
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					if c.Status == corev1.ConditionTrue {
+						return nil
+					}
+					last = fmt.Sprintf("Ready=%s: %s", c.Status, c.Message)
+				}
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (%s)", ctx.Err(), last)
+		case <-r.done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// writeNodeConfig writes containerd's, the CNI's and the kubelet's configuration.
+func (r *Rig) writeNodeConfig(dir string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["rig"] = &clientcmdapi.Cluster{Server: "https://" + apiServerVIP + ":443", CertificateAuthorityData: r.Env.Config.CAData}
+	// The admin's token: the rig runs no node authorizer (RBAC only), so the kubelet acts
+	// as a cluster administrator here.
+	kc.AuthInfos["kubelet"] = &clientcmdapi.AuthInfo{Token: r.Env.Config.BearerToken}
+	kc.Contexts["rig"] = &clientcmdapi.Context{Cluster: "rig", AuthInfo: "kubelet"}
+	kc.CurrentContext = "rig"
+	if err := clientcmd.WriteToFile(*kc, filepath.Join(dir, "kubelet.kubeconfig")); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"containerd.toml": fmt.Sprintf(containerdConfig, strconv.Quote(r.cfg.SandboxImage)),
+		"cni.conflist":    fmt.Sprintf(cniConfig, PodCIDR),
+		"kubelet.yaml":    kubeletConfig,
+		"images.list":     strings.Join(r.cfg.Images, "\n") + "\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const containerdConfig = `version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %s
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/var/lib/cni-conf.d"
+`
+
+const cniConfig = `{
+  "cniVersion": "1.0.0",
+  "name": "rig",
+  "plugins": [{
+    "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}
+  }]
+}
+`
+
+// kubeletConfig: cgroupfs (no systemd in the guest), no swap check, the API server never
+// calls the kubelet (it cannot reach the guest), eviction thresholds low for the small
+// state disk.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+failSwapOn: false
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+readOnlyPort: 0
+serializeImagePulls: false
+maxPods: 30
+evictionHard: {memory.available: "50Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 99
+imageGCLowThresholdPercent: 98
+`
+
+// Exec runs script with /bin/sh on the node (as root, outside any container) and returns
+// its output; a non-zero exit status is an error with the output.
+func (r *Rig) Exec(ctx context.Context, script string) (string, error) {
+	r.mu.Lock()
+	r.cmdSeq++
+	n := r.cmdSeq
+	dir := filepath.Join(r.nodeDir, "cmd")
+	done := r.done
+	r.mu.Unlock()
+	base := filepath.Join(dir, fmt.Sprintf("%06d", n))
+	if err := os.WriteFile(base+".sh.tmp", []byte(script+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.Rename(base+".sh.tmp", base+".sh"); err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(base + ".rc"); err == nil {
+			out, _ := os.ReadFile(base + ".out")
+			rc, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			if rc != 0 {
+				return string(out), fmt.Errorf("node: %q: exit status %d: %s", script, rc, bytes.TrimSpace(out))
+			}
+			return string(out), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("node: %q: %w", script, ctx.Err())
+		case <-done:
+			return "", fmt.Errorf("node: %q: the VM ended", script)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Stop ends the node cleanly (kubelet, containerd, power off) and waits for the VM.
+func (r *Rig) Stop() {
+	r.mu.Lock()
+	done, cancel, dir := r.done, r.cancel, r.nodeDir
+	r.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cancel()
+		<-done
+	}
+	if r.t.Failed() {
+		r.dumpNode()
+	}
+}
+
+// PowerCut kills the VM (QEMU) without warning: the disks keep what reached them.
+func (r *Rig) PowerCut() {
+	r.mu.Lock()
+	done, cancel := r.done, r.cancel
+	r.mu.Unlock()
+	if done == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// dumpNode logs the tails of the node's logs.
+func (r *Rig) dumpNode() {
+	r.mu.Lock()
+	dir, res, runErr := r.nodeDir, r.res, r.runErr
+	r.mu.Unlock()
+	for _, f := range []string{"node.log", "containerd.log", "kubelet.log"} {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		r.t.Logf("cluster: %s tail:\n%s", f, tail(string(b), 60))
+	}
+	if res != nil {
+		r.t.Logf("cluster: console tail:\n%s", res.ConsoleTail(40))
+	}
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		r.t.Logf("cluster: vm: %v", runErr)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
