@@ -56,18 +56,24 @@ until ctr version >/dev/null 2>&1; do
 	[ $i -lt 600 ] || die "containerd did not answer in 60 s"
 	sleep 0.1
 done
-log "containerd up; importing images"
-while read -r img; do
-	[ -n "$img" ] || continue
-	ctr -n k8s.io images import "$img" >/dev/null || die "ctr import $img"
-	log "imported $img"
-done <"$RIG/images.list"
+# The images, once per state disk (a reboot finds them imported).
+if cmp -s "$RIG/images.list" /var/lib/images.imported; then
+	log "containerd up; images imported on an earlier boot"
+else
+	log "containerd up; importing images"
+	while read -r img; do
+		[ -n "$img" ] || continue
+		ctr -n k8s.io images import "$img" >/dev/null || die "ctr import $img"
+		log "imported $img"
+	done <"$RIG/images.list"
+	cp "$RIG/images.list" /var/lib/images.imported
+fi
 ctr -n k8s.io images ls -q
 
 log "starting the kubelet"
-kubelet --config="$RIG/kubelet.yaml" --kubeconfig="$RIG/kubelet.kubeconfig" \
+"${KUBELET:-kubelet}" --config="$RIG/kubelet.yaml" --kubeconfig="$RIG/kubelet.kubeconfig" \
 	--hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=2 >>"$RIG/kubelet.log" 2>&1 &
-KUBELET=$!
+KPID=$!
 log "node up"
 echo up >"$RIG/node.up"
 
@@ -84,8 +90,8 @@ while [ ! -e "$RIG/stop" ]; do
 	sleep 0.2
 done
 log "stopping the kubelet and containerd"
-kill "$KUBELET" 2>/dev/null
-wait "$KUBELET" 2>/dev/null
+kill "$KPID" 2>/dev/null
+wait "$KPID" 2>/dev/null
 # Containers keep running under their shims after containerd ends; the VM powers off next.
 kill "$CONTAINERD" 2>/dev/null
 sync

@@ -194,6 +194,7 @@ func (r *Rig) Boot(ctx context.Context) {
 			"RAID10_RIG=" + nodeDir,
 			"NODE_IP=" + NodeIP, "NODE_PREFIX=16", "NODE_GW=" + nodeGateway,
 			"NODE_NAME=" + NodeName, "STATE_DEV=/dev/vda",
+			"KUBELET=" + filepath.Join(os.Getenv(kubeenv.BinDirEnv), "kubelet"),
 		},
 	}
 	logf, err := os.Create(filepath.Join(nodeDir, "node.log"))

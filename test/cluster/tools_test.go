@@ -1,0 +1,84 @@
+package cluster
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raid10-csi/raid10-csi/internal/ociimage"
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+// repoRoot is the checkout (the test runs in test/cluster).
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// helmBinary returns the pinned helm of hack/csi-tools.sh.
+func helmBinary(t testing.TB, root string) string {
+	t.Helper()
+	cmd := exec.Command("bash", "-c", `source hack/csi-tools.sh && csi_tool helm`)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		testenv.Missing(t, "helm (hack/csi-tools.sh): %v\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// goBuild builds a static binary of pkg into the rig's cache and returns its path.
+func goBuild(t testing.TB, root, pkg string) string {
+	t.Helper()
+	dir := filepath.Join(vm.CacheDir(), "cluster", "bin")
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// buildImages runs `make image`'s script (plugin, pause and sidecar images) into the rig's
+// cache, adds the ioverify workload image, and returns the tarballs.
+func buildImages(t testing.TB, root string) []string {
+	t.Helper()
+	dir := filepath.Join(vm.CacheDir(), "cluster", "images")
+	start := time.Now()
+	cmd := exec.Command("bash", "hack/image.sh")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "IMAGE_OUT="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cluster: hack/image.sh: %v\n%s", err, out)
+	}
+	bin := goBuild(t, root, "./test/cluster/ioverify")
+	img, err := ociimage.BinaryImage(bin, "/ioverify")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ociimage.Write(img, ioImage, filepath.Join(dir, "ioverify.tar")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cluster: images built in %v:\n%s", time.Since(start).Round(time.Second), out)
+	files, _ := filepath.Glob(filepath.Join(dir, "*.tar"))
+	for _, want := range []string{"raid10-csi.tar", "pause.tar", "csi-provisioner.tar", "csi-resizer.tar"} {
+		if _, err := os.Stat(filepath.Join(dir, want)); err != nil {
+			t.Fatalf("cluster: image %s missing after hack/image.sh (are the sidecars built? make deps): %v", want, err)
+		}
+	}
+	return files
+}
