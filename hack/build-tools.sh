@@ -39,9 +39,14 @@ trap 'rm -rf "$WORK"' EXIT
 
 log() { echo "build-tools: $*" >&2; }
 
-# binary_ok PATH: the cached binary exists and runs --version.
+# binary_ok PATH: the cached binary exists and runs --version (kubectl: version --client).
 binary_ok() {
-  [[ -x $1 ]] && "$1" --version >/dev/null 2>&1
+  [[ -x $1 ]] || return 1
+  if [[ $(basename "$1") == kubectl ]]; then
+    "$1" version --client >/dev/null 2>&1
+  else
+    "$1" --version >/dev/null 2>&1
+  fi
 }
 
 # kube_staging_replaces DIR: the hook for k8s.io/kubernetes. Its go.mod requires the

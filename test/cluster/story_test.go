@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -45,6 +47,8 @@ type story struct {
 	plugin  string // kubectl-raid10
 	root    string
 	times   []string
+	// free0 and capacity0: the Raid10Node's free bytes and the CSIStorageCapacity before any claim.
+	free0, capacity0 int64
 }
 
 // step runs one step of the story and records its time.
@@ -91,19 +95,353 @@ func TestClusterStory(t *testing.T) {
 	s.step("1 helm install", s.install)
 	s.step("2 claims and pods", s.claims)
 	s.step("3 volumes Healthy", s.healthy)
+	s.step("4 pull a disk, replace it", s.pullDisk)
+	s.step("5 helm upgrade under I/O", s.upgrade)
+	s.step("6 expand the ext4 claim", s.expand)
+	s.step("7 reboot the node", s.reboot)
+	s.step("8 delete pods and claims", s.deleteAll)
+	s.step("9 helm uninstall", s.uninstall)
+}
+
+// ioPods are the pods running ioverify.
+var ioPods = []string{"io-0", "io-block", "io-xfs"}
+
+// moreRounds waits until every ioverify pod logged n more verified rounds than it had
+// (with no ERROR) and returns the longest single I/O of those new rounds (ms).
+func (s *story) moreRounds(ctx context.Context, before map[string]int, n int) (stall int, after map[string]int) {
+	s.t.Helper()
+	after = map[string]int{}
+	for _, p := range ioPods {
+		s.poll(ctx, "pod "+p+" more rounds", func() error {
+			rounds, maxs := s.rounds(ctx, p)
+			if rounds < before[p]+n {
+				return fmt.Errorf("%d rounds, want %d", rounds, before[p]+n)
+			}
+			for _, m := range maxs[before[p]:] {
+				stall = max(stall, m)
+			}
+			after[p] = rounds
+			return nil
+		})
+	}
+	return stall, after
+}
+
+// roundCounts returns each ioverify pod's verified rounds so far.
+func (s *story) roundCounts(ctx context.Context) map[string]int {
+	out := map[string]int{}
+	for _, p := range ioPods {
+		out[p], _ = s.rounds(ctx, p)
+	}
+	return out
+}
+
+// rounds parses pod p's log: the verified rounds and each one's longest I/O; an ERROR
+// line fails the test.
+func (s *story) rounds(ctx context.Context, p string) (int, []int) {
+	log := s.ioLog(ctx, p)
+	if strings.Contains(log, "ERROR") {
+		s.t.Fatalf("pod %s reported I/O errors:\n%s", p, log)
+	}
+	var maxs []int
+	for _, m := range roundRE.FindAllStringSubmatch(log, -1) {
+		v, _ := strconv.Atoi(m[2])
+		maxs = append(maxs, v)
+	}
+	return len(maxs), maxs
+}
+
+// volumesHealth waits until every Raid10Volume has health h.
+func (s *story) volumesHealth(ctx context.Context, n int, h r10.VolumeHealth, inSync string) {
+	s.t.Helper()
+	s.poll(ctx, fmt.Sprintf("%d volumes %s %s", n, h, inSync), func() error {
+		var l r10.Raid10VolumeList
+		if err := s.c.List(ctx, &l); err != nil {
+			return err
+		}
+		if len(l.Items) != n {
+			return fmt.Errorf("%d volumes", len(l.Items))
+		}
+		for _, v := range l.Items {
+			if v.Status.Health != h || (inSync != "" && v.Status.InSync != inSync) {
+				return fmt.Errorf("%s: %s %s", v.Name, v.Status.Health, v.Status.InSync)
+			}
+		}
+		return nil
+	})
+}
+
+// pullDisk removes NVMe disk 1 from the running node (PCI remove) under the pods' I/O,
+// checks the pods saw no error and the volumes went Degraded, then replaces it with the
+// spare NVMe disk 4 through `kubectl raid10 replace-disk --follow`.
+func (s *story) pullDisk(ctx context.Context) {
+	t := s.t
+	before := s.roundCounts(ctx)
+	out, err := s.r.Exec(ctx, fmt.Sprintf(`for b in /sys/block/nvme*n1; do
+  if [ "$(sed 's/ *$//' $b/device/serial)" = %s ]; then pci=$(basename "$(readlink -f $b/device/device)"); fi
+done
+[ -n "$pci" ] || { echo "no NVMe disk with serial %s"; exit 1; }
+echo "removing PCI device $pci"
+echo 1 > /sys/bus/pci/devices/$pci/remove`, s.r.Serials[1], s.r.Serials[1]))
+	if err != nil {
+		t.Fatalf("PCI remove: %v", err)
+	}
+	t.Logf("%s", out)
+	s.volumesHealth(ctx, 3, r10.VolumeHealthDegraded, "")
+	stall, _ := s.moreRounds(ctx, before, 2)
+	t.Logf("disk pulled: volumes Degraded, 0 I/O errors in the pods; longest I/O across the failure %d ms", stall)
+	var node r10.Raid10Node
+	if err := s.c.Get(ctx, ctrlclient.ObjectKey{Name: NodeName}, &node); err != nil {
+		t.Fatal(err)
+	}
+	old := ""
+	for _, d := range node.Status.Disks {
+		if d.State != r10.DiskStateHealthy {
+			old = d.ID
+		}
+	}
+	if old == "" {
+		t.Fatalf("no failed disk in the Raid10Node: %+v", node.Status.Disks)
+	}
+	t.Logf("kubectl raid10 replace-disk %s %s %s --follow:\n%s", NodeName, old, s.r.ByID(4),
+		s.run(ctx, s.plugin, "--kubeconfig", s.r.Env.Kubeconfig, "replace-disk", NodeName, old, s.r.ByID(4), "--follow", "--timeout", "15m"))
+	s.volumesHealth(ctx, 3, r10.VolumeHealthHealthy, "4/4")
+	s.moreRounds(ctx, s.roundCounts(ctx), 1)
+}
+
+// diskList is the chart's node.pool.disks naming the NVMe disks idx by their by-id links.
+func (s *story) diskList(idx ...int) string {
+	var disks []string
+	for _, i := range idx {
+		disks = append(disks, fmt.Sprintf(`{"path":%q}`, s.r.ByID(i)))
+	}
+	return "[" + strings.Join(disks, ",") + "]"
+}
+
+// upgrade runs `helm upgrade` with the disk list that names the replacement disk instead of
+// the pulled one and a changed log level, which rolls the controller and the node plugin,
+// under the pods' I/O: no error, and the longest I/O is the stall.
+func (s *story) upgrade(ctx context.Context) {
+	t := s.t
+	oldUID := s.nodePodUID(ctx)
+	before := s.roundCounts(ctx)
+	start := time.Now()
+	t.Logf("%s", s.run(ctx, s.helm, "upgrade", release, filepath.Join(s.root, "charts/raid10-csi"),
+		"--namespace", ns, "--kubeconfig", s.r.Env.Kubeconfig, "--reuse-values", "--set", "logLevel=3", "--set-json", "node.pool.disks="+s.diskList(0, 4, 2, 3)))
+	s.poll(ctx, "a new node plugin pod Ready", func() error {
+		var l corev1.PodList
+		if err := s.c.List(ctx, &l, ctrlclient.InNamespace(ns), ctrlclient.MatchingLabels{"app.kubernetes.io/component": "node"}); err != nil {
+			return err
+		}
+		for _, p := range l.Items {
+			if p.UID != oldUID {
+				return podReady(&p)
+			}
+		}
+		return fmt.Errorf("the node plugin pod %s still runs", oldUID)
+	})
+	t.Logf("node plugin restarted and Ready %v after helm upgrade", time.Since(start).Round(time.Second))
+	s.waitPodsReady(ctx, ns, 4)
+	stall, _ := s.moreRounds(ctx, before, 2)
+	t.Logf("STALL: the longest single I/O of the pods across the node plugin's restart: %d ms (0 I/O errors)", stall)
+}
+
+func (s *story) nodePodUID(ctx context.Context) types.UID {
+	var l corev1.PodList
+	if err := s.c.List(ctx, &l, ctrlclient.InNamespace(ns), ctrlclient.MatchingLabels{"app.kubernetes.io/component": "node"}); err != nil || len(l.Items) != 1 {
+		s.t.Fatalf("node plugin pod: %v (%d pods)", err, len(l.Items))
+	}
+	return l.Items[0].UID
+}
+
+// expand grows the StatefulSet's claim to 256 MiB: the resizer calls ControllerExpandVolume,
+// the kubelet NodeExpandVolume, and the pod's filesystem grows (df on the node, through
+// the pod's own mount).
+func (s *story) expand(ctx context.Context) {
+	t := s.t
+	var pvc corev1.PersistentVolumeClaim
+	key := ctrlclient.ObjectKey{Namespace: "default", Name: "data-io-0"}
+	if err := s.c.Get(ctx, key, &pvc); err != nil {
+		t.Fatal(err)
+	}
+	want := resource.MustParse("256Mi")
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = want
+	if err := s.c.Update(ctx, &pvc); err != nil {
+		t.Fatal(err)
+	}
+	s.poll(ctx, "claim data-io-0 at 256Mi", func() error {
+		if err := s.c.Get(ctx, key, &pvc); err != nil {
+			return err
+		}
+		got := pvc.Status.Capacity[corev1.ResourceStorage]
+		if got.Cmp(want) < 0 {
+			return fmt.Errorf("capacity %s", got.String())
+		}
+		for _, c := range pvc.Status.Conditions {
+			if c.Status == corev1.ConditionTrue {
+				return fmt.Errorf("condition %s: %s", c.Type, c.Message)
+			}
+		}
+		return nil
+	})
+	var pod corev1.Pod
+	if err := s.c.Get(ctx, ctrlclient.ObjectKey{Namespace: "default", Name: "io-0"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	mnt := fmt.Sprintf("/var/lib/kubelet/pods/%s/volumes/kubernetes.io~csi/%s/mount", pod.UID, pvc.Spec.VolumeName)
+	var size int64
+	s.poll(ctx, "the pod's filesystem grown", func() error {
+		out, err := s.r.Exec(ctx, "df -B1 --output=size "+mnt+" | tail -1")
+		if err != nil {
+			return err
+		}
+		size, _ = strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+		if size < 200<<20 {
+			return fmt.Errorf("filesystem size %d", size)
+		}
+		return nil
+	})
+	t.Logf("claim data-io-0 expanded to %s; the pod's ext4 is %d MiB", want.String(), size>>20)
+	s.moreRounds(ctx, s.roundCounts(ctx), 1)
+}
+
+// reboot restarts the VM on the same disks: the kubelet restarts the pods, whose ioverify
+// first verifies what the volume holds.
+func (s *story) reboot(ctx context.Context) {
+	t := s.t
+	resumes := map[string]int{}
+	for _, p := range ioPods {
+		resumes[p] = strings.Count(s.ioLog(ctx, p), "resume")
+	}
+	s.r.Stop()
+	s.r.Boot(ctx)
+	s.waitPodsReady(ctx, ns, 4)
+	for _, p := range ioPods {
+		s.waitPodRunning(ctx, "default", p)
+		s.poll(ctx, "pod "+p+" verified its data after the reboot", func() error {
+			log := s.ioLog(ctx, p)
+			if strings.Contains(log, "ERROR") {
+				t.Fatalf("pod %s after the reboot:\n%s", p, log)
+			}
+			if strings.Count(log, "resume round") == 0 || strings.Count(log, "resume") <= resumes[p] {
+				return errors.New("no resume line yet")
+			}
+			return nil
+		})
+	}
+	s.moreRounds(ctx, s.roundCounts(ctx), 1)
+	s.volumesHealth(ctx, 3, r10.VolumeHealthHealthy, "4/4")
+}
+
+// deleteAll deletes the pods and claims: the Raid10Volumes go, CSIStorageCapacity and the
+// Raid10Node's free space return to their values before the claims.
+func (s *story) deleteAll(ctx context.Context) {
+	t := s.t
+	for _, o := range []ctrlclient.Object{
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "io"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "io-block"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "io-xfs"}},
+	} {
+		if err := s.c.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.poll(ctx, "pods gone", func() error {
+		var l corev1.PodList
+		if err := s.c.List(ctx, &l, ctrlclient.InNamespace("default")); err != nil {
+			return err
+		}
+		if len(l.Items) > 0 {
+			return fmt.Errorf("%d pods left", len(l.Items))
+		}
+		return nil
+	})
+	for _, n := range []string{"data-io-0", "block", "xfs"} {
+		if err := s.c.Delete(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.poll(ctx, "Raid10Volumes and PVs gone", func() error {
+		var l r10.Raid10VolumeList
+		var pvs corev1.PersistentVolumeList
+		if err := s.c.List(ctx, &l); err != nil {
+			return err
+		}
+		if err := s.c.List(ctx, &pvs); err != nil {
+			return err
+		}
+		if len(l.Items)+len(pvs.Items) > 0 {
+			return fmt.Errorf("%d volumes, %d PVs left", len(l.Items), len(pvs.Items))
+		}
+		return nil
+	})
+	s.poll(ctx, "capacity back to its starting value", func() error {
+		free, capa := s.capacity(ctx)
+		if free != s.free0 || capa != s.capacity0 {
+			return fmt.Errorf("free %d (was %d), CSIStorageCapacity %d (was %d)", free, s.free0, capa, s.capacity0)
+		}
+		return nil
+	})
+	t.Logf("kubectl raid10 status:\n%s", s.run(ctx, s.plugin, "--kubeconfig", s.r.Env.Kubeconfig, "status"))
+}
+
+// capacity is the Raid10Node's free bytes and the largest CSIStorageCapacity of the driver.
+func (s *story) capacity(ctx context.Context) (free, capa int64) {
+	var node r10.Raid10Node
+	if err := s.c.Get(ctx, ctrlclient.ObjectKey{Name: NodeName}, &node); err == nil {
+		free = node.Status.Capacity.Free.Value()
+	}
+	var l storagev1.CSIStorageCapacityList
+	if err := s.c.List(ctx, &l, ctrlclient.InNamespace(ns)); err == nil {
+		for _, c := range l.Items {
+			if c.Capacity != nil {
+				capa = max(capa, c.Capacity.Value())
+			}
+		}
+	}
+	return free, capa
+}
+
+// uninstall runs helm uninstall: no pod, DaemonSet, Deployment, CSIDriver or volume of the
+// driver is left; what stays is listed (the CRDs helm never deletes, the Raid10Node
+// objects, the disks' labels on the node).
+func (s *story) uninstall(ctx context.Context) {
+	t := s.t
+	t.Logf("%s", s.run(ctx, s.helm, "uninstall", release, "--namespace", ns, "--kubeconfig", s.r.Env.Kubeconfig, "--wait", "--timeout", "10m"))
+	s.poll(ctx, "the driver's objects gone", func() error {
+		var pods corev1.PodList
+		if err := s.c.List(ctx, &pods, ctrlclient.InNamespace(ns)); err != nil {
+			return err
+		}
+		var drivers storagev1.CSIDriverList
+		if err := s.c.List(ctx, &drivers); err != nil {
+			return err
+		}
+		var caps storagev1.CSIStorageCapacityList
+		if err := s.c.List(ctx, &caps, ctrlclient.InNamespace(ns)); err != nil {
+			return err
+		}
+		if n := len(pods.Items) + len(drivers.Items) + len(caps.Items); n > 0 {
+			return fmt.Errorf("%d pods, %d CSIDrivers, %d CSIStorageCapacities left", len(pods.Items), len(drivers.Items), len(caps.Items))
+		}
+		return nil
+	})
+	var nodes r10.Raid10NodeList
+	_ = s.c.List(ctx, &nodes)
+	out, _ := s.r.Exec(ctx, "ls /var/lib/raid10-csi 2>&1; for d in /sys/block/nbd*; do [ -e $d/pid ] && echo \"$d attached\"; done; ls /var/lib/kubelet/plugins /var/lib/kubelet/plugins_registry; true")
+	t.Logf("after helm uninstall: %d Raid10Node objects remain (the CRDs stay, as helm leaves crds/); on the node:\n%s", len(nodes.Items), out)
+	if strings.Contains(out, "attached") {
+		t.Errorf("an NBD device is still attached after helm uninstall:\n%s", out)
+	}
 }
 
 func (s *story) install(ctx context.Context) {
 	t := s.t
-	var disks []string
-	for i := range 4 {
-		disks = append(disks, fmt.Sprintf(`{"path":%q}`, s.r.ByID(i)))
-	}
 	out := s.run(ctx, s.helm, "install", release, filepath.Join(s.root, "charts/raid10-csi"),
 		"--namespace", ns, "--create-namespace", "--kubeconfig", s.r.Env.Kubeconfig,
 		"--set", "sidecars.provisioner.image="+provisioner,
 		"--set", "sidecars.resizer.image="+resizer,
-		"--set-json", "node.pool.disks=["+strings.Join(disks, ",")+"]")
+		"--set-json", "node.pool.disks="+s.diskList(0, 1, 2, 3))
 	t.Logf("%s", out)
 	s.waitPodsReady(ctx, ns, 4) // 2 controllers, the node plugin, the holder
 	var node r10.Raid10Node
@@ -113,6 +451,13 @@ func (s *story) install(ctx context.Context) {
 		}
 		if node.Status.DiskCount != 4 || node.Status.HealthyDisks != 4 {
 			return fmt.Errorf("disks %d healthy %d", node.Status.DiskCount, node.Status.HealthyDisks)
+		}
+		return nil
+	})
+	s.poll(ctx, "CSIStorageCapacity published", func() error {
+		s.free0, s.capacity0 = s.capacity(ctx)
+		if s.free0 == 0 || s.capacity0 == 0 {
+			return fmt.Errorf("free %d, capacity %d", s.free0, s.capacity0)
 		}
 		return nil
 	})
