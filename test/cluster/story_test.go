@@ -512,6 +512,11 @@ func (s *story) claims(ctx context.Context) {
 		if len(l.Items) < 2 {
 			return fmt.Errorf("%d volumes", len(l.Items))
 		}
+		for _, v := range l.Items {
+			if v.Status.Phase != r10.VolumePhaseReady {
+				return fmt.Errorf("volume %s: phase %q", v.Name, v.Status.Phase)
+			}
+		}
 		return nil
 	})
 	labels := map[string]string{"app": "io"}

@@ -8,6 +8,8 @@
 //	env.Client.CoreV1().Namespaces().Create(...)            // admin (system:masters)
 //	cfg := env.ServiceAccountConfig(t, "ns", "controller")  // as a ServiceAccount
 //	env := kubeenv.Start(t, kubeenv.WithAudit("ns"))       // env.AuditLog: ns's ServiceAccounts' requests
+//	env := kubeenv.Start(t, kubeenv.WithScheduler(),        // + kube-scheduler, and a serving
+//		kubeenv.WithServingIPs(net.ParseIP("10.0.1.1"))) // certificate also for 10.0.1.1
 //
 // # What runs
 //
@@ -23,8 +25,11 @@
 //   - with WithControllerManager, kube-controller-manager with the default controllers
 //     (PV binder, service accounts, namespaces, garbage collector, ...), without leader
 //     election, authenticated as the admin. Start waits for its /healthz.
+//   - with WithScheduler, kube-scheduler (no leader election), authenticated as the admin.
+//     Start waits for its /healthz.
 //
-// There is no kubelet and there are no nodes: pods are stored but never run.
+// There is no kubelet here: pods are stored but never run, unless a node joins (test/cluster
+// runs a kubelet in the QEMU VM against this control plane).
 //
 // The binaries come from $RAID10_KUBE_BIN_DIR, which hack/build-tools.sh (make deps) fills
 // and hack/tool-env.sh exports. When it is unset or a binary is missing, Start fails the

@@ -24,7 +24,8 @@ import (
 )
 
 // BinDirEnv names the environment variable that holds the directory with the etcd,
-// kube-apiserver and kube-controller-manager binaries (written by hack/build-tools.sh).
+// kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl binaries
+// (written by hack/build-tools.sh).
 const BinDirEnv = "RAID10_KUBE_BIN_DIR"
 
 // ServiceClusterIPRange is the --service-cluster-ip-range of the API server.

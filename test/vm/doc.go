@@ -41,6 +41,11 @@
 // or the kernel is missing ends it through testenv.Missing: a skip on a developer's
 // machine, a failure under CI (internal/testenv says what counts as CI).
 //
+// Options.Disks attaches raw image files as emulated NVMe controllers (with serials, as
+// /dev/nvmeXn1) or virtio-blk disks; Options.Net gives the guest eth0 on QEMU's user network
+// with restrict=on, whose only way out are the guestfwd commands (one host process per guest
+// connection). test/cluster uses both for its Kubernetes node.
+//
 // # How it works
 //
 //   - Kernel: the newest /boot/vmlinuz-<kver> of DefaultKernelSeries (6.1, Debian 12's)

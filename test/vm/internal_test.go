@@ -316,3 +316,36 @@ func TestInSeries(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceArgs: NVMe and virtio disks with serials, the restricted user network with its
+// guestfwd commands in a stable order, and the inputs QEMU's option syntax cannot carry.
+func TestDeviceArgs(t *testing.T) {
+	o := Options{
+		Disks: []Disk{{File: "/d/state.img", Serial: "st"}, {File: "/d/n0.img", NVMe: true, Serial: "SN0"}},
+		Net: &Net{Network: "10.0.0.0/16", GuestFwd: map[string]string{
+			"10.0.1.1:443": "socat - TCP:127.0.0.1:6443", "10.0.1.2:80": "cat"}},
+	}
+	got, err := o.deviceArgs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"-drive", "file=/d/state.img,if=none,id=disk0,format=raw,cache=unsafe,aio=threads", "-device", "virtio-blk-pci,drive=disk0,serial=st",
+		"-drive", "file=/d/n0.img,if=none,id=disk1,format=raw,cache=unsafe,aio=threads", "-device", "nvme,drive=disk1,serial=SN0",
+		"-netdev", "user,id=net0,restrict=on,net=10.0.0.0/16,guestfwd=tcp:10.0.1.1:443-cmd:socat - TCP:127.0.0.1:6443,guestfwd=tcp:10.0.1.2:80-cmd:cat",
+		"-device", "virtio-net-pci,netdev=net0",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("deviceArgs:\n got %q\nwant %q", got, want)
+	}
+	for _, bad := range []Options{
+		{Disks: []Disk{{File: "/d/a,b.img"}}},
+		{Disks: []Disk{{File: "/d/a.img", Serial: "a b"}}},
+		{Disks: []Disk{{}}},
+		{Net: &Net{GuestFwd: map[string]string{"10.0.2.100:1": "sh -c a,b"}}},
+	} {
+		if _, err := bad.deviceArgs(); err == nil {
+			t.Errorf("deviceArgs(%+v): no error", bad)
+		}
+	}
+}
