@@ -235,7 +235,7 @@ func (r *Rig) waitNodeReady(ctx context.Context, limit time.Duration) error {
 	for {
 		select {
 		case <-r.done:
-			return fmt.Errorf("the VM ended: %v", r.runErr)
+			return fmt.Errorf("the VM ended: %w", r.runErr)
 		default:
 		}
 		n, err := r.Env.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
