@@ -96,6 +96,9 @@ func New(t testing.TB, cfg Config) *Rig {
 	for _, tool := range []string{"containerd", "ctr", "runc", "socat", "iptables", "mkfs.ext4"} {
 		testenv.Tool(t, tool, "run `make deps` (hack/install-deps.sh)")
 	}
+	if _, err := os.Stat(filepath.Join(os.Getenv(kubeenv.BinDirEnv), "kubelet")); err != nil {
+		testenv.Missing(t, "cluster: no kubelet in $%s (%v); run `bash hack/build-tools.sh --cluster` (make cluster-test does)", kubeenv.BinDirEnv, err)
+	}
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		testenv.Missing(t, "cluster: CNI plugins missing (%v); run `make deps` (containernetworking-plugins)", err)
 	}
