@@ -10,8 +10,10 @@ import (
 
 // TestGetCapacitySidecarKeys: external-provisioner's capacity controller sends GetCapacity
 // the StorageClass's parameters unfiltered, with csi.storage.k8s.io/fstype and secret keys
-// that it strips only before CreateVolume. GetCapacity ignores those reserved keys and still
-// refuses anything else it does not know (test/e2e TestPVCFlow runs the real sidecar).
+// that it strips only before CreateVolume. GetCapacity ignores those reserved keys; anything
+// else it does not know gets the default layout's capacity (CreateVolume refuses it, naming
+// it: a class that looked full would hide the error behind the scheduler's "not enough free
+// storage"; test/e2e TestPVCFlow runs the real sidecar).
 func TestGetCapacitySidecarKeys(t *testing.T) {
 	ctrl, _ := startDriver(t, fakeClient(t), DefaultReadyTimeout)
 	for _, tc := range []struct {
@@ -21,8 +23,8 @@ func TestGetCapacitySidecarKeys(t *testing.T) {
 	}{
 		{"ChartClass", map[string]string{"csi.storage.k8s.io/fstype": "ext4", ParamMembers: "4", ParamChunkSize: "512Ki"}, codes.OK},
 		{"SecretRefs", map[string]string{"csi.storage.k8s.io/provisioner-secret-name": "s", "csi.storage.k8s.io/provisioner-secret-namespace": "ns"}, codes.OK},
-		{"UnknownStillRefused", map[string]string{"csi.storage.k8s.io/fstype": "ext4", "raidLevel": "5"}, codes.InvalidArgument},
-		{"BadMembersStillRefused", map[string]string{"csi.storage.k8s.io/fstype": "xfs", ParamMembers: "3"}, codes.InvalidArgument},
+		{"UnknownAnswered", map[string]string{"csi.storage.k8s.io/fstype": "ext4", "raidLevel": "5"}, codes.OK},
+		{"BadMembersAnswered", map[string]string{"csi.storage.k8s.io/fstype": "xfs", ParamMembers: "3"}, codes.OK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ctrl.GetCapacity(t.Context(), &csi.GetCapacityRequest{Parameters: tc.params})

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
@@ -396,7 +397,14 @@ func (c *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 	}
 	params, err := parseParams(withoutSidecarKeys(req.GetParameters()))
 	if err != nil {
-		return nil, err
+		// A class with a bad parameter must not look like a full node: with
+		// WaitForFirstConsumer the scheduler would only say "did not have enough free
+		// storage" and the claim's events would never name the parameter (seen on a real
+		// kubelet, test/cluster). Answer the default layout's capacity; CreateVolume then
+		// refuses the claim with InvalidArgument naming the parameter, which the provisioner
+		// records as a ProvisioningFailed event on the claim.
+		klog.V(2).InfoS("GetCapacity: invalid StorageClass parameters; answering the default layout's capacity so that CreateVolume reports them", "err", err)
+		params = volumeParams{layout: v1alpha1.Layout{Members: DefaultMembers, ChunkSizeBytes: DefaultChunkSizeBytes}}
 	}
 	var nodes []v1alpha1.Raid10Node
 	if seg := req.GetAccessibleTopology().GetSegments(); len(seg) > 0 {

@@ -346,8 +346,11 @@ func controllerSuite(t *testing.T, c client.Client) {
 				}
 			})
 		}
-		_, err := cc.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{"bogus": "1"}})
-		wantCode(t, err, codes.InvalidArgument, "bogus")
+		// A bad parameter answers the default layout's capacity (CreateVolume names it).
+		bad, err := cc.GetCapacity(ctx, &csi.GetCapacityRequest{AccessibleTopology: &csi.Topology{Segments: map[string]string{v1alpha1.TopologyNodeKey: "node-a"}}, Parameters: map[string]string{"bogus": "1"}})
+		if err != nil || bad.GetAvailableCapacity() != 14*gib {
+			t.Fatalf("GetCapacity with an unknown parameter = %v, %v; want the default layout's 14 GiB", bad, err)
+		}
 	})
 
 	t.Run("ListVolumes", func(t *testing.T) {
