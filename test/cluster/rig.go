@@ -223,15 +223,22 @@ func (r *Rig) Boot(ctx context.Context) {
 		r.mu.Unlock()
 	}()
 	t.Logf("cluster: booting the node (boot %d, rig %s)", r.bootN, nodeDir)
-	if err := r.waitNodeReady(ctx, 15*time.Minute); err != nil {
+	// After a reboot the Node still says Ready (the node controller waits its grace period):
+	// a boot is up once the kubelet reports the new kernel boot ID and Ready.
+	oldBoot := ""
+	if n, err := r.Env.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{}); err == nil {
+		oldBoot = n.Status.NodeInfo.BootID
+	}
+	if err := r.waitNodeReady(ctx, oldBoot, 15*time.Minute); err != nil {
 		r.dumpNode()
 		t.Fatalf("cluster: node not Ready after %v: %v", time.Since(start).Round(time.Second), err)
 	}
 	t.Logf("cluster: node %s Ready %v after boot", NodeName, time.Since(start).Round(time.Second))
 }
 
-// waitNodeReady polls the Node until its Ready condition is True.
-func (r *Rig) waitNodeReady(ctx context.Context, limit time.Duration) error {
+// waitNodeReady polls the Node until its Ready condition is True with a boot ID other than
+// oldBoot.
+func (r *Rig) waitNodeReady(ctx context.Context, oldBoot string, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var last string
@@ -242,7 +249,10 @@ func (r *Rig) waitNodeReady(ctx context.Context, limit time.Duration) error {
 		default:
 		}
 		n, err := r.Env.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
-		if err == nil {
+		switch {
+		case err == nil && n.Status.NodeInfo.BootID == oldBoot:
+			last = "the Node still reports the previous boot " + oldBoot
+		case err == nil:
 			last = "no Ready condition"
 			for _, c := range n.Status.Conditions {
 				if c.Type == corev1.NodeReady {
@@ -252,7 +262,7 @@ func (r *Rig) waitNodeReady(ctx context.Context, limit time.Duration) error {
 					last = fmt.Sprintf("Ready=%s: %s", c.Status, c.Message)
 				}
 			}
-		} else {
+		default:
 			last = err.Error()
 		}
 		select {

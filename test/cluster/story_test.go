@@ -20,8 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	r10 "github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
@@ -94,6 +96,7 @@ func TestClusterStory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	ctrllog.SetLogger(klog.Background())
 	var err error
 	if s.c, err = ctrlclient.New(s.r.Env.Config, ctrlclient.Options{Scheme: scheme}); err != nil {
 		t.Fatal(err)
@@ -240,6 +243,7 @@ func (s *story) diskList(idx ...int) string {
 func (s *story) upgrade(ctx context.Context) {
 	t := s.t
 	oldUID := s.nodePodUID(ctx)
+	holderUID := s.podUID(ctx, "holder")
 	before := s.roundCounts(ctx)
 	start := time.Now()
 	t.Logf("%s", s.run(ctx, s.helm, "upgrade", release, filepath.Join(s.root, "charts/raid10-csi"),
@@ -258,14 +262,20 @@ func (s *story) upgrade(ctx context.Context) {
 	})
 	t.Logf("node plugin restarted and Ready %v after helm upgrade", time.Since(start).Round(time.Second))
 	s.waitPodsReady(ctx, ns, 4)
+	if got := s.podUID(ctx, "holder"); got != holderUID {
+		t.Errorf("helm upgrade replaced the NBD holder pod (%s -> %s) together with the node plugin", holderUID, got)
+	}
 	stall, _ := s.moreRounds(ctx, before, 2)
 	t.Logf("STALL: the longest single I/O of the pods across the node plugin's restart: %d ms (0 I/O errors)", stall)
 }
 
-func (s *story) nodePodUID(ctx context.Context) types.UID {
+func (s *story) nodePodUID(ctx context.Context) types.UID { return s.podUID(ctx, "node") }
+
+// podUID is the UID of the one pod of the chart's component (node, holder).
+func (s *story) podUID(ctx context.Context, component string) types.UID {
 	var l corev1.PodList
-	if err := s.c.List(ctx, &l, ctrlclient.InNamespace(ns), ctrlclient.MatchingLabels{"app.kubernetes.io/component": "node"}); err != nil || len(l.Items) != 1 {
-		s.t.Fatalf("node plugin pod: %v (%d pods)", err, len(l.Items))
+	if err := s.c.List(ctx, &l, ctrlclient.InNamespace(ns), ctrlclient.MatchingLabels{"app.kubernetes.io/component": component}); err != nil || len(l.Items) != 1 {
+		s.t.Fatalf("%s pod: %v (%d pods)", component, err, len(l.Items))
 	}
 	return l.Items[0].UID
 }
