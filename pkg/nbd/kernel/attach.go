@@ -149,7 +149,8 @@ func BackendID(volumeID string) string { return backendPrefix + volumeID }
 // Attach serves export on a device for volumeID. If the state file records a device for the
 // volume that is still configured with the volume's backend identifier (the process was
 // restarted), its connections are replaced with NBD_CMD_RECONFIGURE and no request above it
-// fails; otherwise a free device is connected. Attaching an attached volume returns its
+// fails; otherwise (the device is gone, or after a reboot serves another backend) the stale
+// record is dropped and a free device is connected. Attaching an attached volume returns its
 // device.
 func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 	if a.closing.Load() {
@@ -174,7 +175,13 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 	}}
 	if rec, ok := a.state.Get(volumeID); ok {
 		owned, err := a.owned(rec)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrNotOwner):
+			// The record is stale: after a reboot a fresh attach of another volume may take
+			// the device this one had (found by the first real node reboot, test/cluster).
+			// That device is not ours to touch; this volume gets a new one below.
+			klog.InfoS("Recorded NBD device now serves another backend, connecting a new one", "volumeID", volumeID, "device", DevicePath(rec.Index), "reason", err)
+		case err != nil:
 			return nil, err
 		}
 		if owned {
@@ -189,7 +196,9 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 			klog.InfoS("Reattaching NBD device", "volumeID", volumeID, "device", d.Path())
 			return d, nil
 		}
-		klog.InfoS("Recorded NBD device is gone, connecting a new one", "volumeID", volumeID, "device", DevicePath(rec.Index))
+		if err == nil {
+			klog.InfoS("Recorded NBD device is gone, connecting a new one", "volumeID", volumeID, "device", DevicePath(rec.Index))
+		}
 		if err := a.state.Delete(volumeID); err != nil {
 			return nil, err
 		}

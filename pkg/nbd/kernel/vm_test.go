@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 func TestKernelVM(t *testing.T) {
 	vm.HostHalf(t)
 	vm.RunGoTestOpts(t, vm.Options{Timeout: 8 * time.Minute, Memory: 2048,
-		Tests: []string{"TestInKernelResize", "TestInKernelAttach", "TestInKernelKill9"}},
+		Tests: []string{"TestInKernelResize", "TestInKernelAttach", "TestInKernelKill9", "TestInKernelStaleRecord"}},
 		".", "-test.run=^TestInKernel", "-test.skip=^TestInKernelBench$", "-test.v", "-test.timeout=7m")
 }
 
