@@ -1,0 +1,466 @@
+package perf
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+const (
+	outEnv     = "RAID10_PERF_OUT"
+	runtimeEnv = "RAID10_PERF_RUNTIME" // seconds per fio run (default 8)
+	diskSize   = 1 << 30
+	disks      = 4
+	diskSerial = "raid10-disk"
+)
+
+// errUnavailable is what a frontend's attach wraps when the booted kernel cannot serve it.
+var errUnavailable = errors.New("frontend not available in this kernel")
+
+// fioCase is one fio job of the table.
+type fioCase struct {
+	name, rw, bs string
+	qd           int
+	large        bool // compared with the pipe copy too
+}
+
+var cases = []fioCase{
+	{"4k randread QD1", "randread", "4k", 1, false},
+	{"4k randread QD32", "randread", "4k", 32, false},
+	{"4k randwrite QD1", "randwrite", "4k", 1, false},
+	{"4k randwrite QD32", "randwrite", "4k", 32, false},
+	{"1M seq read QD8", "read", "1M", 8, true},
+	{"1M seq write QD8", "write", "1M", 8, true},
+}
+
+// BenchmarkVM boots the VM with 4 emulated NVMe disks once and runs TestPerfInGuest there:
+// md raid10 and every frontend, every case, in that one boot. It logs the table (markdown)
+// and the top of the CPU profile of the serving process in every case.
+// It runs once whatever b.N is (the figures are the table's, not ns/op).
+func BenchmarkVM(b *testing.B) {
+	vm.HostHalf(b)
+	out := b.TempDir()
+	var files []string
+	var vmDisks []vm.Disk
+	for i := range disks {
+		p := filepath.Join(out, fmt.Sprintf("disk%d.img", i))
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Truncate(p, diskSize); err != nil {
+			b.Fatal(err)
+		}
+		files = append(files, p)
+		vmDisks = append(vmDisks, vm.Disk{File: p, NVMe: true, Serial: fmt.Sprintf("%s%d", diskSerial, i)})
+	}
+	env := []string{outEnv + "=" + out}
+	if r := os.Getenv(runtimeEnv); r != "" {
+		env = append(env, runtimeEnv+"="+r)
+	}
+	vm.RunGoTestOpts(b, vm.Options{
+		Timeout:  14 * time.Minute,
+		Memory:   2048,
+		Env:      env,
+		Writable: []string{out},
+		Disks:    vmDisks,
+		Modules:  append(append([]string{}, vm.DefaultModules...), "nvme"),
+	}, ".", "-test.run=^TestPerfInGuest$", "-test.v", "-test.timeout=13m")
+	for _, f := range files {
+		_ = os.Remove(f)
+	}
+	res, err := os.ReadFile(filepath.Join(out, "result.md"))
+	if err != nil {
+		b.Fatalf("no result table: %v", err)
+	}
+	b.Log("\n" + string(res))
+	profs, _ := filepath.Glob(filepath.Join(out, "*.cpu"))
+	sort.Strings(profs)
+	if dst := os.Getenv("RAID10_PERF_TABLE"); dst != "" {
+		// The table, and the profiles beside it (<table>.<frontend>_<case>.cpu).
+		if err := os.WriteFile(dst, res, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range profs {
+			if data, err := os.ReadFile(p); err == nil {
+				_ = os.WriteFile(strings.TrimSuffix(dst, ".md")+"."+filepath.Base(p), data, 0o644)
+			}
+		}
+	}
+	for _, p := range profs {
+		name := strings.TrimSuffix(filepath.Base(p), ".cpu")
+		// The profile carries its symbols: the guest's test binary is gone by now.
+		top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", p).CombinedOutput()
+		if err != nil {
+			b.Logf("go tool pprof %s: %v\n%s", name, err, top)
+			continue
+		}
+		b.Logf("CPU profile of the serving process, %s:\n%s", name, top)
+	}
+}
+
+// sample is what one fio run cost, from counters read before and after it.
+type sample struct {
+	iops, bw  float64 // I/Os and bytes per second (fio)
+	ios       float64 // I/Os completed (fio)
+	memberOps float64 // reads and writes completed on the NVMe disks
+	cpu       float64 // seconds of utime+stime of this process
+	syscalls  float64 // syscr+syscw of this process
+	requests  float64 // frontend requests; 0 for md
+	pipe      float64 // the pipe copy's bytes per second measured just before (large cases)
+	straced   float64 // every system call of this process per request, counted by strace in a run of its own; 0: not counted
+	err       string  // why there is no figure
+}
+
+type counters struct {
+	memberOps float64
+	cpu       float64
+	syscalls  float64
+	requests  float64
+}
+
+func readCounters(t *testing.T, nvme []string, requests func() uint64) counters {
+	t.Helper()
+	var c counters
+	for _, d := range nvme {
+		b, err := os.ReadFile(filepath.Join("/sys/block", d, "stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b))
+		r, _ := strconv.ParseFloat(f[0], 64)
+		w, _ := strconv.ParseFloat(f[4], 64)
+		c.memberOps += r + w
+	}
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command (which may hold spaces): state is field 3, utime 14, stime 15.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	c.cpu = (ut + st) / 100 // USER_HZ
+	io, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(io), "\n") {
+		k, v, _ := strings.Cut(l, ": ")
+		if k == "syscr" || k == "syscw" {
+			n, _ := strconv.ParseFloat(v, 64)
+			c.syscalls += n
+		}
+	}
+	if requests != nil {
+		c.requests = float64(requests())
+	}
+	return c
+}
+
+func runtimeSeconds() string {
+	if r := os.Getenv(runtimeEnv); r != "" {
+		return r
+	}
+	return "8"
+}
+
+// runFio runs one case on dev and returns its sample; profile, if set, is where the CPU
+// profile of this process during the run goes.
+func runFio(t *testing.T, dev string, c fioCase, nvme []string, requests func() uint64, profile string) sample {
+	t.Helper()
+	size := "512M"
+	var pipe float64
+	if c.large {
+		size = "1G"
+		// The guest's speed follows the host's load from minute to minute: the ceiling
+		// is measured next to the case it bounds.
+		pipe = pipeCopy(t)
+	}
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	before := readCounters(t, nvme, requests)
+	out, err := exec.Command("fio", "--name=perf", "--filename="+dev, "--ioengine=libaio", "--direct=1",
+		"--rw="+c.rw, "--bs="+c.bs, "--iodepth="+strconv.Itoa(c.qd), "--time_based",
+		"--runtime="+runtimeSeconds(), "--size="+size, "--randrepeat=0", "--output-format=json").Output()
+	after := readCounters(t, nvme, requests)
+	if err != nil {
+		t.Fatalf("fio %s on %s: %v\n%s", c.name, dev, err, out)
+	}
+	js := string(out)
+	if i := strings.Index(js, "{"); i > 0 {
+		js = js[i:]
+	}
+	var r struct {
+		Jobs []struct {
+			Error       int `json:"error"`
+			Read, Write struct {
+				IOPS     float64 `json:"iops"`
+				BW       float64 `json:"bw_bytes"`
+				TotalIOs float64 `json:"total_ios"`
+			}
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal([]byte(js), &r); err != nil || len(r.Jobs) == 0 {
+		t.Fatalf("fio output: %v\n%s", err, out)
+	}
+	j := r.Jobs[0]
+	if j.Error != 0 {
+		t.Fatalf("fio %s on %s: error %d", c.name, dev, j.Error)
+	}
+	s := sample{
+		iops:      j.Read.IOPS + j.Write.IOPS,
+		bw:        j.Read.BW + j.Write.BW,
+		ios:       j.Read.TotalIOs + j.Write.TotalIOs,
+		memberOps: after.memberOps - before.memberOps,
+		cpu:       after.cpu - before.cpu,
+		syscalls:  after.syscalls - before.syscalls,
+		requests:  after.requests - before.requests,
+		pipe:      pipe,
+	}
+	if s.ios == 0 {
+		t.Fatalf("fio %s on %s: no I/O completed", c.name, dev)
+	}
+	t.Logf("%s on %s: %.0f IOPS, %.1f MB/s, %.2f member ops, %.2f requests, %.0f us CPU and %.1f syscalls per I/O",
+		c.name, dev, s.iops, s.bw/1e6, s.memberOps/s.ios, s.requests/s.ios, s.cpu/s.ios*1e6, s.syscalls/s.ios)
+	return s
+}
+
+// straceCount runs the case again with strace -c attached to every thread of this process
+// for the middle of the run, and returns the system calls (all of them: futex, epoll_wait,
+// read, pwrite64, ...) per request the frontend served meanwhile. The tracing slows the
+// process down, so the run is not timed.
+func straceCount(t *testing.T, dev string, c fioCase, requests func() uint64) float64 {
+	t.Helper()
+	if _, err := exec.LookPath("strace"); err != nil || requests == nil {
+		return 0
+	}
+	fio := exec.Command("fio", "--name=strace", "--filename="+dev, "--ioengine=libaio", "--direct=1",
+		"--rw="+c.rw, "--bs="+c.bs, "--iodepth="+strconv.Itoa(c.qd), "--time_based",
+		"--runtime=12", "--size=512M", "--randrepeat=0")
+	if err := fio.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer fio.Wait() //nolint:errcheck // its output is not used
+	time.Sleep(2 * time.Second)
+	out := filepath.Join(t.TempDir(), "strace.txt")
+	st := exec.Command("strace", "-f", "-c", "-o", out, "-p", strconv.Itoa(os.Getpid()))
+	if err := st.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // attached to every thread
+	r0 := requests()
+	time.Sleep(6 * time.Second)
+	r1 := requests()
+	_ = st.Process.Signal(os.Interrupt)
+	_ = st.Wait()
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0.0
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 5 && f[len(f)-1] == "total" {
+			calls, _ = strconv.ParseFloat(f[3], 64)
+		}
+	}
+	if r1 == r0 || calls == 0 {
+		t.Logf("strace counted %v calls over %d requests:\n%s", calls, r1-r0, b)
+		return 0
+	}
+	per := calls / float64(r1-r0)
+	t.Logf("%s: %.1f system calls per request (strace, %d requests):\n%s", c.name, per, r1-r0, b)
+	return per
+}
+
+// nvmeDisks returns the guest's names of the benchmark's disks (nvme<N>n1), ordered by
+// their serial (the order of Options.Disks).
+func nvmeDisks(t *testing.T) []string {
+	t.Helper()
+	ms, _ := filepath.Glob("/sys/block/nvme*n1")
+	bySerial := map[string]string{}
+	for _, m := range ms {
+		s, err := os.ReadFile(filepath.Join(m, "device", "serial"))
+		if err != nil {
+			continue
+		}
+		if serial := strings.TrimSpace(string(s)); strings.HasPrefix(serial, diskSerial) {
+			bySerial[serial] = filepath.Base(m)
+		}
+	}
+	var out []string
+	for i := range disks {
+		d, ok := bySerial[fmt.Sprintf("%s%d", diskSerial, i)]
+		if !ok {
+			t.Fatalf("no NVMe disk with serial %s%d in the guest (found %v)", diskSerial, i, bySerial)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// pipeCopy is the guest's dd | dd throughput in bytes per second, 1 MiB blocks.
+func pipeCopy(t *testing.T) float64 {
+	t.Helper()
+	const mib = 64
+	start := time.Now()
+	sh(t, "sh", "-c", fmt.Sprintf("dd if=/dev/zero bs=1M count=%d status=none | dd of=/dev/null bs=1M iflag=fullblock status=none", mib))
+	bw := mib << 20 / time.Since(start).Seconds()
+	t.Logf("pipe copy: %.1f MB/s", bw/1e6)
+	return bw
+}
+
+func sh(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestPerfInGuest is the guest half of BenchmarkVM.
+func TestPerfInGuest(t *testing.T) {
+	vm.GuestHalf(t, "BenchmarkVM")
+	outDir := os.Getenv(outEnv)
+	if outDir == "" {
+		testenv.Skip(t, testenv.KindDriven, "run by BenchmarkVM")
+	}
+	nvme := nvmeDisks(t)
+	var devs []string
+	for _, d := range nvme {
+		devs = append(devs, "/dev/"+d)
+	}
+	results := map[string]map[string]sample{} // target -> case -> sample
+
+	// md raid10, near-2, 512 KiB chunks, no bitmap, over the disks.
+	sh(t, "mdadm", append([]string{"--create", "/dev/md0", "--level=10", "--layout=n2", "--chunk=512",
+		"--raid-devices=4", "--bitmap=none", "--assume-clean", "--run", "--quiet"}, devs...)...)
+	results["md"] = map[string]sample{}
+	for _, c := range cases {
+		results["md"][c.name] = runFio(t, "/dev/md0", c, nvme, nil, "")
+	}
+	sh(t, "mdadm", "--stop", "/dev/md0")
+	sh(t, "mdadm", append([]string{"--zero-superblock"}, devs...)...)
+
+	for _, f := range frontends {
+		results[f.name] = measureFrontend(t, f, devs, nvme, outDir)
+	}
+
+	table := renderTable(results)
+	t.Log("\n" + table)
+	if err := os.WriteFile(filepath.Join(outDir, "result.md"), []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// measureFrontend creates the engine's array over the disks (as md: near-2, 512 KiB
+// chunks), attaches it with f and runs every case.
+func measureFrontend(t *testing.T, f frontend, devs, nvme []string, outDir string) map[string]sample {
+	t.Helper()
+	res := map[string]sample{}
+	var members []raid10.Member
+	for _, d := range devs {
+		m, err := raid10.OpenFileMember(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+	}
+	arr, err := raid10.Create(members, raid10.CreateOptions{AssumeClean: true, ChunkSize: 512 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer arr.Close()
+	att, err := f.attach(t, arr)
+	if errors.Is(err, errUnavailable) {
+		t.Logf("%s: %v", f.name, err)
+		for _, c := range cases {
+			res[c.name] = sample{err: err.Error()}
+		}
+		return res
+	}
+	if err != nil {
+		t.Fatalf("%s: attach: %v", f.name, err)
+	}
+	for _, c := range cases {
+		prof := filepath.Join(outDir, f.name+" "+c.name+".cpu")
+		res[c.name] = runFio(t, att.dev, c, nvme, att.requests, strings.ReplaceAll(prof, " ", "_"))
+	}
+	for _, c := range cases {
+		if c.qd == 32 {
+			s := res[c.name]
+			s.straced = straceCount(t, att.dev, c, att.requests)
+			res[c.name] = s
+		}
+	}
+	if err := att.detach(); err != nil {
+		t.Fatalf("%s: detach: %v", f.name, err)
+	}
+	return res
+}
+
+func renderTable(results map[string]map[string]sample) string {
+	var b strings.Builder
+	rt := runtimeSeconds()
+	fmt.Fprintf(&b, "fio libaio direct, %s s per case, in one VM boot (TCG) with 4 emulated NVMe disks; "+
+		"md raid10 near-2, 512 KiB chunks, no bitmap; the engine with the same geometry. "+
+		"The pipe copy (dd | dd, 1 MiB blocks) is measured just before each 1 MiB case; /pipe copy is the ratio to it.\n\n", rt)
+	b.WriteString("| case | target | IOPS | MB/s | /md | /pipe copy | CPU per I/O | read+write syscalls per I/O | all syscalls per request (strace) | member ops per I/O | requests per I/O |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	targets := []string{"md"}
+	for _, f := range frontends {
+		targets = append(targets, f.name)
+	}
+	for _, c := range cases {
+		md := results["md"][c.name]
+		for _, tg := range targets {
+			s, ok := results[tg][c.name]
+			if !ok {
+				continue
+			}
+			if s.err != "" {
+				fmt.Fprintf(&b, "| %s | %s | n/a: %s | | | | | | | | |\n", c.name, tg, s.err)
+				continue
+			}
+			ratio, vsPipe, cpu, sys, req, all := "1.00", "", "", "", "", ""
+			if tg != "md" {
+				ratio = fmt.Sprintf("%.2f", s.iops/md.iops)
+				cpu = fmt.Sprintf("%.0f us", s.cpu/s.ios*1e6)
+				sys = fmt.Sprintf("%.1f", s.syscalls/s.ios)
+				req = fmt.Sprintf("%.2f", s.requests/s.ios)
+				if s.straced > 0 {
+					all = fmt.Sprintf("%.1f", s.straced)
+				}
+			}
+			if c.large && s.pipe > 0 {
+				vsPipe = fmt.Sprintf("%.2f (pipe %.1f MB/s)", s.bw/s.pipe, s.pipe/1e6)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.1f | %s | %s | %s | %s | %s | %.2f | %s |\n",
+				c.name, tg, s.iops, s.bw/1e6, ratio, vsPipe, cpu, sys, all, s.memberOps/s.ios, req)
+		}
+	}
+	return b.String()
+}
