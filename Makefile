@@ -39,7 +39,7 @@ e2e: deps ## Run the end-to-end tests: the QEMU VM (kernel nbd/md) and the real 
 	source hack/tool-env.sh && $(GO) test -count=1 -timeout 60m -v ./test/...
 
 .PHONY: cluster-test
-cluster-test: deps ## The user's story on a real kubelet in the QEMU node: helm install, claims, pods, disk pull, upgrade, reboot (~25 min).
+cluster-test: deps ## The user's story on a real kubelet in the QEMU node: helm install, claims, pods, disk pull, upgrade, reboot (~15 min).
 	bash hack/build-tools.sh --cluster
 	source hack/tool-env.sh && RAID10_CLUSTER_STORY=1 $(GO) test -count=1 -timeout 90m -v -run '^TestClusterStory$$' ./test/cluster
 

@@ -37,12 +37,10 @@ const (
 	// (`make cluster-demo`), so that it can be looked at with kubectl.
 	PauseEnv = "RAID10_CLUSTER_PAUSE"
 
-	ns          = "raid10-csi"
-	release     = "raid10-csi"
-	provisioner = "raid10-csi/csi-provisioner:v5.3.0"
-	resizer     = "raid10-csi/csi-resizer:v1.14.0"
-	ioImage     = "raid10-csi/ioverify:test"
-	pauseImage  = "docker.io/raid10-csi/pause:0.1.0"
+	ns         = "raid10-csi"
+	release    = "raid10-csi"
+	ioImage    = "raid10-csi/ioverify:test"
+	pauseImage = "docker.io/raid10-csi/pause:0.1.0"
 )
 
 // story is the state the steps share.
@@ -55,6 +53,8 @@ type story struct {
 	plugin  string // kubectl-raid10
 	root    string
 	times   []string
+	// sidecars: sidecars.<key>.image values for the chart (sidecarImages).
+	sidecars map[string]string
 	// free0 and capacity0: the Raid10Node's free bytes and the CSIStorageCapacity before any claim.
 	free0, capacity0 int64
 }
@@ -78,12 +78,13 @@ func (s *story) step(name string, f func(ctx context.Context)) {
 func TestClusterStory(t *testing.T) {
 	vm.HostHalf(t)
 	if os.Getenv(StoryEnv) == "" {
-		testenv.Skip(t, testenv.KindDriven, "the cluster story (about 25 minutes under TCG) runs under `make cluster-test` (%s=1)", StoryEnv)
+		testenv.Skip(t, testenv.KindDriven, "the cluster story (about 15 minutes under TCG) runs under `make cluster-test` (%s=1)", StoryEnv)
 	}
 	s := &story{t: t, root: repoRoot(t)}
 	s.helm = helmBinary(t, s.root)
 	s.plugin = goBuild(t, s.root, "./cmd/kubectl-raid10")
 	images := buildImages(t, s.root)
+	s.sidecars = sidecarImages(t, s.root, images)
 	s.r = New(t, Config{NVMe: 5, DiskSize: 1 << 30, StateSize: 3 << 30, Images: images,
 		SandboxImage: pauseImage, Memory: 3072})
 	s.kubectl = filepath.Join(os.Getenv("RAID10_KUBE_BIN_DIR"), "kubectl")
@@ -463,11 +464,13 @@ func (s *story) uninstall(ctx context.Context) {
 
 func (s *story) install(ctx context.Context) {
 	t := s.t
-	out := s.run(ctx, s.helm, "install", release, filepath.Join(s.root, "charts/raid10-csi"),
+	args := []string{"install", release, filepath.Join(s.root, "charts/raid10-csi"),
 		"--namespace", ns, "--create-namespace", "--kubeconfig", s.r.Env.Kubeconfig,
-		"--set", "sidecars.provisioner.image="+provisioner,
-		"--set", "sidecars.resizer.image="+resizer,
-		"--set-json", "node.pool.disks="+s.diskList(0, 1, 2, 3))
+		"--set-json", "node.pool.disks=" + s.diskList(0, 1, 2, 3)}
+	for key, img := range s.sidecars {
+		args = append(args, "--set", "sidecars."+key+".image="+img)
+	}
+	out := s.run(ctx, s.helm, args...)
 	t.Logf("%s", out)
 	s.waitPodsReady(ctx, ns, 4) // 2 controllers, the node plugin, the holder
 	var node r10.Raid10Node

@@ -2,12 +2,15 @@ package cluster
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/raid10-csi/raid10-csi/internal/ociimage"
 	"github.com/raid10-csi/raid10-csi/internal/testenv"
@@ -48,6 +51,43 @@ func goBuild(t testing.TB, root, pkg string) string {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// sidecarImages maps the chart's sidecar keys (sidecars.<key>.image) to the sidecar images
+// hack/image.sh wrote (raid10-csi/csi-<key>:<version>, read from each tarball's manifest), for
+// the keys the chart's values.yaml has: a sidecar the chart gains later (csi-snapshotter) is
+// set as soon as both exist.
+func sidecarImages(t testing.TB, root string, files []string) map[string]string {
+	t.Helper()
+	values, err := os.ReadFile(filepath.Join(root, "charts/raid10-csi/values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(f) })
+		if err != nil {
+			t.Fatalf("cluster: %s: %v", f, err)
+		}
+		for _, d := range m {
+			for _, tag := range d.RepoTags {
+				key, ok := strings.CutPrefix(tag, "raid10-csi/csi-")
+				if !ok {
+					continue
+				}
+				key, _, _ = strings.Cut(key, ":")
+				if bytes.Contains(values, []byte("\n  "+key+":")) {
+					out[key] = tag
+				}
+			}
+		}
+	}
+	for _, want := range []string{"provisioner", "resizer"} {
+		if out[want] == "" {
+			t.Fatalf("cluster: no image for sidecars.%s (images %v)", want, files)
+		}
 	}
 	return out
 }
