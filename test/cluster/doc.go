@@ -48,7 +48,8 @@
 //	4 PCI-remove an NVMe disk under I/O: Degraded, 0 errors;
 //	  kubectl raid10 replace-disk --follow onto the spare: Healthy  1m19s
 //	5 helm upgrade (disk list, logLevel) under I/O: 0 errors, the
-//	  holder pod kept; longest single I/O (the stall) 33 s          1m28s
+//	  holder pod kept; longest single I/O (the stall) 33 s (22 s in
+//	  a second run)                                                 1m28s
 //	7 VM restart on the same disks: pods back, data verified        1m27s
 //	8 delete pods and claims: volumes gone, capacity back           18s
 //	9 helm uninstall: no pod, CSIDriver or CSIStorageCapacity left  19s
