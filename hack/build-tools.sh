@@ -12,6 +12,8 @@
 #   RAID10_KUBE_BIN_DIR     etcd, kube-apiserver, kube-controller-manager (test/kubeenv)
 #   RAID10_CSI_PROVISIONER  the external-provisioner sidecar, csi-provisioner (test/e2e)
 #   RAID10_CSI_RESIZER      the external-resizer sidecar, csi-resizer (test/e2e)
+#   RAID10_CSI_SNAPSHOTTER  the external-snapshotter sidecar, csi-snapshotter (test/e2e)
+#   RAID10_SNAPSHOT_CONTROLLER  the external-snapshotter's snapshot-controller (test/e2e)
 #
 # To add a tool, add one build_go_tool call (and, if the tests need it, an env_export line)
 # in main below. Usage: hack/build-tools.sh [--cluster]  (set RAID10_CACHE to move the cache)
@@ -28,6 +30,9 @@ ETCD_VERSION=v3.6.5     # go.etcd.io/etcd/server/v3
 # The CSI sidecars, at the versions of the images in charts/raid10-csi/values.yaml.
 PROVISIONER_VERSION=v5.3.0 # github.com/kubernetes-csi/external-provisioner/v5: csi-provisioner
 RESIZER_VERSION=v1.14.0    # github.com/kubernetes-csi/external-resizer: csi-resizer
+# github.com/kubernetes-csi/external-snapshotter/v8: csi-snapshotter and snapshot-controller;
+# the snapshot CRDs come from its client/v8 module at the same version (test/e2e, the chart).
+SNAPSHOTTER_VERSION=v8.7.0
 
 CACHE=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
 mkdir -p "$CACHE"
@@ -184,6 +189,15 @@ main() {
     github.com/kubernetes-csi/external-resizer "$RESIZER_VERSION" \
     csi-resizer=github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
   env_export RAID10_CSI_RESIZER "$CACHE/csi-resizer-$RESIZER_VERSION/csi-resizer"
+  # The snapshot sidecar (VolumeSnapshotContent -> CreateSnapshot/DeleteSnapshot) and the
+  # cluster's snapshot-controller (VolumeSnapshot -> VolumeSnapshotContent), one module.
+  LDFLAGS="-X main.version=$SNAPSHOTTER_VERSION" \
+    build_go_tool "external-snapshotter-$SNAPSHOTTER_VERSION" \
+    github.com/kubernetes-csi/external-snapshotter/v8 "$SNAPSHOTTER_VERSION" \
+    csi-snapshotter=github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter \
+    snapshot-controller=github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
+  env_export RAID10_CSI_SNAPSHOTTER "$CACHE/external-snapshotter-$SNAPSHOTTER_VERSION/csi-snapshotter"
+  env_export RAID10_SNAPSHOT_CONTROLLER "$CACHE/external-snapshotter-$SNAPSHOTTER_VERSION/snapshot-controller"
 
   {
     echo "# Written by hack/build-tools.sh; sourced by hack/tool-env.sh."

@@ -55,6 +55,16 @@ type Pool interface {
 	// RecordScrubCompleted tells the pool's scrub schedule when the volume's last scrub
 	// reached the end before the pool opened (from status.scrub).
 	RecordScrubCompleted(name string, at time.Time) error
+	// CreateSnapshot cuts a snapshot of volume source and returns once the cut is durable;
+	// the copy runs in the background (SnapshotInfo.Ready, Copied). Idempotent by name.
+	// Errors wrap pool.ErrNotFound (no such source), pool.ErrAlreadyExists (that name from
+	// another source), pool.ErrNoSpace (nothing allocated), ...
+	CreateSnapshot(name, source string) (pool.SnapshotInfo, error)
+	// DeleteSnapshot frees a snapshot's extents; a missing one is success.
+	// pool.ErrFailedPrecondition while a restore still copies from it.
+	DeleteSnapshot(name string) error
+	// Snapshot describes one snapshot; pool.ErrNotFound when there is none of that name.
+	Snapshot(name string) (pool.SnapshotInfo, error)
 }
 
 var _ Pool = (*pool.Pool)(nil)
@@ -94,6 +104,11 @@ const (
 	EventDeleteWaiting     = "DeleteWaiting"
 	EventDiskReturned      = "DiskHealthy"
 	EventBadBlocks         = "BadBlocks"
+	EventSnapshotCut       = "SnapshotCut"
+	EventSnapshotReady     = "SnapshotReady"
+	EventSnapshotFailed    = "SnapshotFailed"
+	EventSnapshotDeleted   = "SnapshotDeleted"
+	EventHydrated          = "Hydrated"
 	eventRecorderComponent = "raid10.csi.io/node-agent"
 )
 
@@ -139,8 +154,9 @@ type Agent struct {
 	interval time.Duration
 	devices  Devices // nil: no device reporting
 
-	volumeCh chan event.TypedGenericEvent[*v1alpha1.Raid10Volume]
-	nodeCh   chan event.TypedGenericEvent[*v1alpha1.Raid10Node]
+	volumeCh   chan event.TypedGenericEvent[*v1alpha1.Raid10Volume]
+	nodeCh     chan event.TypedGenericEvent[*v1alpha1.Raid10Node]
+	snapshotCh chan event.TypedGenericEvent[*v1alpha1.Raid10Snapshot]
 
 	// mu guards the maps below. They hold what the agent last reported, so that Events fire
 	// once per transition even when the cache has not yet seen the agent's own writes.
@@ -148,6 +164,8 @@ type Agent struct {
 	volumeSeen  map[string]volumeSeen
 	diskSeen    map[string]v1alpha1.DiskState // by disk ID; nil until the first node reconcile
 	fingerprint map[string]string             // poller: per volume name, and nodeKey for the node
+	snapSeen    map[string]bool               // per snapshot: ready last reported, for Events
+	snapPrint   map[string]string             // poller: per snapshot name
 }
 
 // volumeSeen is what the agent last reported about a volume, for Events.
@@ -175,12 +193,16 @@ func New(opts Options, c client.Client, rec Recorder) (*Agent, error) {
 		node: opts.NodeName, pool: opts.Pool, c: c, rec: rec, interval: opts.PollInterval, devices: opts.Devices,
 		volumeCh:    make(chan event.TypedGenericEvent[*v1alpha1.Raid10Volume], 256),
 		nodeCh:      make(chan event.TypedGenericEvent[*v1alpha1.Raid10Node], 4),
+		snapshotCh:  make(chan event.TypedGenericEvent[*v1alpha1.Raid10Snapshot], 256),
+		snapSeen:    map[string]bool{},
+		snapPrint:   map[string]string{},
 		volumeSeen:  map[string]volumeSeen{},
 		fingerprint: map[string]string{},
 	}, nil
 }
 
-// SetupWithManager registers the agent's two controllers (Raid10Volume and Raid10Node) and
+// SetupWithManager registers the agent's controllers (Raid10Volume, Raid10Snapshot and
+// Raid10Node) and
 // its poller with mgr. The manager's scheme must include v1alpha1. For a manager that
 // caches only this node's objects, see NewManager.
 func (a *Agent) SetupWithManager(mgr manager.Manager) error {
@@ -205,6 +227,16 @@ func (a *Agent) SetupWithManager(mgr manager.Manager) error {
 		Complete(reconcile.Func(a.reconcileVolume)); err != nil {
 		return fmt.Errorf("agent: volume controller: %w", err)
 	}
+	snapOnNode := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		v, ok := o.(*v1alpha1.Raid10Snapshot)
+		return ok && v.Spec.Node == a.node
+	})
+	if err := builder.ControllerManagedBy(mgr).Named("raid10snapshot-agent").WithOptions(opts).
+		For(&v1alpha1.Raid10Snapshot{}, builder.WithPredicates(snapOnNode, changed)).
+		WatchesRawSource(source.Channel(a.snapshotCh, &handler.TypedEnqueueRequestForObject[*v1alpha1.Raid10Snapshot]{})).
+		Complete(reconcile.Func(a.reconcileSnapshot)); err != nil {
+		return fmt.Errorf("agent: snapshot controller: %w", err)
+	}
 	isNode := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == a.node })
 	if err := builder.ControllerManagedBy(mgr).Named("raid10node-agent").WithOptions(opts).
 		For(&v1alpha1.Raid10Node{}, builder.WithPredicates(isNode, predicate.GenerationChangedPredicate{})).
@@ -226,8 +258,8 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// NewManager returns a manager whose cache holds only node's Raid10Volumes (by the CRD's
-// selectable field spec.node) and its Raid10Node. It serves no metrics and no probes of its
+// NewManager returns a manager whose cache holds only node's Raid10Volumes and
+// Raid10Snapshots (by the CRDs' selectable field spec.node) and its Raid10Node. It serves no metrics and no probes of its
 // own (pkg/metrics does) and runs without leader election: every node runs its own agent.
 func NewManager(cfg *rest.Config, node string) (manager.Manager, error) {
 	s, err := Scheme()
@@ -239,8 +271,9 @@ func NewManager(cfg *rest.Config, node string) (manager.Manager, error) {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&v1alpha1.Raid10Volume{}: {Field: fields.OneTermEqualSelector("spec.node", node)},
-			&v1alpha1.Raid10Node{}:   {Field: fields.OneTermEqualSelector("metadata.name", node)},
+			&v1alpha1.Raid10Volume{}:   {Field: fields.OneTermEqualSelector("spec.node", node)},
+			&v1alpha1.Raid10Snapshot{}: {Field: fields.OneTermEqualSelector("spec.node", node)},
+			&v1alpha1.Raid10Node{}:     {Field: fields.OneTermEqualSelector("metadata.name", node)},
 		}},
 	})
 }
@@ -304,6 +337,21 @@ func (a *Agent) pollOnce() {
 			changed = append(changed, v.Name)
 		}
 	}
+	var snapsChanged []string
+	liveSnap := map[string]bool{}
+	for _, sn := range ps.Snapshots {
+		liveSnap[sn.Name] = true
+		fp := fmt.Sprintf("%v|%d|%s|%d", sn.Ready, sn.Copied*100/max(sn.Size, 1), sn.Health, sn.Members)
+		if a.snapPrint[sn.Name] != fp {
+			a.snapPrint[sn.Name] = fp
+			snapsChanged = append(snapsChanged, sn.Name)
+		}
+	}
+	for k := range a.snapPrint {
+		if !liveSnap[k] {
+			delete(a.snapPrint, k)
+		}
+	}
 	if fp := nodeFingerprint(ps, free); a.fingerprint[nodeKey] != fp {
 		a.fingerprint[nodeKey] = fp
 		nodeChanged = true
@@ -317,8 +365,23 @@ func (a *Agent) pollOnce() {
 	for _, name := range changed {
 		a.enqueueVolume(name)
 	}
+	for _, name := range snapsChanged {
+		a.enqueueSnapshot(name)
+	}
 	if nodeChanged {
 		a.enqueueNode()
+	}
+}
+
+func (a *Agent) enqueueSnapshot(name string) {
+	v := &v1alpha1.Raid10Snapshot{}
+	v.Name = name
+	select {
+	case a.snapshotCh <- event.TypedGenericEvent[*v1alpha1.Raid10Snapshot]{Object: v}:
+	default:
+		a.mu.Lock()
+		delete(a.snapPrint, name)
+		a.mu.Unlock()
 	}
 }
 
@@ -351,6 +414,9 @@ func volumeFingerprint(v pool.VolumeInfo) string {
 	}
 	if p := v.Sync; p != nil {
 		s += fmt.Sprintf("|%s %d", p.Kind, int(p.Percent))
+	}
+	if v.Source != nil {
+		s += fmt.Sprintf("|hydrated %v %d", v.Hydrated, v.Copied*100/max(v.Size, 1))
 	}
 	if sc := v.Scrub; sc != nil {
 		s += fmt.Sprintf("|scrub %s %s %d %d", sc.State, sc.Kind, int(sc.Percent), sc.Mismatches)

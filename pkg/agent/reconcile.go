@@ -66,8 +66,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 	case errors.Is(err, pool.ErrNotFound) && prev.Phase == v1alpha1.VolumePhaseFailed && prev.ObservedGeneration == vol.Generation:
 		return reconcile.Result{}, nil // failed for this spec already; a new spec retries
 	case errors.Is(err, pool.ErrNotFound):
-		info, err = a.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), pool.CreateOptions{
-			Members: int(vol.Spec.Layout.Members), ChunkSize: vol.Spec.Layout.ChunkSizeBytes})
+		info, err = a.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), CreateOptions(&vol))
 		if err != nil {
 			reason, final := CreateFailedReason(err)
 			if !final {
@@ -79,9 +78,9 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 			a.event(&vol, corev1.EventTypeWarning, EventProvisionFailed, "Provision", "%v", err)
 			return a.writeVolumeStatus(ctx, &vol, FailedStatus(prev, &vol, reason, err.Error(), now))
 		}
-		logger.Info("Volume provisioned", "size", info.Size, "members", len(info.Members), "chunkSize", info.ChunkSize)
+		logger.Info("Volume provisioned", "size", info.Size, "members", len(info.Members), "chunkSize", info.ChunkSize, "source", describeSource(vol.Spec.Source))
 		a.event(&vol, corev1.EventTypeNormal, EventProvisioned, "Provision",
-			"%d bytes over %d members on node %s", info.Size, len(info.Members), a.node)
+			"%d bytes over %d members on node %s%s", info.Size, len(info.Members), a.node, prefixed(", from ", describeSource(vol.Spec.Source)))
 		a.enqueueNode()
 	case err != nil:
 		return reconcile.Result{}, err
@@ -154,6 +153,11 @@ func (a *Agent) volumeEvents(vol *v1alpha1.Raid10Volume, prev, st v1alpha1.Raid1
 	a.mu.Unlock()
 
 	a.scrubEvents(vol, seen.scrub, st.Scrub)
+
+	if h := st.Hydration; h != nil && h.Hydrated && (prev.Hydration == nil || !prev.Hydration.Hydrated) {
+		a.event(vol, corev1.EventTypeNormal, EventHydrated, "Copy", "%d bytes copied from %s: the volume no longer needs its source",
+			h.TotalBytes, describeSource(vol.Spec.Source))
+	}
 
 	// Only growth is news: a count that falls (the blocks were rewritten) needs no warning.
 	if st.BadBlocks > seen.badBlocks || st.LostBlocks > seen.lostBlocks {
@@ -232,6 +236,12 @@ func (a *Agent) deleteVolume(ctx context.Context, vol *v1alpha1.Raid10Volume) (r
 	_, err := a.pool.Volume(vol.Name)
 	existed := err == nil
 	if err := a.pool.DeleteVolume(vol.Name); err != nil {
+		if errors.Is(err, pool.ErrFailedPrecondition) {
+			// A clone or a snapshot still copies from it: the pool frees it afterwards.
+			logger.Info("Delete waits", "reason", err.Error())
+			a.event(vol, corev1.EventTypeWarning, EventDeleteWaiting, "Delete", "delete waits: %v", err)
+			return reconcile.Result{RequeueAfter: deleteWaitRetry}, nil
+		}
 		logger.Error(err, "Freeing the volume's extents")
 		a.event(vol, corev1.EventTypeWarning, EventDeleteFailed, "Delete", "%v", err)
 		return reconcile.Result{}, err
@@ -352,4 +362,25 @@ func frontendOf(device string) string {
 		return "nbd"
 	}
 	return ""
+}
+
+// CreateOptions are the pool's options for vol's spec: its layout and, for a restore or a
+// clone, its source (the pool's snapshot and volume names are the objects' names).
+func CreateOptions(vol *v1alpha1.Raid10Volume) pool.CreateOptions {
+	o := pool.CreateOptions{Members: int(vol.Spec.Layout.Members), ChunkSize: vol.Spec.Layout.ChunkSizeBytes}
+	if s := vol.Spec.Source; s != nil {
+		o.Source = &pool.Source{Snapshot: s.Snapshot, Volume: s.Volume}
+	}
+	return o
+}
+
+// describeSource names a volume's source ("snapshot X", "volume Y"), "" for none.
+func describeSource(s *v1alpha1.VolumeSource) string {
+	switch {
+	case s == nil:
+		return ""
+	case s.Snapshot != "":
+		return "snapshot " + s.Snapshot
+	}
+	return "volume " + s.Volume
 }

@@ -95,6 +95,7 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		BadBlocks:          info.BadBlocks,
 		LostBlocks:         info.LostBlocks,
 		Scrub:              scrubStatus(prev.Scrub, info.Scrub),
+		Hydration:          hydrationStatus(vol, info),
 	}
 	rebuilding := int32(-1)
 	var notes []string
@@ -247,7 +248,9 @@ func CreateFailedReason(err error) (reason string, final bool) {
 	switch {
 	case errors.Is(err, pool.ErrNoSpace):
 		return v1alpha1.ReasonInsufficientCapacity, true
-	case errors.Is(err, pool.ErrInvalidArgument), errors.Is(err, pool.ErrAlreadyExists):
+	case errors.Is(err, pool.ErrNotFound):
+		return v1alpha1.ReasonSourceNotFound, true // a restore's or clone's source
+	case errors.Is(err, pool.ErrInvalidArgument), errors.Is(err, pool.ErrAlreadyExists), errors.Is(err, pool.ErrFailedPrecondition):
 		return ReasonCreateFailed, true
 	}
 	return ReasonCreateFailed, false

@@ -60,8 +60,9 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, fmt.Errorf("volume_content_source: snapshots and clones are not supported: %w", ErrInvalidArgument)
+	src, err := parseContentSource(req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
 	}
 	size, err := requestedSize(req.GetCapacityRange())
 	if err != nil {
@@ -79,11 +80,19 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		if err := compatible(vol, name, req.GetCapacityRange(), params.layout, shape); err != nil {
 			return nil, err
 		}
+		if !sameSource(vol.Spec.Source, src) {
+			return nil, fmt.Errorf("volume %q exists with another content source (%s): %w", id, describeSource(vol.Spec.Source), ErrAlreadyExists)
+		}
 		if vol.DeletionTimestamp != nil {
 			return nil, fmt.Errorf("volume %q: an earlier attempt is still being cleaned up: %w", id, ErrOperationInFlight)
 		}
 	case errors.Is(err, ErrNotFound):
-		node, err := c.pickNode(ctx, req.GetAccessibilityRequirements())
+		var node string
+		if src != nil {
+			node, size, err = c.sourcePlacement(ctx, src, req.GetCapacityRange(), size, req.GetAccessibilityRequirements())
+		} else {
+			node, err = c.pickNode(ctx, req.GetAccessibilityRequirements())
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -91,6 +100,7 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			return nil, err
 		}
 		vol = newVolume(id, name, node, size, params, shape)
+		vol.Spec.Source = src
 		if err := c.store.CreateVolume(ctx, vol); err != nil {
 			if errors.Is(err, ErrAlreadyExists) {
 				// Another controller replica won the race; the provisioner retries.
@@ -110,6 +120,7 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if params.frontend != "" {
 		cv.VolumeContext = map[string]string{ParamFrontend: string(params.frontend)}
 	}
+	cv.ContentSource = req.GetVolumeContentSource()
 	return &csi.CreateVolumeResponse{Volume: cv}, nil
 }
 
@@ -304,6 +315,19 @@ func (c *ControllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 		return nil, err
 	}
 	defer c.locks.Release(id)
+	vol, err := c.store.GetVolume(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return &csi.DeleteVolumeResponse{}, nil
+	case err != nil:
+		return nil, err
+	case vol.DeletionTimestamp == nil:
+		if err := c.sourceBusy(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	// Again for a volume being deleted: the standalone store retries a delete the pool
+	// refused for now; for the API server it changes nothing.
 	if err := c.store.DeleteVolume(ctx, id); err != nil {
 		return nil, err
 	}
@@ -555,6 +579,9 @@ func (c *ControllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
 		csi.ControllerServiceCapability_RPC_VOLUME_CONDITION,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 	} {
 		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
 			Rpc: &csi.ControllerServiceCapability_RPC{Type: t},

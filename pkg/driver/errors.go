@@ -21,6 +21,9 @@ var (
 	ErrConflict = errors.New("raid10-csi: changed concurrently")
 	// ErrInsufficientCapacity: the node has not enough free usable space now.
 	ErrInsufficientCapacity = errors.New("raid10-csi: insufficient capacity")
+	// ErrTopology: the accessibility requirements exclude the only node the volume can be
+	// on (a restore or clone stays on its source's node).
+	ErrTopology = errors.New("raid10-csi: cannot be provisioned in the accessible topology asked")
 	// ErrOutOfRange: the capacity range can never be satisfied (bad range, or larger than the
 	// node's whole usable capacity).
 	ErrOutOfRange = errors.New("raid10-csi: capacity out of range")
@@ -54,7 +57,7 @@ func codeOf(err error) codes.Code {
 		return codes.AlreadyExists
 	case errors.Is(err, ErrConflict), errors.Is(err, ErrOperationInFlight), errors.Is(err, ErrInvalidToken):
 		return codes.Aborted
-	case errors.Is(err, ErrInsufficientCapacity):
+	case errors.Is(err, ErrInsufficientCapacity), errors.Is(err, ErrTopology):
 		return codes.ResourceExhausted
 	case errors.Is(err, ErrOutOfRange):
 		return codes.OutOfRange

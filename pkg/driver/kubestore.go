@@ -99,3 +99,38 @@ func (s *KubeStore) ListNodes(ctx context.Context) ([]v1alpha1.Raid10Node, error
 	sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Name < l.Items[j].Name })
 	return l.Items, nil
 }
+
+// GetSnapshot implements VolumeStore.
+func (s *KubeStore) GetSnapshot(ctx context.Context, name string) (*v1alpha1.Raid10Snapshot, error) {
+	var v v1alpha1.Raid10Snapshot
+	if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &v); err != nil {
+		return nil, kubeErr(err, "raid10snapshot", name)
+	}
+	return &v, nil
+}
+
+// ListSnapshots implements VolumeStore.
+func (s *KubeStore) ListSnapshots(ctx context.Context) ([]v1alpha1.Raid10Snapshot, error) {
+	var l v1alpha1.Raid10SnapshotList
+	if err := s.c.List(ctx, &l); err != nil {
+		return nil, fmt.Errorf("list raid10snapshots: %w", err)
+	}
+	sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Name < l.Items[j].Name })
+	return l.Items, nil
+}
+
+// CreateSnapshot implements VolumeStore.
+func (s *KubeStore) CreateSnapshot(ctx context.Context, snap *v1alpha1.Raid10Snapshot) error {
+	return kubeErr(s.c.Create(ctx, snap), "raid10snapshot", snap.Name)
+}
+
+// DeleteSnapshot implements VolumeStore.
+func (s *KubeStore) DeleteSnapshot(ctx context.Context, name string) error {
+	v := &v1alpha1.Raid10Snapshot{}
+	v.Name = name
+	err := s.c.Delete(ctx, v)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return kubeErr(err, "raid10snapshot", name)
+}

@@ -80,6 +80,7 @@ type LocalStore struct {
 	// may retry an expansion.
 	mu       sync.Mutex
 	vols     map[string]*localVolume
+	snaps    map[string]*localSnapshot
 	node     v1alpha1.Raid10NodeStatus // last reported, for condition transition times
 	version  int64                     // last resourceVersion given
 	expanded map[string]time.Time      // last expansion attempt per volume
@@ -95,8 +96,9 @@ type localVolume struct {
 
 // localRecords is the records file.
 type localRecords struct {
-	Version int           `json:"version"`
-	Volumes []localRecord `json:"volumes"`
+	Version   int                   `json:"version"`
+	Volumes   []localRecord         `json:"volumes"`
+	Snapshots []localSnapshotRecord `json:"snapshots,omitempty"`
 }
 
 // localRecord is one volume in the records file.
@@ -122,7 +124,8 @@ func NewLocalStore(p *pool.Pool, nodeID, recordsPath string) (*LocalStore, error
 	if p == nil || nodeID == "" || recordsPath == "" {
 		return nil, fmt.Errorf("local store needs a pool, a node ID and a records path: %w", ErrInvalidArgument)
 	}
-	s := &LocalStore{pool: p, nodeID: nodeID, path: recordsPath, vols: map[string]*localVolume{}, expanded: map[string]time.Time{}}
+	s := &LocalStore{pool: p, nodeID: nodeID, path: recordsPath, vols: map[string]*localVolume{}, snaps: map[string]*localSnapshot{},
+		expanded: map[string]time.Time{}}
 	b, err := os.ReadFile(recordsPath)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -161,7 +164,11 @@ func NewLocalStore(p *pool.Pool, nodeID, recordsPath string) (*LocalStore, error
 		}
 		s.vols[r.Name] = &localVolume{obj: r.object(s.nextVersion()), provisioned: r.Provisioned}
 	}
-	if changed {
+	sc, err := s.recoverSnapshots(f.Snapshots)
+	if err != nil {
+		return nil, err
+	}
+	if changed || sc {
 		if err := s.saveLocked(); err != nil {
 			return nil, err
 		}
@@ -196,6 +203,7 @@ func (s *LocalStore) saveLocked() error {
 		})
 	}
 	sort.Slice(f.Volumes, func(i, j int) bool { return f.Volumes[i].Name < f.Volumes[j].Name })
+	f.Snapshots = s.snapshotRecordsLocked()
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return fmt.Errorf("local store: encode records: %w", err)
@@ -311,8 +319,7 @@ func (s *LocalStore) CreateVolume(_ context.Context, vol *v1alpha1.Raid10Volume)
 		delete(s.vols, vol.Name)
 		return err
 	}
-	info, err := s.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), pool.CreateOptions{
-		Members: int(vol.Spec.Layout.Members), ChunkSize: vol.Spec.Layout.ChunkSizeBytes})
+	info, err := s.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), agent.CreateOptions(vol))
 	if err != nil {
 		reason, final := agent.CreateFailedReason(err)
 		if !final {
@@ -404,6 +411,11 @@ func (s *LocalStore) DeleteVolume(_ context.Context, name string) error {
 		}
 	}
 	if err := s.pool.DeleteVolume(name); err != nil {
+		if errors.Is(err, pool.ErrFailedPrecondition) {
+			// A clone or snapshot still copies from it; the record stays deleting, and
+			// NewLocalStore or the next DeleteVolume finishes it.
+			return fmt.Errorf("raid10volume %q: delete waits: %w: %w", name, ErrFailedPrecondition, err)
+		}
 		return fmt.Errorf("raid10volume %q: delete from the pool: %w", name, err)
 	}
 	delete(s.vols, name)

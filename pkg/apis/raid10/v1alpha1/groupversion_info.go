@@ -23,6 +23,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&Raid10Volume{}, &Raid10VolumeList{},
 		&Raid10Node{}, &Raid10NodeList{},
+		&Raid10Snapshot{}, &Raid10SnapshotList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

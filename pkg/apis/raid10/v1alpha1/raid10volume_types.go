@@ -59,10 +59,40 @@ type Raid10VolumeSpec struct {
 	// FSType is the filesystem of a Filesystem volume.
 	// +optional
 	FSType FSType `json:"fsType,omitempty"`
+	// Source, when set, makes the volume a restore of a Raid10Snapshot or a clone of another
+	// Raid10Volume of the same node: it starts as the source's data (a clone: as of its
+	// creation) and copies it into its own extents in the background (status.hydration).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="source is immutable"
+	Source *VolumeSource `json:"source,omitempty"`
 	// Scrub asks the node agent for a scrub of the volume (`kubectl raid10 scrub`): one each
 	// time request changes; the agent answers in status.scrub.
 	// +optional
 	Scrub *ScrubRequest `json:"scrub,omitempty"`
+}
+
+// VolumeSource is where a volume's initial data comes from: exactly one of its fields.
+// +kubebuilder:validation:XValidation:rule="has(self.snapshot) != has(self.volume)",message="exactly one of snapshot and volume"
+type VolumeSource struct {
+	// Snapshot is the Raid10Snapshot (CSI snapshot ID) to restore.
+	// +optional
+	Snapshot string `json:"snapshot,omitempty"`
+	// Volume is the Raid10Volume (CSI volume ID) to clone.
+	// +optional
+	Volume string `json:"volume,omitempty"`
+}
+
+// HydrationStatus is the copy of a restored or cloned volume's source into its own extents.
+type HydrationStatus struct {
+	// Hydrated is true once every byte is copied: the volume no longer needs its source.
+	Hydrated bool `json:"hydrated"`
+	// CopiedBytes of TotalBytes are copied.
+	CopiedBytes int64 `json:"copiedBytes"`
+	TotalBytes  int64 `json:"totalBytes"`
+	// Percent copied, 0 to 100.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Percent int32 `json:"percent"`
 }
 
 // ScrubKind is what a scrub does.
@@ -274,6 +304,10 @@ type Raid10VolumeStatus struct {
 	// Scrub is the volume's current or last scrub (requested or scheduled).
 	// +optional
 	Scrub *ScrubStatus `json:"scrub,omitempty"`
+	// Hydration is the copy from spec.source of a restored or cloned volume; absent for a
+	// volume made blank.
+	// +optional
+	Hydration *HydrationStatus `json:"hydration,omitempty"`
 	// DevicePath is the block device the array is served on, on its node (/dev/nbdN or
 	// /dev/ublkbN).
 	// +optional
@@ -306,6 +340,7 @@ type Raid10VolumeStatus struct {
 // +kubebuilder:printcolumn:name="BadBlocks",type=integer,JSONPath=`.status.badBlocks`,description="Blocks recorded bad, summed over the members"
 // +kubebuilder:printcolumn:name="Rebuild",type=integer,JSONPath=`.status.rebuild.percent`,description="Rebuild progress in percent"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Copied",type=integer,JSONPath=`.status.hydration.percent`,priority=1,description="A restore's or clone's copy from its source, in percent"
 // +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.devicePath`,priority=1
 // +kubebuilder:printcolumn:name="Frontend",type=string,JSONPath=`.status.frontend`,priority=1,description="nbd or ublk: how the node serves the device"
 // +kubebuilder:printcolumn:name="Requested",type=integer,JSONPath=`.spec.sizeBytes`,priority=1

@@ -11,6 +11,12 @@ const (
 	// CSINameAnnotation records the CreateVolume name a Raid10Volume was created for (the
 	// object name differs when that name is not a valid Kubernetes name).
 	CSINameAnnotation = "raid10.csi.io/csi-name"
+	// VolumeSnapshotNameAnnotation, VolumeSnapshotNamespaceAnnotation and
+	// VolumeSnapshotContentNameAnnotation record the VolumeSnapshot a Raid10Snapshot was cut
+	// for (from csi-snapshotter's extra create metadata).
+	VolumeSnapshotNameAnnotation        = "raid10.csi.io/volumesnapshot-name"
+	VolumeSnapshotNamespaceAnnotation   = "raid10.csi.io/volumesnapshot-namespace"
+	VolumeSnapshotContentNameAnnotation = "raid10.csi.io/volumesnapshotcontent-name"
 	// PVCNameAnnotation, PVCNamespaceAnnotation and PVNameAnnotation record the claim and
 	// volume a Raid10Volume was provisioned for (from the provisioner's extra create metadata).
 	PVCNameAnnotation      = "raid10.csi.io/pvc-name"
@@ -27,4 +33,8 @@ const (
 	// agent sets on a Raid10Volume it cannot allocate; the controller then answers
 	// ResourceExhausted so that the provisioner picks another node.
 	ReasonInsufficientCapacity = "InsufficientCapacity"
+	// ReasonSourceNotFound is the Ready condition reason (status False) that the node agent
+	// sets on a Raid10Snapshot whose source volume, or a Raid10Volume whose spec.source, the
+	// node's pool does not have; the controller then answers NotFound.
+	ReasonSourceNotFound = "SourceNotFound"
 )
