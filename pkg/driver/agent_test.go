@@ -30,6 +30,67 @@ type testAgent struct {
 	failAs  string          // when set, new volumes are reported Failed with this reason
 	pending string          // when set, growths are reported Expanding with this message
 	seen    map[string]bool // volumes whose bytes are taken from their node
+	// Snapshots: a new one is cut at once (cutAt, Copying); copying holds the copies of
+	// snapshots and of restored or cloned volumes at 40% until it is false again.
+	copying    bool
+	snapFailAs string // when set, new snapshots are refused with this Ready reason
+	snapSeen   map[string]bool
+}
+
+func (a *testAgent) setCopying(b bool)        { a.mu.Lock(); a.copying = b; a.mu.Unlock() }
+func (a *testAgent) setSnapFail(reason string) { a.mu.Lock(); a.snapFailAs = reason; a.mu.Unlock() }
+
+// reconcileSnapshots cuts, copies and deletes the Raid10Snapshots. Called with a.mu held.
+func (a *testAgent) reconcileSnapshots(ctx context.Context) {
+	if a.snapSeen == nil {
+		a.snapSeen = map[string]bool{}
+	}
+	var snaps v1alpha1.Raid10SnapshotList
+	if err := a.c.List(ctx, &snaps); err != nil {
+		return
+	}
+	for i := range snaps.Items {
+		s := &snaps.Items[i]
+		st := &s.Status
+		switch {
+		case s.DeletionTimestamp != nil:
+			if a.snapSeen[s.Name] {
+				a.take(ctx, s.Spec.Node, 4, -st.SizeBytes)
+			}
+			s.Finalizers = slices.DeleteFunc(s.Finalizers, func(f string) bool { return f == v1alpha1.VolumeFinalizer })
+			if err := a.c.Update(ctx, s); err == nil {
+				delete(a.snapSeen, s.Name)
+			}
+			continue
+		case st.Phase == v1alpha1.SnapshotPhaseFailed || st.Phase == v1alpha1.SnapshotPhaseReady:
+			continue
+		case a.snapFailAs != "" && st.CutAt == nil:
+			st.ObservedGeneration, st.Phase, st.Message = s.Generation, v1alpha1.SnapshotPhaseFailed, "test agent refuses it"
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: a.snapFailAs, Message: st.Message})
+		default:
+			var src v1alpha1.Raid10Volume
+			if err := a.c.Get(ctx, client.ObjectKey{Name: s.Spec.Source}, &src); err != nil || src.Status.Capacity == nil {
+				continue
+			}
+			if st.CutAt == nil {
+				now := metav1.NewTime(time.Now().Truncate(time.Second))
+				st.CutAt, st.SizeBytes = &now, src.Status.Capacity.Value()
+				st.Size = resource.NewQuantity(st.SizeBytes, resource.BinarySI)
+			}
+			st.ObservedGeneration, st.Phase, st.Percent, st.CopiedBytes = s.Generation, v1alpha1.SnapshotPhaseCopying, 40, st.SizeBytes*2/5
+			if !a.copying {
+				st.Phase, st.ReadyToUse, st.Percent, st.CopiedBytes = v1alpha1.SnapshotPhaseReady, true, 100, st.SizeBytes
+			}
+		}
+		if err := a.c.Status().Update(ctx, s); err != nil {
+			a.t.Logf("test agent: %v", err)
+			continue
+		}
+		if st.CutAt != nil && !a.snapSeen[s.Name] {
+			a.snapSeen[s.Name] = true
+			a.take(ctx, s.Spec.Node, 4, st.SizeBytes)
+		}
+	}
 }
 
 // newNode creates a Raid10Node with disks disks of diskBytes each, all free.
@@ -94,6 +155,7 @@ func (a *testAgent) reconcile(ctx context.Context) {
 	if a.seen == nil {
 		a.seen = map[string]bool{}
 	}
+	a.reconcileSnapshots(ctx)
 	var vols v1alpha1.Raid10VolumeList
 	if err := a.c.List(ctx, &vols); err != nil {
 		return
@@ -110,6 +172,11 @@ func (a *testAgent) reconcile(ctx context.Context) {
 				delete(a.seen, v.Name)
 			}
 		case v.Status.Phase == v1alpha1.VolumePhaseFailed:
+		case v.Spec.Source != nil && v.Status.Hydration != nil && !v.Status.Hydration.Hydrated && !a.copying:
+			v.Status.Hydration = &v1alpha1.HydrationStatus{Hydrated: true, CopiedBytes: v.Spec.SizeBytes, TotalBytes: v.Spec.SizeBytes, Percent: 100}
+			if err := a.c.Status().Update(ctx, v); err != nil {
+				a.t.Logf("test agent: %v", err)
+			}
 		case v.Status.ObservedGeneration < v.Generation || v.Status.Phase != v1alpha1.VolumePhaseReady ||
 			v.Status.Capacity.Value() < v.Spec.SizeBytes:
 			a.provision(ctx, v)
@@ -153,6 +220,12 @@ func (a *testAgent) provision(ctx context.Context, v *v1alpha1.Raid10Volume) {
 	}
 	st.InSync = fmt.Sprintf("%d/%d", v.Spec.Layout.Members, v.Spec.Layout.Members)
 	st.DevicePath = "/dev/nbd0"
+	if v.Spec.Source != nil {
+		st.Hydration = &v1alpha1.HydrationStatus{Hydrated: !a.copying, TotalBytes: v.Spec.SizeBytes, CopiedBytes: v.Spec.SizeBytes * 2 / 5, Percent: 40}
+		if !a.copying {
+			st.Hydration.CopiedBytes, st.Hydration.Percent = v.Spec.SizeBytes, 100
+		}
+	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Provisioned", ObservedGeneration: v.Generation})
 	// The capacity moves only once the status is written: a provision from a stale list (the
 	// test wrote the status meanwhile, as PrinterColumns does) conflicts and takes nothing.

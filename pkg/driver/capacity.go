@@ -35,7 +35,8 @@ func nodeUsable(n *v1alpha1.Raid10Node, members int32) int64 {
 
 // nodeFree is the largest volume of that layout the node can hold now: what the agent reports
 // free on the disks, less the volumes on that node that the agent has not allocated yet (phase
-// empty or Pending), except the volume named except.
+// empty or Pending), except the volume named except, and less the snapshots it has not cut
+// yet (each takes its source's size).
 func (c *ControllerServer) nodeFree(ctx context.Context, n *v1alpha1.Raid10Node, members int32, except string) (int64, error) {
 	free := layoutBytes(n, members, func(d v1alpha1.DiskStatus) int64 { return d.FreeBytes })
 	vols, err := c.store.ListVolumes(ctx)
@@ -49,6 +50,22 @@ func (c *ControllerServer) nodeFree(ctx context.Context, n *v1alpha1.Raid10Node,
 		}
 		if v.Status.Phase == "" || v.Status.Phase == v1alpha1.VolumePhasePending {
 			free -= v.Spec.SizeBytes
+		}
+	}
+	// Snapshots not cut yet take their source's size as soon as the agent gets to them.
+	snaps, err := c.store.ListSnapshots(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for i := range snaps {
+		s := &snaps[i]
+		if s.Spec.Node != n.Name || s.DeletionTimestamp != nil || s.Status.CutAt != nil || s.Status.Phase == v1alpha1.SnapshotPhaseFailed {
+			continue
+		}
+		for j := range vols {
+			if vols[j].Name == s.Spec.Source && vols[j].Status.Capacity != nil {
+				free -= vols[j].Status.Capacity.Value()
+			}
 		}
 	}
 	return max(free, 0), nil

@@ -32,7 +32,7 @@ func fakeClient(t *testing.T) client.Client {
 		t.Fatal(err)
 	}
 	return fake.NewClientBuilder().WithScheme(s).
-		WithStatusSubresource(&v1alpha1.Raid10Volume{}, &v1alpha1.Raid10Node{}).Build()
+		WithStatusSubresource(&v1alpha1.Raid10Volume{}, &v1alpha1.Raid10Node{}, &v1alpha1.Raid10Snapshot{}).Build()
 }
 
 // startDriver serves a controller-mode Driver over c on a unix socket in a temp dir and
@@ -405,6 +405,8 @@ func controllerSuite(t *testing.T, c client.Client) {
 			t.Fatalf("GetCapacity after deletes = %v, %v", resp, err)
 		}
 	})
+
+	t.Run("Snapshots", func(t *testing.T) { snapshotSuite(t, c, cc, agent) })
 
 	t.Run("DeleteWaitsForFinalizer", func(t *testing.T) {
 		if _, err := cc.CreateVolume(ctx, createReq("pvc-held", gib, "node-a")); err != nil {
