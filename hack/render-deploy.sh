@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Renders the chart with its default values into deploy/raid10-csi.yaml (namespace, CRDs and
-# every object), with the pinned helm, in the checkout this script lives in or in the tree
+# every object; the VolumeSnapshotClass too, as for a cluster that serves the snapshot CRDs), with the pinned helm, in the checkout this script lives in or in the tree
 # given as $1 (hack/verify-generated.sh passes a scratch copy). `kubectl apply -f deploy/`
 # installs the driver without helm.
 set -euo pipefail
@@ -26,7 +26,8 @@ out=deploy/raid10-csi.yaml
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' EXIT
   HELM_CACHE_HOME=$scratch HELM_CONFIG_HOME=$scratch HELM_DATA_HOME=$scratch \
-    "$helm" template raid10-csi charts/raid10-csi --namespace "$ns" --include-crds --kube-version "$kube_version"
+    "$helm" template raid10-csi charts/raid10-csi --namespace "$ns" --include-crds --kube-version "$kube_version" \
+      --api-versions snapshot.storage.k8s.io/v1/VolumeSnapshotClass
 } >"$out.tmp"
 mv "$out.tmp" "$out"
 echo "render-deploy: wrote $out"

@@ -12,3 +12,22 @@ cd "$root"
 "$cg" object paths=./pkg/apis/...
 rm -f charts/raid10-csi/crds/*.yaml
 "$cg" crd paths=./pkg/apis/... output:crd:artifacts:config=charts/raid10-csi/crds
+
+# The snapshot.storage.k8s.io CRDs the chart installs with snapshots.installCRDs (and the
+# e2e tests install), from external-snapshotter's client/v8 module at the version of
+# csi-snapshotter in hack/build-tools.sh (SNAPSHOTTER_VERSION), read from the module cache.
+SNAPSHOTTER_VERSION=$(sed -n 's/^SNAPSHOTTER_VERSION=\(v[0-9.]*\).*/\1/p' "$here/build-tools.sh")
+[[ -n $SNAPSHOTTER_VERSION ]] || { echo "update-codegen: no SNAPSHOTTER_VERSION in hack/build-tools.sh" >&2; exit 1; }
+snapdir=$(cd "$(mktemp -d)" && GOWORK=off GOFLAGS=-mod=mod go mod download -json \
+  "github.com/kubernetes-csi/external-snapshotter/client/v8@$SNAPSHOTTER_VERSION" |
+  sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+[[ -d $snapdir/config/crd ]] || { echo "update-codegen: no config/crd in external-snapshotter client/v8@$SNAPSHOTTER_VERSION" >&2; exit 1; }
+rm -f charts/raid10-csi/files/snapshot-crds/*.yaml
+mkdir -p charts/raid10-csi/files/snapshot-crds
+for kind in volumesnapshotclasses volumesnapshotcontents volumesnapshots; do
+  {
+    echo "# From github.com/kubernetes-csi/external-snapshotter/client/v8@$SNAPSHOTTER_VERSION"
+    echo "# config/crd/snapshot.storage.k8s.io_$kind.yaml; copied by hack/update-codegen.sh."
+    cat "$snapdir/config/crd/snapshot.storage.k8s.io_$kind.yaml"
+  } >"charts/raid10-csi/files/snapshot-crds/snapshot.storage.k8s.io_$kind.yaml"
+done

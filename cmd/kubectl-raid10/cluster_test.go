@@ -114,7 +114,7 @@ type cluster struct {
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	env := kubeenv.Start(t)
-	if names := env.InstallCRDs(t, "../../charts/raid10-csi/crds"); len(names) != 2 {
+	if names := env.InstallCRDs(t, "../../charts/raid10-csi/crds"); len(names) != 3 {
 		t.Fatalf("CRDs: %v", names)
 	}
 	s, err := nodeagent.Scheme()

@@ -49,8 +49,8 @@ func startAPI(t *testing.T) (client.Client, *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if names := env.InstallCRDs(t, crdDir); len(names) != 2 {
-		t.Fatalf("CRDs in %s: %v, want Raid10Volume and Raid10Node", crdDir, names)
+	if names := env.InstallCRDs(t, crdDir); len(names) != 3 {
+		t.Fatalf("CRDs in %s: %v, want Raid10Volume, Raid10Node and Raid10Snapshot", crdDir, names)
 	}
 	ctx := t.Context()
 	waitFor(t, time.Minute, "Raid10Volume served", func() bool {

@@ -190,7 +190,7 @@ func TestHelmTemplate(t *testing.T) {
 	bin := helmBinary(t)
 
 	t.Run("DefaultsAreDeploy", func(t *testing.T) {
-		objs := renderChart(t, bin, "--include-crds")
+		objs := renderChart(t, bin, "--include-crds", "--api-versions", "snapshot.storage.k8s.io/v1/VolumeSnapshotClass")
 		deployed := readObjects(t)
 		var want []*unstructured.Unstructured
 		for _, o := range deployed {
@@ -326,6 +326,56 @@ node:
 			if strings.HasPrefix(a, "--member-timeout") {
 				t.Errorf("an empty node.memberTimeout renders %s; want the plugin's default", a)
 			}
+		}
+	})
+
+	t.Run("Snapshots", func(t *testing.T) {
+		containers := func(objs []*unstructured.Unstructured) []string {
+			var names []string
+			cs, _, _ := unstructured.NestedSlice(find(objs, "Deployment", "raid10-csi-controller").Object, "spec", "template", "spec", "containers")
+			for _, c := range cs {
+				names = append(names, c.(map[string]any)["name"].(string))
+			}
+			return names
+		}
+		// Without the snapshot API on the cluster: the sidecar, but no VolumeSnapshotClass
+		// (it would fail the install), no CRDs, no snapshot-controller.
+		plain := renderChart(t, bin)
+		if !slices.Contains(containers(plain), "csi-snapshotter") || find(plain, "ClusterRole", "raid10-csi-snapshotter") == nil {
+			t.Errorf("defaults: controller containers %v, want csi-snapshotter and its ClusterRole", containers(plain))
+		}
+		for _, k := range []string{"VolumeSnapshotClass", "CustomResourceDefinition"} {
+			for _, o := range plain {
+				if o.GetKind() == k {
+					t.Errorf("defaults on a cluster without the snapshot API: %s %s rendered", k, o.GetName())
+				}
+			}
+		}
+		if find(plain, "Deployment", "raid10-csi-snapshot-controller") != nil {
+			t.Error("snapshot-controller rendered although off by default")
+		}
+		// installCRDs and the controller: the three CRDs, the class, the controller.
+		all := renderChart(t, bin, "--set", "snapshots.installCRDs=true", "--set", "snapshots.controller.enabled=true")
+		var crds []string
+		for _, o := range all {
+			if o.GetKind() == "CustomResourceDefinition" {
+				crds = append(crds, o.GetName())
+			}
+		}
+		slices.Sort(crds)
+		if want := []string{"volumesnapshotclasses.snapshot.storage.k8s.io", "volumesnapshotcontents.snapshot.storage.k8s.io", "volumesnapshots.snapshot.storage.k8s.io"}; !slices.Equal(crds, want) {
+			t.Errorf("installCRDs: CRDs %v, want %v", crds, want)
+		}
+		if vsc := find(all, "VolumeSnapshotClass", "raid10"); vsc == nil || vsc.Object["driver"] != "raid10.csi.io" || vsc.Object["deletionPolicy"] != "Delete" {
+			t.Errorf("VolumeSnapshotClass raid10: %v", vsc)
+		}
+		if find(all, "Deployment", "raid10-csi-snapshot-controller") == nil || find(all, "ClusterRole", "raid10-csi-snapshot-controller") == nil {
+			t.Errorf("controller.enabled: no snapshot-controller Deployment or ClusterRole: %v", kindsOf(all))
+		}
+		// Off: no sidecar, no snapshotter RBAC, no class.
+		off := renderChart(t, bin, "--set", "snapshots.enabled=false", "--api-versions", "snapshot.storage.k8s.io/v1/VolumeSnapshotClass")
+		if slices.Contains(containers(off), "csi-snapshotter") || find(off, "ClusterRole", "raid10-csi-snapshotter") != nil || find(off, "VolumeSnapshotClass", "raid10") != nil {
+			t.Errorf("snapshots.enabled=false: containers %v, kinds %v", containers(off), kindsOf(off))
 		}
 	})
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -74,6 +75,8 @@ func TestManifestsApplyAndRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The snapshot API, as on a cluster that serves it (deploy/ has the VolumeSnapshotClass).
+	env.InstallCRDs(t, filepath.Join(chartDir, "files", "snapshot-crds"))
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Client.Discovery()))
 	create := func(o *unstructured.Unstructured) {
 		gvk := o.GroupVersionKind()
@@ -132,6 +135,12 @@ func TestManifestsApplyAndRBAC(t *testing.T) {
 		{"ResizerPatchesClaimStatus", controller, ra("", "persistentvolumeclaims", "status", "default", "patch"), true},
 		{"ControllerCannotReadSecrets", controller, ra("", "secrets", "", "default", "get"), false},
 		{"ControllerCannotCreatePods", controller, ra("", "pods", "", namespace, "create"), false},
+		{"ControllerCreatesSnapshots", controller, ra("raid10.csi.io", "raid10snapshots", "", "", "create"), true},
+		{"ControllerCannotWriteSnapshotStatus", controller, ra("raid10.csi.io", "raid10snapshots", "status", "", "update"), false},
+		{"SnapshotterPatchesContentStatus", controller, ra("snapshot.storage.k8s.io", "volumesnapshotcontents", "status", "", "patch"), true},
+		{"ProvisionerReadsSnapshots", controller, ra("snapshot.storage.k8s.io", "volumesnapshots", "", "default", "get"), true},
+		{"AgentWritesSnapshotStatus", node, ra("raid10.csi.io", "raid10snapshots", "status", "", "update"), true},
+		{"AgentCannotCreateSnapshots", node, ra("raid10.csi.io", "raid10snapshots", "", "", "create"), false},
 		{"AgentWritesVolumeStatus", node, ra("raid10.csi.io", "raid10volumes", "status", "", "update"), true},
 		{"AgentRemovesFinalizer", node, ra("raid10.csi.io", "raid10volumes", "", "", "update"), true},
 		{"AgentCannotCreateVolumes", node, ra("raid10.csi.io", "raid10volumes", "", "", "create"), false},

@@ -72,8 +72,8 @@ type cluster struct {
 func startCluster(t *testing.T, opts ...kubeenv.Option) *cluster {
 	t.Helper()
 	env := kubeenv.Start(t, opts...)
-	if names := env.InstallCRDs(t, crdDir); len(names) != 2 {
-		t.Fatalf("CRDs in %s: %v, want Raid10Volume and Raid10Node", crdDir, names)
+	if names := env.InstallCRDs(t, crdDir); len(names) != 3 {
+		t.Fatalf("CRDs in %s: %v, want Raid10Volume, Raid10Node and Raid10Snapshot", crdDir, names)
 	}
 	s, err := agent.Scheme()
 	if err != nil {
