@@ -37,7 +37,7 @@ type testAgent struct {
 	snapSeen   map[string]bool
 }
 
-func (a *testAgent) setCopying(b bool)        { a.mu.Lock(); a.copying = b; a.mu.Unlock() }
+func (a *testAgent) setCopying(b bool)         { a.mu.Lock(); a.copying = b; a.mu.Unlock() }
 func (a *testAgent) setSnapFail(reason string) { a.mu.Lock(); a.snapFailAs = reason; a.mu.Unlock() }
 
 // reconcileSnapshots cuts, copies and deletes the Raid10Snapshots. Called with a.mu held.

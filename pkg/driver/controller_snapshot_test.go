@@ -315,4 +315,3 @@ func snapshotSuite(t *testing.T, c client.Client, cc csi.ControllerClient, agent
 		}
 	})
 }
-
