@@ -59,6 +59,13 @@ var (
 	volScrubMism  = desc("volume_scrub_mismatches_total", "Blocks (4 KiB) whose two copies a scrub (check or repair) found different, summed over every scrub since the plugin started.", "volume")
 	volScrubLast  = desc("volume_scrub_last_completed_timestamp_seconds", "When a scrub of the volume last reached its end (Unix time); absent before the first since the plugin started.", "volume")
 	memState      = desc("volume_member_state", "State of one member of a volume (engine's view): 1 for the current state.", "volume", "member", "state")
+	volHydCopied  = desc("volume_hydration_copied_bytes", "Bytes a restored or cloned volume has copied from its source; absent for a volume made blank.", "volume")
+	volHydrated   = desc("volume_hydrated", "1 once a restored or cloned volume has copied all of its source (it no longer needs it), else 0; absent for a volume made blank.", "volume")
+	snapSize      = desc("snapshot_size_bytes", "Size of a snapshot: its source's size at the cut.", "snapshot", "source")
+	snapCopied    = desc("snapshot_copied_bytes", "Bytes of a snapshot copied into its own extents; equal to its size once ready.", "snapshot", "source")
+	snapReady     = desc("snapshot_ready", "1 once the snapshot's copy is complete (ready to use, independent of its source), else 0.", "snapshot", "source")
+	snapCut       = desc("snapshot_cut_timestamp_seconds", "The point in time a snapshot holds (Unix time of its cut).", "snapshot", "source")
+	snapHealth    = desc("snapshot_health", "Health of a snapshot's own mirrored extents: 1 for the current state, 0 for the others.", "snapshot", "health")
 	diskInfo      = desc("disk_info", "A disk of the pool (always 1), joining its UUID to path and identity.", "disk", "path", "identity")
 	diskState     = desc("disk_state", "State of a disk: 1 for the current state, 0 for the others.", "disk", "state")
 	diskSize      = desc("disk_size_bytes", "Size of a disk.", "disk")
@@ -83,6 +90,7 @@ func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
 		volReadOps, volWriteOps, volReadBytes, volWriteBytes, volSize, volHealth, volMembers, volInSync,
 		volSyncRatio, volSyncRate, volSyncLeft, volSyncETA, memErrors, memState,
 		volBadBlocks, volLostBlocks, memBadBlocks, memTimeouts, volScrubMism, volScrubLast,
+		volHydCopied, volHydrated, snapSize, snapCopied, snapReady, snapCut, snapHealth,
 		diskInfo, diskState, diskSize, diskFree,
 		poolRaw, poolUsable, poolFreeRaw, poolFreeUse, poolLargest, poolSpare,
 	} {
@@ -129,8 +137,22 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(diskFree, float64(d.Free), id)
 	}
 
+	for _, sn := range st.Snapshots {
+		gauge(snapSize, float64(sn.Size), sn.Name, sn.Source)
+		gauge(snapCopied, float64(sn.Copied), sn.Name, sn.Source)
+		gauge(snapReady, b(sn.Ready), sn.Name, sn.Source)
+		gauge(snapCut, float64(sn.CutAt.UnixNano())/1e9, sn.Name, sn.Source)
+		for _, h := range healthStates {
+			gauge(snapHealth, b(sn.Health == h), sn.Name, string(h))
+		}
+	}
+
 	for _, v := range st.Volumes {
 		gauge(volSize, float64(v.Size), v.Name)
+		if v.Source != nil {
+			gauge(volHydCopied, float64(v.Copied), v.Name)
+			gauge(volHydrated, b(v.Hydrated), v.Name)
+		}
 		for _, h := range healthStates {
 			gauge(volHealth, b(v.Health == h), v.Name, string(h))
 		}

@@ -75,6 +75,9 @@ func startCluster(t *testing.T, opts ...kubeenv.Option) *cluster {
 	if names := env.InstallCRDs(t, crdDir); len(names) != 3 {
 		t.Fatalf("CRDs in %s: %v, want Raid10Volume, Raid10Node and Raid10Snapshot", crdDir, names)
 	}
+	// The snapshot API, as a cluster with external-snapshotter serves it (deploy/ has the
+	// chart's VolumeSnapshotClass).
+	env.InstallCRDs(t, snapshotCRDDir)
 	s, err := agent.Scheme()
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +132,12 @@ func applyManifest(t *testing.T, env *kubeenv.Env) {
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); {
+			// A CRD installed just before may not be in discovery yet.
+			time.Sleep(100 * time.Millisecond)
+			mapper.Reset()
+			m, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		}
 		if err != nil {
 			t.Fatalf("%s %s: %v", gvk.Kind, o.GetName(), err)
 		}

@@ -59,12 +59,14 @@ type unexercisedGrant struct {
 var roleClients = map[string]string{
 	"ClusterRole raid10-csi-provisioner": "csi-provisioner",
 	"ClusterRole raid10-csi-resizer":     "csi-resizer",
+	"ClusterRole raid10-csi-snapshotter": "csi-snapshotter",
 }
 
 // TestRBACLeastPrivilege proves the chart's RBAC against the real API server's audit log:
 // it runs the PVC flow (create, bind, expand, delete through the real csi-provisioner and
 // csi-resizer), the controller+agent flow (create, degrade, rebuild, expand, delete), a
-// GetCapacity without topology and the sidecars' rare paths (rarePaths) on one
+// GetCapacity without topology, the sidecars' rare paths (rarePaths) and the snapshot flow
+// (snapshot, restore, clone through the real csi-snapshotter and snapshot-controller) on one
 // control plane that logs every request of the release namespace's ServiceAccounts, and
 // then checks, for each chart ServiceAccount, that
 //
@@ -78,6 +80,8 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	skipHeavy(t)
 	prov := sidecarBinary(t, provisionerEnv)
 	resizer := sidecarBinary(t, resizerEnv)
+	snapper := sidecarBinary(t, snapshotterEnv)
+	snapCtrl := sidecarBinary(t, snapshotControllerEnv)
 	klogToFile(t)
 	// WatchList=false: the API server serves no streaming lists, as those of the older
 	// Kubernetes versions the chart supports (1.30 on). The agent's informers, which ask
@@ -94,6 +98,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	flowsOK := t.Run("PVCFlow", func(t *testing.T) { pvcFlow(t, cl, prov, resizer) })
 	flowsOK = t.Run("ControllerAgent", func(t *testing.T) { controllerAgentFlow(t, cl) }) && flowsOK
 	flowsOK = t.Run("CapacityWithoutTopology", func(t *testing.T) { capacityWithoutTopology(t, cl) }) && flowsOK
+	flowsOK = t.Run("SnapshotFlow", func(t *testing.T) { snapshotFlow(t, cl, prov, snapper, snapCtrl) }) && flowsOK
 	flowsOK = t.Run("RarePaths", func(t *testing.T) { rarePaths(t, cl, prov, resizer) }) && flowsOK
 
 	used, err := readAudit(cl.env.AuditLog)

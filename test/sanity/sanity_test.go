@@ -138,6 +138,7 @@ func TestSanityInGuest(t *testing.T) {
 	began := time.Now()
 	csisanity.Test(t, sc)
 	t.Logf("csi-sanity with %s volumes: %s", access, time.Since(began).Round(time.Second))
+	checkSnapshotSpecs(t)
 	if t.Failed() {
 		h.p.stop(t)
 		return

@@ -1,0 +1,88 @@
+package sanity
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+)
+
+// suiteReport is the csi-sanity run's Ginkgo report, kept by the ReportAfterSuite below (a
+// node of the same global suite that csisanity.Test runs).
+var (
+	suiteMu     sync.Mutex
+	suiteReport *types.Report
+)
+
+var _ = ginkgo.ReportAfterSuite("raid10-csi: keep the report", func(r ginkgo.Report) {
+	suiteMu.Lock()
+	defer suiteMu.Unlock()
+	suiteReport = &r
+})
+
+// The csi-sanity specs (csi-test v5.4.0) of snapshots and clones. Snapshot specs: every spec
+// under the ListSnapshots, DeleteSnapshot and CreateSnapshot containers, and the two
+// CreateVolume specs with a snapshot source; cloning: the two with a volume source.
+const (
+	wantSnapshotSpecs = 17
+	wantCloningSpecs  = 2
+)
+
+var (
+	snapshotContainers = []string{"ListSnapshots [Controller Server]", "DeleteSnapshot [Controller Server]", "CreateSnapshot [Controller Server]"}
+	snapshotLeaves     = []string{"should create volume from an existing source snapshot", "should fail when the volume source snapshot is not found"}
+	cloningLeaves      = []string{"should create volume from an existing source volume", "should fail when the volume source volume is not found"}
+)
+
+// checkSnapshotSpecs fails t unless the last csi-sanity run ran every snapshot and cloning
+// spec and each passed (none skipped: a capability the plugin stops advertising makes them
+// skip), and logs the counts of the whole run.
+func checkSnapshotSpecs(t *testing.T) {
+	t.Helper()
+	suiteMu.Lock()
+	r := suiteReport
+	suiteMu.Unlock()
+	if r == nil {
+		t.Fatal("csi-sanity left no Ginkgo report")
+	}
+	var snap, clone, passed, skipped, failed, total int
+	var bad []string
+	for _, s := range r.SpecReports {
+		if s.LeafNodeType != types.NodeTypeIt {
+			continue
+		}
+		total++
+		switch {
+		case s.State == types.SpecStatePassed:
+			passed++
+		case s.State == types.SpecStateSkipped:
+			skipped++
+		default:
+			failed++
+		}
+		isSnap := slices.Contains(snapshotLeaves, s.LeafNodeText)
+		for _, c := range s.ContainerHierarchyTexts {
+			isSnap = isSnap || slices.Contains(snapshotContainers, c)
+		}
+		isClone := slices.Contains(cloningLeaves, s.LeafNodeText)
+		if !isSnap && !isClone {
+			continue
+		}
+		if isSnap {
+			snap++
+		} else {
+			clone++
+		}
+		if s.State != types.SpecStatePassed {
+			bad = append(bad, s.State.String()+": "+strings.Join(append(slices.Clone(s.ContainerHierarchyTexts), s.LeafNodeText), " "))
+		}
+	}
+	t.Logf("csi-sanity: %d specs, %d passed, %d skipped, %d failed; snapshot specs %d (want %d), cloning specs %d (want %d), not passed among them: %d",
+		total, passed, skipped, failed, snap, wantSnapshotSpecs, clone, wantCloningSpecs, len(bad))
+	if snap != wantSnapshotSpecs || clone != wantCloningSpecs || len(bad) > 0 {
+		t.Errorf("snapshot specs %d (want %d), cloning specs %d (want %d); not passed: %v", snap, wantSnapshotSpecs, clone, wantCloningSpecs, bad)
+	}
+}
