@@ -83,6 +83,8 @@ func runCluster(ctx context.Context, o *Options, args []string, out io.Writer) e
 		pos, err = parseArgs(fs, rest, 0, 0, "status")
 	case "volumes":
 		pos, err = parseArgs(fs, rest, 0, 1, "volumes [NAME]")
+	case "snapshots":
+		pos, err = parseArgs(fs, rest, 0, 1, "snapshots [VOLUME]")
 	case "disks":
 		pos, err = parseArgs(fs, rest, 0, 1, "disks [NODE]")
 	case "describe":
@@ -129,6 +131,16 @@ func runCluster(ctx context.Context, o *Options, args []string, out io.Writer) e
 			vols = vols[i : i+1]
 		}
 		return r.clusterVolumes(vols, time.Now())
+	case "snapshots":
+		source := ""
+		if len(pos) == 1 {
+			source = pos[0]
+		}
+		snaps, err := listSnapshots(ctx, c, source)
+		if err != nil {
+			return err
+		}
+		return r.clusterSnapshots(snaps, time.Now())
 	case "disks":
 		nodes, _, err := listAll(ctx, c)
 		if err != nil {
@@ -213,8 +225,9 @@ func eventTime(e eventsv1.Event) time.Time {
 
 // describedVolume is what describe volume prints with -o json|yaml.
 type describedVolume struct {
-	Volume *v1alpha1.Raid10Volume `json:"volume"`
-	Events []eventsv1.Event       `json:"events"`
+	Volume    *v1alpha1.Raid10Volume    `json:"volume"`
+	Snapshots []v1alpha1.Raid10Snapshot `json:"snapshots"`
+	Events    []eventsv1.Event          `json:"events"`
 }
 
 // maxEvents is how many recent Events describe shows.
@@ -232,6 +245,13 @@ func describeVolume(ctx context.Context, c client.Client, r renderer, name strin
 	if err != nil {
 		return err
 	}
+	snaps, err := listSnapshots(ctx, c, v.Name)
+	if err != nil {
+		return err
+	}
+	if snaps == nil {
+		snaps = []v1alpha1.Raid10Snapshot{}
+	}
 	if len(evs) > maxEvents {
 		evs = evs[len(evs)-maxEvents:]
 	}
@@ -239,7 +259,7 @@ func describeVolume(ctx context.Context, c client.Client, r renderer, name strin
 		evs = []eventsv1.Event{}
 	}
 	v.ManagedFields = nil
-	if ok, err := r.structured(describedVolume{Volume: &v, Events: evs}); ok {
+	if ok, err := r.structured(describedVolume{Volume: &v, Snapshots: snaps, Events: evs}); ok {
 		return err
 	}
 	// The members' disk paths, from the node's Raid10Node (none when it has none).
@@ -304,6 +324,7 @@ func describeVolume(ctx context.Context, c client.Client, r renderer, name strin
 	}
 	ew.printf("  Message:     %s\n", dash(st.Message))
 	ew.printf("  Observed:    generation %d of %d\n", st.ObservedGeneration, v.Generation)
+	volumeSnapshotsSection(ew, &v, snaps, now)
 	if ew.err != nil {
 		return ew.err
 	}

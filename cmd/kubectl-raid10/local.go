@@ -102,6 +102,8 @@ func runLocal(ctx context.Context, o *Options, args []string, out io.Writer) err
 		pos, err = parseArgs(fs, rest, 0, 0, cmd)
 	case "volumes":
 		pos, err = parseArgs(fs, rest, 0, 1, "volumes [NAME]")
+	case "snapshots":
+		pos, err = parseArgs(fs, rest, 0, 1, "snapshots [VOLUME]")
 	case "create":
 		fs.IntVar(&members, "members", 0, "member disks (default: every active disk)")
 		pos, err = parseArgs(fs, rest, 2, 2, "create NAME SIZE [--members N]")
@@ -159,6 +161,16 @@ func runLocal(ctx context.Context, o *Options, args []string, out io.Writer) err
 			return err
 		}
 		return r.disks(s.Disks)
+	case "snapshots":
+		s, err := api.Status(ctx)
+		if err != nil {
+			return err
+		}
+		source := ""
+		if len(pos) == 1 {
+			source = pos[0]
+		}
+		return r.localSnapshots(s.Snapshots, source)
 	case "volumes":
 		s, err := api.Status(ctx)
 		if err != nil {

@@ -78,7 +78,9 @@ Cluster commands (-o table|json|yaml):
                                  failed, degraded and rebuilding ones first
   volumes [NAME]                 volumes, as kubectl get r10v, with rebuild progress bars
   disks [NODE]                   every node's disks: state, size, free
-  describe volume NAME           spec, status, members, conditions and recent Events
+  snapshots [VOLUME]             snapshots (of VOLUME), as kubectl get r10s, with copy progress
+  describe volume NAME           spec, status, source and copy, members, snapshots,
+                                 conditions and recent Events
   replace-disk NODE OLD NEW [--wipe] [--follow] [--timeout 2m]
                                  ask NODE's agent to replace its Failed or Missing disk OLD
                                  (an id or path from "disks") by the blank disk at path NEW;
@@ -93,6 +95,7 @@ Local commands (--local):
   status                         pool capacity, disks and volumes
   disks                          list disks
   volumes [NAME]                 list volumes (or one)
+  snapshots [VOLUME]             list snapshots (of VOLUME) with copy progress
   create NAME SIZE [--members N] create a volume (SIZE like 10Gi, 512Mi, 1G, bytes)
   delete NAME                    delete a volume
   expand NAME SIZE               grow a volume in place

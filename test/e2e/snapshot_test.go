@@ -40,9 +40,9 @@ var (
 // and the node agent over four file-backed disks. A VolumeSnapshot of a claim becomes
 // ReadyToUse; a claim restored from it binds and holds the data as of the cut although the
 // source was written after the cut and during the copy; a claim cloned from a claim holds
-// the source's data as of the clone; deletes in every order (source before its snapshot and
-// clone, snapshot before its restore, restore before its snapshot, snapshot before its
-// source) succeed, and the pool, the Raid10Node and the CSIStorageCapacity are back where
+// the source's data as of the clone; deletes in every order (a snapshot while its restore
+// still copies from it, which waits for the copy; source before its snapshot and clone;
+// restore before its snapshot; snapshot before its source) succeed, and the pool, the Raid10Node and the CSIStorageCapacity are back where
 // they started.
 func TestSnapshotFlow(t *testing.T) {
 	skipHeavy(t)
@@ -81,11 +81,11 @@ func snapshotFlow(t *testing.T, cl *cluster, prov, snapper, snapCtrl string) {
 	// csi-snapshotter with the chart's arguments, as the controller's ServiceAccount.
 	snapshotter := startSidecar(t, "csi-snapshotter", snapper, []string{"NAMESPACE=" + namespace},
 		"--csi-address="+sock, "--kubeconfig="+kubeconfig, "--timeout=30s", "--extra-create-metadata=true",
-		"--leader-election=true", "--leader-election-namespace="+namespace,
+		"--feature-gates=CSIVolumeGroupSnapshot=false", "--leader-election=true", "--leader-election-namespace="+namespace,
 		"--retry-interval-start=500ms", "--retry-interval-max=5s", "--v=5")
 	// The cluster's snapshot-controller (not part of the release by default): as the admin.
 	controller := startSidecar(t, "snapshot-controller", snapCtrl, nil,
-		"--kubeconfig="+cl.env.Kubeconfig, "--leader-election=false",
+		"--kubeconfig="+cl.env.Kubeconfig, "--leader-election=false", "--feature-gates=CSIVolumeGroupSnapshot=false",
 		"--retry-interval-start=500ms", "--retry-interval-max=5s", "--v=5")
 	exited := func() string { return provisioner.exited() + snapshotter.exited() + controller.exited() }
 
@@ -311,10 +311,22 @@ func snapshotFlow(t *testing.T, cl *cluster, prov, snapper, snapCtrl string) {
 	if got := sum(restoreVol); got != atCut {
 		t.Fatal("the restored claim does not hold the source's data as of the cut")
 	}
+	// The snapshot before its restore, while the restore still copies from it: the plugin
+	// refuses (FailedPrecondition) until the copy is done, csi-snapshotter retries, then the
+	// snapshot goes and the restore keeps its data.
+	copying := false
+	if v, err := cl.getVolume(ctx, restoreVol); err == nil && v.Status.Hydration != nil && !v.Status.Hydration.Hydrated {
+		copying = true
+	}
+	deleteSnapshot(vs1, snap1)
+	t.Logf("VolumeSnapshot snap-1 deleted while its restore was copying: %v", copying)
 	hydrated(restoreVol)
 	if got := sum(restoreVol); got != atCut {
 		t.Fatal("the restored claim, hydrated, does not hold the source's data as of the cut")
 	}
+	// A snapshot that will outlive its source.
+	vs3, snap3 := snapshot("snap-3", "src")
+	readyToUse(vs3)
 
 	// A clone of the source claim: its data as of the clone; the source is written after.
 	atClone := sum(srcVol)
@@ -341,15 +353,15 @@ func snapshotFlow(t *testing.T, cl *cluster, prov, snapper, snapCtrl string) {
 	deleteClaim(restore2)
 	deleteSnapshot(vs2, snap2)
 
-	// The source before its snapshot and its clone; the snapshot before its restore.
+	// The source before its snapshot and its clone.
 	deleteClaim(src)
 	if got := sum(restoreVol); got != atCut {
 		t.Fatal("the restore changed when its source's source went")
 	}
-	deleteSnapshot(vs1, snap1)
 	if got := sum(cloneVol); got != atClone {
 		t.Fatal("the clone changed when its source went")
 	}
+	deleteSnapshot(vs3, snap3)
 	deleteClaim(restore)
 	deleteClaim(clone)
 
