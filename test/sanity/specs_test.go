@@ -55,10 +55,10 @@ func checkSnapshotSpecs(t *testing.T) {
 			continue
 		}
 		total++
-		switch {
-		case s.State == types.SpecStatePassed:
+		switch s.State {
+		case types.SpecStatePassed:
 			passed++
-		case s.State == types.SpecStateSkipped:
+		case types.SpecStateSkipped:
 			skipped++
 		default:
 			failed++
