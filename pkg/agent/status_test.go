@@ -242,3 +242,43 @@ func TestVolumeStatusBlocks(t *testing.T) {
 		})
 	}
 }
+
+// TestSnapshotStatus: the translation of a pool snapshot into the Raid10Snapshot status.
+func TestSnapshotStatus(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	cut := now.Add(-time.Minute)
+	snap := &v1alpha1.Raid10Snapshot{}
+	snap.Generation = 1
+	copying := SnapshotStatus(v1alpha1.Raid10SnapshotStatus{}, snap, pool.SnapshotInfo{Size: 1000, Copied: 999, CutAt: cut, Health: pool.Healthy, Members: 4}, now)
+	if copying.Phase != v1alpha1.SnapshotPhaseCopying || copying.ReadyToUse || copying.Percent != 99 || !copying.CutAt.Time.Equal(cut) ||
+		copying.Conditions[0].Reason != ReasonCopying || copying.Conditions[0].Status != "False" || copying.Size.Value() != 1000 {
+		t.Errorf("copying: %+v", copying)
+	}
+	ready := SnapshotStatus(copying, snap, pool.SnapshotInfo{Size: 1000, Copied: 1000, Ready: true, CutAt: cut, Health: pool.Healthy}, now.Add(time.Second))
+	if ready.Phase != v1alpha1.SnapshotPhaseReady || !ready.ReadyToUse || ready.Percent != 100 || ready.CopiedBytes != 1000 ||
+		ready.Conditions[0].Reason != ReasonCopied || !ready.Conditions[0].LastTransitionTime.Time.Equal(now.Add(time.Second)) {
+		t.Errorf("ready: %+v", ready)
+	}
+	lost := SnapshotStatus(ready, snap, pool.SnapshotInfo{Size: 1000, Ready: true, CutAt: cut, Health: pool.Failed}, now)
+	if lost.Phase != v1alpha1.SnapshotPhaseFailed || lost.Conditions[0].Reason != ReasonArrayFailed {
+		t.Errorf("lost: %+v", lost)
+	}
+	failed := SnapshotFailedStatus(ready, snap, ReasonNotInPool, "gone", now)
+	if failed.Phase != v1alpha1.SnapshotPhaseFailed || failed.ReadyToUse || failed.CutAt == nil || failed.Message != "gone" {
+		t.Errorf("failed keeps the cut, not ready: %+v", failed)
+	}
+	for _, tc := range []struct {
+		err    error
+		reason string
+		final  bool
+	}{
+		{fmt.Errorf("x: %w", pool.ErrNoSpace), v1alpha1.ReasonInsufficientCapacity, true},
+		{fmt.Errorf("x: %w", pool.ErrNotFound), v1alpha1.ReasonSourceNotFound, true},
+		{fmt.Errorf("x: %w", pool.ErrAlreadyExists), ReasonCreateFailed, true},
+		{pool.ErrClosed, ReasonCreateFailed, false},
+	} {
+		if r, f := SnapshotCreateFailedReason(tc.err); r != tc.reason || f != tc.final {
+			t.Errorf("SnapshotCreateFailedReason(%v) = %s, %v; want %s, %v", tc.err, r, f, tc.reason, tc.final)
+		}
+	}
+}
