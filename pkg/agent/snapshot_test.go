@@ -68,7 +68,9 @@ func TestAgentSnapshotsRealAPIServer(t *testing.T) {
 	defer pl.Close()
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- agent.Run(actx, cfg, agent.Options{NodeName: nodeName, Pool: pl, PollInterval: 200 * time.Millisecond}) }()
+	go func() {
+		done <- agent.Run(actx, cfg, agent.Options{NodeName: nodeName, Pool: pl, PollInterval: 200 * time.Millisecond})
+	}()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
