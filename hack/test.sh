@@ -15,7 +15,7 @@ mkdir -p _output
 source hack/tool-env.sh
 log=${RAID10_TEST_LOG:-_output/test.log}
 : >"$log"
-go test -race -count=1 -timeout 20m -v "${@:-./...}" >"$log" 2>&1 &
+go test -race -count=1 -timeout 35m -v "${@:-./...}" >"$log" 2>&1 &
 pid=$!
 tail -n +1 -f --pid="$pid" "$log" | awk '
   /^[ \t]*--- SKIP/ { print; if (prev ~ /^[ \t]+[^ \t]+\.go:[0-9]+:/) print "      " prev; fflush(); }

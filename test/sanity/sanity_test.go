@@ -69,13 +69,13 @@ func TestSanityVM(t *testing.T) {
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
 			began := time.Now()
-			opts := vm.Options{Timeout: 15 * time.Minute, Memory: 2048,
+			opts := vm.Options{Timeout: 22 * time.Minute, Memory: 2048,
 				Env: []string{pluginEnv + "=" + plugin, accessEnv + "=" + r.access, frontendEnv + "=" + r.frontend}}
 			if r.frontend == "ublk" {
 				opts.KernelSeries, opts.Modules = vm.UblkKernelSeries, append(append([]string{}, vm.DefaultModules...), "ublk_drv")
 			}
 			res := vm.RunGoTestOpts(t, opts,
-				".", "-test.run=^TestSanityInGuest$", "-test.v", "-test.timeout=13m", "-ginkgo.v", "-ginkgo.no-color")
+				".", "-test.run=^TestSanityInGuest$", "-test.v", "-test.timeout=20m", "-ginkgo.v", "-ginkgo.no-color")
 			t.Logf("VM run: boot %s, total %s (with the test build: %s)", res.Boot.Round(time.Second),
 				res.Duration.Round(time.Second), time.Since(began).Round(time.Second))
 		})
