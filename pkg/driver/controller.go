@@ -490,16 +490,9 @@ func (c *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 	if err != nil {
 		return nil, err
 	}
-	start := 0
-	if tok := req.GetStartingToken(); tok != "" {
-		start, err = strconv.Atoi(tok)
-		if err != nil || start < 0 || start > len(vols) {
-			return nil, fmt.Errorf("starting_token %q: not a token this plugin gave: %w", tok, ErrInvalidToken)
-		}
-	}
-	end := len(vols)
-	if m := int(req.GetMaxEntries()); m > 0 && start+m < end {
-		end = start + m
+	start, end, err := page(req.GetStartingToken(), req.GetMaxEntries(), len(vols))
+	if err != nil {
+		return nil, err
 	}
 	resp := &csi.ListVolumesResponse{}
 	for i := start; i < end; i++ {
@@ -512,6 +505,24 @@ func (c *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 		resp.NextToken = strconv.Itoa(end)
 	}
 	return resp, nil
+}
+
+// page is the window [start, end) of a list of n entries that a List call with
+// starting_token tok and max_entries maxEntries returns; the token is the index of the next entry
+// (a previous answer's next_token). A token this plugin could not have given is
+// ErrInvalidToken.
+func page(tok string, maxEntries int32, n int) (start, end int, err error) {
+	if tok != "" {
+		start, err = strconv.Atoi(tok)
+		if err != nil || start < 0 || start > n {
+			return 0, 0, fmt.Errorf("starting_token %q: not a token this plugin gave: %w", tok, ErrInvalidToken)
+		}
+	}
+	end = n
+	if m := int(maxEntries); m > 0 && start+m < end {
+		end = start + m
+	}
+	return start, end, nil
 }
 
 // volumeCondition is abnormal unless the agent reports the volume Ready and Healthy.

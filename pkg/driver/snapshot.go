@@ -286,16 +286,9 @@ func (c *ControllerServer) ListSnapshots(ctx context.Context, req *csi.ListSnaps
 		}
 		snaps = append(snaps, csiSnapshot(s))
 	}
-	start := 0
-	if tok := req.GetStartingToken(); tok != "" {
-		start, err = strconv.Atoi(tok)
-		if err != nil || start < 0 || start > len(snaps) {
-			return nil, fmt.Errorf("starting_token %q: not a token this plugin gave: %w", tok, ErrInvalidToken)
-		}
-	}
-	end := len(snaps)
-	if m := int(req.GetMaxEntries()); m > 0 && start+m < end {
-		end = start + m
+	start, end, err := page(req.GetStartingToken(), req.GetMaxEntries(), len(snaps))
+	if err != nil {
+		return nil, err
 	}
 	resp := &csi.ListSnapshotsResponse{}
 	for _, s := range snaps[start:end] {
