@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -278,6 +279,30 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 		args = append(args, "-virtfs", fmt.Sprintf("local,path=%s,mount_tag=rw%d,security_model=none,multidevs=remap", w, i+1))
 	}
 
+	for attempt := 1; ; attempt++ {
+		res, hung, err := o.boot(ctx, qemu, args, runDir, k)
+		if !hung || attempt == bootAttempts {
+			return res, err
+		}
+		for _, f := range []string{"output", "exit", "exit.tmp", "timedout"} {
+			_ = os.Remove(filepath.Join(runDir, f))
+		}
+	}
+}
+
+// Boot deadline: under TCG a guest kernel has been seen to stop early in boot (the
+// console ends a second into the kernel's messages and nothing more comes; one boot in
+// dozens, under load). Run kills a guest that has not reported ready (modules loaded,
+// shares mounted; 9-24 s normally) within bootLimit and boots it again, at most
+// bootAttempts times in all. The command has not started then, so nothing ran twice.
+const (
+	bootLimit    = 5 * time.Minute
+	bootAttempts = 3
+)
+
+// boot runs QEMU once with args. hung reports a guest killed for not reaching ready
+// within bootLimit (only for a Timeout above twice bootLimit); err then says so.
+func (o Options) boot(ctx context.Context, qemu string, args []string, runDir string, k Kernel) (res *Result, hung bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, qemu, args...)
@@ -288,9 +313,10 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	}
 	cmd.WaitDelay = 10 * time.Second
 	cmd.Stdin = nil
-	consoleFile, err := os.Create(filepath.Join(runDir, "console.log"))
+	// Appended to: a boot that hung stays in the file before the next one.
+	consoleFile, err := os.OpenFile(filepath.Join(runDir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer func() { _ = consoleFile.Close() }()
 	console := &syncBuffer{marker: []byte("] ready\n")}
@@ -302,11 +328,12 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	cmd.Stdout = cw
 	cmd.Stderr = cw
 
-	res := &Result{ExitCode: -1, Kernel: k, RunDir: runDir}
+	res = &Result{ExitCode: -1, Kernel: k, RunDir: runDir}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("vm: start qemu: %w", err)
+		return nil, false, fmt.Errorf("vm: start qemu: %w", err)
 	}
+	var bootHung atomic.Bool
 	tailDone := make(chan struct{})
 	stopTail := make(chan struct{})
 	var output []byte
@@ -325,6 +352,12 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 			case <-stopTail:
 				return
 			case <-tick.C:
+			}
+			if o.Timeout > 2*bootLimit && time.Since(start) > bootLimit && !console.marked() {
+				bootHung.Store(true)
+				_, _ = fmt.Fprintf(console, "\nraid10-vm(host): guest not ready %s after start; killing qemu to boot again\n", bootLimit)
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				return
 			}
 			if _, err := os.Stat(exitFile); err != nil {
 				continue
@@ -347,6 +380,10 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	if !console.markerAt.IsZero() {
 		res.Boot = console.markerAt.Sub(start)
 	}
+	if bootHung.Load() {
+		return res, true, fmt.Errorf("%w: not ready %s after start (boot %d of %d hung); console tail:\n%s",
+			ErrTimeout, bootLimit, bootAttempts, bootAttempts, res.ConsoleTail(40))
+	}
 
 	// The exit file decides: a guest that reported its status and was then killed
 	// while powering off still ran its command to the end.
@@ -355,24 +392,24 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	if readErr != nil || convErr != nil {
 		switch {
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return res, fmt.Errorf("%w after %s (timeout %s); qemu killed; console tail:\n%s\noutput tail:\n%s",
+			return res, false, fmt.Errorf("%w after %s (timeout %s); qemu killed; console tail:\n%s\noutput tail:\n%s",
 				ErrTimeout, res.Duration.Round(time.Millisecond), o.Timeout, res.ConsoleTail(40), tailLines(res.Output, 40))
 		case ctx.Err() != nil:
-			return res, fmt.Errorf("vm: run canceled after %s, qemu killed: %w", res.Duration.Round(time.Millisecond), ctx.Err())
+			return res, false, fmt.Errorf("vm: run canceled after %s, qemu killed: %w", res.Duration.Round(time.Millisecond), ctx.Err())
 		case readErr == nil:
-			return res, fmt.Errorf("%w: bad exit file %q", ErrNoExitStatus, b)
+			return res, false, fmt.Errorf("%w: bad exit file %q", ErrNoExitStatus, b)
 		}
 		if waitErr == nil {
 			waitErr = errors.New("exited with status 0")
 		}
-		return res, fmt.Errorf("%w (qemu: %w); console tail:\n%s", ErrNoExitStatus, waitErr, res.ConsoleTail(40))
+		return res, false, fmt.Errorf("%w (qemu: %w); console tail:\n%s", ErrNoExitStatus, waitErr, res.ConsoleTail(40))
 	}
 	res.ExitCode = code
 	if _, err := os.Stat(filepath.Join(runDir, "timedout")); err == nil {
-		return res, fmt.Errorf("%w: the command ran past %s in the guest and got SIGQUIT, then SIGKILL (exit status %d); output tail:\n%s",
+		return res, false, fmt.Errorf("%w: the command ran past %s in the guest and got SIGQUIT, then SIGKILL (exit status %d); output tail:\n%s",
 			ErrTimeout, o.watchdog(), code, tailLines(res.Output, 60))
 	}
-	return res, nil
+	return res, false, nil
 }
 
 // watchdog is how long the command may run in the guest before the guest itself
@@ -629,6 +666,13 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), err
+}
+
+// marked reports whether the marker has been written.
+func (s *syncBuffer) marked() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.markerAt.IsZero()
 }
 
 func (s *syncBuffer) String() string {
