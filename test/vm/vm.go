@@ -290,18 +290,21 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	}
 }
 
-// Boot deadline: under TCG a guest kernel has been seen to stop early in boot (the
-// console ends a second into the kernel's messages and nothing more comes; one boot in
-// dozens, under load). Run kills a guest that has not reported ready (modules loaded,
-// shares mounted; 9-24 s normally) within bootLimit and boots it again, at most
-// bootAttempts times in all. The command has not started then, so nothing ran twice.
+// Boots that fail before the command starts: under TCG a guest kernel has been seen to
+// stop early in boot (the console ends a second into the kernel's messages and nothing
+// more comes) and, with 6.12, to oops on an int3 while patching its own text (then
+// panic=-1 ends QEMU); one boot in dozens, under load. Run kills a guest that has not
+// reported ready (modules loaded, shares mounted; 9-24 s normally) within bootLimit,
+// and boots again after either failure, at most bootAttempts boots in all. The command
+// has not started then, so nothing runs twice.
 const (
 	bootLimit    = 5 * time.Minute
 	bootAttempts = 3
 )
 
-// boot runs QEMU once with args. hung reports a guest killed for not reaching ready
-// within bootLimit (only for a Timeout above twice bootLimit); err then says so.
+// boot runs QEMU once with args. hung reports a boot that failed before the guest was
+// ready: killed for not reaching ready within bootLimit (only for a Timeout above twice
+// bootLimit), or ended by the kernel; err then says which.
 func (o Options) boot(ctx context.Context, qemu string, args []string, runDir string, k Kernel) (res *Result, hung bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -402,7 +405,8 @@ func (o Options) boot(ctx context.Context, qemu string, args []string, runDir st
 		if waitErr == nil {
 			waitErr = errors.New("exited with status 0")
 		}
-		return res, false, fmt.Errorf("%w (qemu: %w); console tail:\n%s", ErrNoExitStatus, waitErr, res.ConsoleTail(40))
+		// QEMU ended (a kernel panic) before the guest was ready: the command never ran.
+		return res, res.Boot == 0, fmt.Errorf("%w (qemu: %w); console tail:\n%s", ErrNoExitStatus, waitErr, res.ConsoleTail(40))
 	}
 	res.ExitCode = code
 	if _, err := os.Stat(filepath.Join(runDir, "timedout")); err == nil {

@@ -210,6 +210,30 @@ func TestInGuestHang(t *testing.T) {
 	time.Sleep(time.Hour) // not select{}: the runtime would report a deadlock
 }
 
+// TestRunBootFailureBootsAgain: a guest kernel that ends before the guest is ready (here
+// it finds no init) never ran the command, so Run boots it again, bootAttempts (3) times
+// in all, and then reports ErrNoExitStatus; the console log keeps every boot.
+func TestRunBootFailureBootsAgain(t *testing.T) {
+	vm.Require(t)
+	t.Parallel()
+	dir := t.TempDir()
+	res, err := vm.Run(context.Background(), vm.Options{Timeout: 3 * time.Minute, CPUs: 1, Modules: []string{},
+		RunDir: dir, KernelArgs: []string{"rdinit=/no-such-init"}}, "true")
+	if !errors.Is(err, vm.ErrNoExitStatus) {
+		t.Fatalf("err = %v, want ErrNoExitStatus", err)
+	}
+	if res.Boot != 0 {
+		t.Errorf("Boot = %s, want 0: the guest never got ready", res.Boot)
+	}
+	b, rerr := os.ReadFile(filepath.Join(dir, "console.log"))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if n := strings.Count(string(b), "Kernel panic"); n != 3 {
+		t.Errorf("console.log holds %d kernel panics, want 3 (one per boot):\n%s", n, b)
+	}
+}
+
 // TestRunGuestPanicReported: a kernel panic in the guest ends QEMU (panic=-1,
 // -no-reboot) and is reported as ErrNoExitStatus with the panic in the console tail.
 func TestRunGuestPanicReported(t *testing.T) {
