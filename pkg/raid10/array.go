@@ -1032,10 +1032,13 @@ func (a *Array) Close() error {
 	}
 	close(a.stop)
 	a.bg.Wait()
-	close(a.work)
-	a.waitWorkers()
+	// A scrub the caller runs (Check, CheckRange, ...) holds syncRun and
+	// hands member calls to the workers: it stops at its next chunk now that
+	// stop is closed, and the workers must outlive it.
 	a.syncRun.Lock()
 	defer a.syncRun.Unlock()
+	close(a.work)
+	a.waitWorkers()
 	var firstErr error
 	for _, s := range a.slots {
 		if r := s.live(); r != nil {

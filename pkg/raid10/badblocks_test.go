@@ -460,3 +460,39 @@ func TestCheckRangeResumes(t *testing.T) {
 		t.Fatalf("negative offset: %v", err)
 	}
 }
+
+// TestCloseDuringScrub: Close while a caller's scrub hands member calls to the
+// workers (device latency) waits for the scrub to stop before it ends the
+// workers; the scrub returns ErrClosed. A clean-clone CI run's race detector
+// caught Close closing the work queue under such a scrub (a send on a closed
+// channel panics).
+func TestCloseDuringScrub(t *testing.T) {
+	r := newBadRig(t, 2, testOpts())
+	a := r.a
+	for _, f := range r.fs {
+		f.SetLatency(50 * time.Microsecond) // device latency: calls go to workers
+	}
+	for i := 0; i < 64; i++ { // let the latency average see it (a write reaches both copies)
+		if _, err := a.WriteAt(r.model[int64(i)*BlockSize:int64(i+1)*BlockSize], int64(i)*BlockSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !a.rescue(a.slots[0]) || !a.rescue(a.slots[1]) {
+		t.Fatalf("latency averages %d, %d ns: not handed off", a.slots[0].wlat.Load(), a.slots[1].wlat.Load())
+	}
+	for _, f := range r.fs {
+		f.SetLatency(20 * time.Millisecond) // each scrub chunk takes two slow calls: Close lands between them
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.CheckRange(context.Background(), 0)
+		done <- err
+	}()
+	waitFor(t, "the scrub to start", func() bool { return a.Status().Sync.Kind == SyncCheck })
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("scrub cut by Close: %v, want ErrClosed", err)
+	}
+}
