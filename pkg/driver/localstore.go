@@ -291,13 +291,31 @@ func (s *LocalStore) ListVolumes(context.Context) ([]v1alpha1.Raid10Volume, erro
 	return out, nil
 }
 
+// checkNew refuses a new object of kind (raid10volume, raid10snapshot) for another node or
+// with a name the pool cannot hold.
+func (s *LocalStore) checkNew(kind, name, node string) error {
+	if node != s.nodeID {
+		return fmt.Errorf("%s %q: node %q: the standalone plugin serves only node %q: %w", kind, name, node, s.nodeID, ErrInvalidArgument)
+	}
+	if err := pool.ValidateName(name); err != nil {
+		return fmt.Errorf("%s %q: %w: %w", kind, name, ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// stampNew gives a new object what the API server would: a UID, generation 1 and its
+// creation time.
+func stampNew(m *metav1.ObjectMeta, now time.Time) {
+	m.UID = uuid.NewUUID()
+	m.Generation = 1
+	m.CreationTimestamp = metav1.NewTime(now.Truncate(time.Second))
+	m.DeletionTimestamp = nil
+}
+
 // CreateVolume implements VolumeStore: it records vol, then creates its pool volume at once.
 func (s *LocalStore) CreateVolume(_ context.Context, vol *v1alpha1.Raid10Volume) error {
-	if vol.Spec.Node != s.nodeID {
-		return fmt.Errorf("raid10volume %q: node %q: the standalone plugin serves only node %q: %w", vol.Name, vol.Spec.Node, s.nodeID, ErrInvalidArgument)
-	}
-	if err := pool.ValidateName(vol.Name); err != nil {
-		return fmt.Errorf("raid10volume %q: %w: %w", vol.Name, ErrInvalidArgument, err)
+	if err := s.checkNew("raid10volume", vol.Name, vol.Spec.Node); err != nil {
+		return err
 	}
 	if vol.Spec.SizeBytes <= 0 {
 		return fmt.Errorf("raid10volume %q: spec.sizeBytes %d: must be positive: %w", vol.Name, vol.Spec.SizeBytes, ErrInvalidArgument)
@@ -308,10 +326,7 @@ func (s *LocalStore) CreateVolume(_ context.Context, vol *v1alpha1.Raid10Volume)
 		return fmt.Errorf("raid10volume %q: %w", vol.Name, ErrAlreadyExists)
 	}
 	now := time.Now()
-	vol.UID = uuid.NewUUID()
-	vol.Generation = 1
-	vol.CreationTimestamp = metav1.NewTime(now.Truncate(time.Second))
-	vol.DeletionTimestamp = nil
+	stampNew(&vol.ObjectMeta, now)
 	vol.Status = v1alpha1.Raid10VolumeStatus{}
 	lv := &localVolume{obj: vol.DeepCopy()}
 	s.vols[vol.Name] = lv

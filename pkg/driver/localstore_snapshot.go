@@ -9,7 +9,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/agent"
@@ -166,11 +165,8 @@ func (s *LocalStore) ListSnapshots(context.Context) ([]v1alpha1.Raid10Snapshot, 
 
 // CreateSnapshot implements VolumeStore: it records snap, then cuts it in the pool at once.
 func (s *LocalStore) CreateSnapshot(_ context.Context, snap *v1alpha1.Raid10Snapshot) error {
-	if snap.Spec.Node != s.nodeID {
-		return fmt.Errorf("raid10snapshot %q: node %q: the standalone plugin serves only node %q: %w", snap.Name, snap.Spec.Node, s.nodeID, ErrInvalidArgument)
-	}
-	if err := pool.ValidateName(snap.Name); err != nil {
-		return fmt.Errorf("raid10snapshot %q: %w: %w", snap.Name, ErrInvalidArgument, err)
+	if err := s.checkNew("raid10snapshot", snap.Name, snap.Spec.Node); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -178,10 +174,7 @@ func (s *LocalStore) CreateSnapshot(_ context.Context, snap *v1alpha1.Raid10Snap
 		return fmt.Errorf("raid10snapshot %q: %w", snap.Name, ErrAlreadyExists)
 	}
 	now := time.Now()
-	snap.UID = uuid.NewUUID()
-	snap.Generation = 1
-	snap.CreationTimestamp = metav1.NewTime(now.Truncate(time.Second))
-	snap.DeletionTimestamp = nil
+	stampNew(&snap.ObjectMeta, now)
 	snap.Status = v1alpha1.Raid10SnapshotStatus{}
 	ls := &localSnapshot{obj: snap.DeepCopy()}
 	s.snaps[snap.Name] = ls
