@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -101,37 +100,7 @@ func TestNodeUblkInGuest(t *testing.T) {
 	}
 	orphan.Detach()
 
-	stop := make(chan struct{})
-	werr := make(chan error, 1)
-	var written int
-	var slowest time.Duration
-	go func() {
-		f, err := os.OpenFile(filepath.Join(staging, "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			werr <- err
-			return
-		}
-		defer f.Close()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				written = i
-				werr <- nil
-				return
-			default:
-			}
-			if _, err := f.Write(record(i)); err != nil {
-				werr <- err
-				return
-			}
-			t0 := time.Now()
-			if err := f.Sync(); err != nil {
-				werr <- err
-				return
-			}
-			slowest = max(slowest, time.Since(t0))
-		}
-	}()
+	w := startRecordWriter(filepath.Join(staging, "log"))
 	time.Sleep(500 * time.Millisecond)
 	start := time.Now()
 	att.Close(ctx) // the "old process" stops serving; the devices stay, their I/O queued
@@ -152,23 +121,7 @@ func TestNodeUblkInGuest(t *testing.T) {
 		t.Errorf("orphan %s still there after the restart", orphan.Path())
 	}
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	if err := <-werr; err != nil {
-		t.Fatalf("writer saw an error across the restart: %v", err)
-	}
-	got, err := os.ReadFile(filepath.Join(staging, "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != written*4096 {
-		t.Fatalf("log has %d bytes, want %d records", len(got), written)
-	}
-	for i := 0; i < written; i++ {
-		if !bytes.Equal(got[i*4096:(i+1)*4096], record(i)) {
-			t.Fatalf("record %d differs", i)
-		}
-	}
-	t.Logf("%d records written and read back across the restart; slowest fsync %s", written, slowest.Round(time.Millisecond))
+	w.stopAndVerify(t)
 	if out, _ := exec.Command("dmesg").Output(); strings.Contains(string(out), "WARNING:") {
 		t.Errorf("kernel warned:\n%s", out)
 	}

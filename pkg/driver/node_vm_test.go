@@ -524,37 +524,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 	}
 
 	// A writer appends and fsyncs 4 KiB records until told to stop.
-	stop := make(chan struct{})
-	werr := make(chan error, 1)
-	var written int
-	var slowest time.Duration
-	go func() {
-		f, err := os.OpenFile(filepath.Join(staging, "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-		if err != nil {
-			werr <- err
-			return
-		}
-		defer f.Close()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				written = i
-				werr <- nil
-				return
-			default:
-			}
-			if _, err := f.Write(record(i)); err != nil {
-				werr <- err
-				return
-			}
-			t0 := time.Now()
-			if err := f.Sync(); err != nil {
-				werr <- err
-				return
-			}
-			slowest = max(slowest, time.Since(t0))
-		}
-	}()
+	w := startRecordWriter(filepath.Join(staging, "log"))
 	time.Sleep(500 * time.Millisecond)
 	start := time.Now()
 	att.Close(ctx) // the "old process" stops serving; the device stays attached
@@ -573,23 +543,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 	}
 	t.Logf("restart took %s", time.Since(start).Round(time.Millisecond))
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	if err := <-werr; err != nil {
-		t.Fatalf("writer saw an error across the restart: %v", err)
-	}
-	got, err := os.ReadFile(filepath.Join(staging, "log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != written*4096 {
-		t.Fatalf("log has %d bytes, want %d records", len(got), written)
-	}
-	for i := 0; i < written; i++ {
-		if !bytes.Equal(got[i*4096:(i+1)*4096], record(i)) {
-			t.Fatalf("record %d differs", i)
-		}
-	}
-	t.Logf("%d records written and read back across the restart; slowest fsync %s", written, slowest.Round(time.Millisecond))
+	w.stopAndVerify(t)
 	ns2, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att2, Mounter: mount.New(""), Exec: utilexec.New()})
 	if err != nil {
 		t.Fatal(err)
@@ -600,6 +554,71 @@ func TestNodeInGuestRestart(t *testing.T) {
 	if _, ok := att2.state.Get("vol-restart"); ok {
 		t.Fatal("still recorded after unstage")
 	}
+}
+
+// recordWriter appends 4 KiB records (record(i)) to a file and fsyncs each, until stopped:
+// the I/O that a restart of the plugin must not fail.
+type recordWriter struct {
+	path    string
+	stop    chan struct{}
+	done    chan error
+	written int
+	slowest time.Duration
+}
+
+func startRecordWriter(path string) *recordWriter {
+	w := &recordWriter{path: path, stop: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			w.done <- err
+			return
+		}
+		defer f.Close()
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				w.written = i
+				w.done <- nil
+				return
+			default:
+			}
+			if _, err := f.Write(record(i)); err != nil {
+				w.done <- err
+				return
+			}
+			t0 := time.Now()
+			if err := f.Sync(); err != nil {
+				w.done <- err
+				return
+			}
+			w.slowest = max(w.slowest, time.Since(t0))
+		}
+	}()
+	return w
+}
+
+// stopAndVerify stops the writer and fails t if any write or fsync failed or the file does not
+// hold exactly the records written, in order.
+func (w *recordWriter) stopAndVerify(t *testing.T) {
+	t.Helper()
+	close(w.stop)
+	if err := <-w.done; err != nil {
+		t.Fatalf("writer saw an error across the restart: %v", err)
+	}
+	got, err := os.ReadFile(w.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != w.written*4096 {
+		t.Fatalf("log has %d bytes, want %d records", len(got), w.written)
+	}
+	for i := 0; i < w.written; i++ {
+		if !bytes.Equal(got[i*4096:(i+1)*4096], record(i)) {
+			t.Fatalf("record %d differs", i)
+		}
+	}
+	t.Logf("%d records written and read back across the restart; slowest fsync %s", w.written, w.slowest.Round(time.Millisecond))
 }
 
 func record(i int) []byte {
