@@ -57,8 +57,8 @@ bench: deps ## Run the benchmarks (ratios against a reference measured in the sa
 	source hack/tool-env.sh && $(GO) test -run '^$$' -bench . -benchmem -timeout 45m ./pkg/...
 
 .PHONY: bench-vm
-bench-vm: deps ## Run the VM benchmark: md raid10 vs the engine over NBD on 4 emulated NVMe disks, one boot (~10 min); TABLE=file keeps the markdown table.
-	source hack/tool-env.sh && RAID10_PERF_TABLE=$(abspath $(or $(TABLE),_output/perf.md)) $(GO) test -run '^$$' -bench '^BenchmarkVM$$' -benchtime=1x -timeout 20m -v ./test/perf/
+bench-vm: deps ## Run the VM benchmark: md raid10 vs the engine over NBD and ublk (6.12 kernel) on 4 emulated NVMe disks, one boot (~15 min); TABLE=file keeps the markdown table.
+	source hack/tool-env.sh && RAID10_PERF_TABLE=$(abspath $(or $(TABLE),_output/perf.md)) $(GO) test -run '^$$' -bench '^BenchmarkVM$$' -benchtime=1x -timeout 30m -v ./test/perf/
 
 .PHONY: soak
 soak: ## Run the engine's fault matrix, then the snapshot copy crash test, each with random seeds for SOAK (default 10m); RAID10_SEED=<seed> replays a round.
