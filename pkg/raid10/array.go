@@ -159,7 +159,7 @@ type Array struct {
 	work         chan *wreq
 	reqs         *reqList
 	nWorkers     atomic.Int64 // workers started (submit adds on demand)
-	idleWorkers  atomic.Int64 // workers waiting for a request
+	spare        atomic.Int64 // workers waiting for a request that no submitter has claimed
 
 	bm *bitmap
 
@@ -246,7 +246,7 @@ func (a *Array) start() {
 	a.nWorkers.Store(int64(nw))
 	for range nw {
 		a.workers.Add(1)
-		go a.worker()
+		go a.worker(false)
 	}
 	a.bg.Add(2)
 	go a.syncDaemon()
@@ -258,11 +258,14 @@ func (a *Array) start() {
 	a.kickSync()
 }
 
-// submit hands req to a worker, starting one more when none is idle (up
-// to one per preallocated request): with the member deadline every member
-// call of a device-latency member goes through here, so there must be as
-// many workers as calls in flight, as there were submitters with inline
-// calls. Workers stay for the array's life.
+// submit hands req to a worker of its own: it claims a spare worker (one
+// waiting for a request that no other submitter has claimed) or starts one
+// more. So a request never queues behind busy workers, whatever they wait
+// for: a part of a large read may wait on a worker for a barrier whose
+// raiser waits for a member call it handed off (readlarge.go); that call
+// has its own worker. The workers never outnumber the preallocated
+// requests: a busy worker holds one, and a worker starts only for a request
+// no spare one can take. Workers stay for the array's life.
 func (a *Array) submit(req *wreq) {
 	if req.op == opWrite && len(req.p) > 0 {
 		// The worker writes from a buffer of its own: if the call is
@@ -271,20 +274,33 @@ func (a *Array) submit(req *wreq) {
 		copy(*b, req.p)
 		req.buf, req.p = b, (*b)[:len(req.p)]
 	}
-	if a.idleWorkers.Load() <= 0 && a.nWorkers.Load() < int64(cap(a.work)) {
-		a.nWorkers.Add(1)
-		a.workers.Add(1)
-		go a.worker()
+	for {
+		n := a.spare.Load()
+		if n <= 0 {
+			a.nWorkers.Add(1)
+			a.workers.Add(1)
+			go a.worker(true)
+			break
+		}
+		if a.spare.CompareAndSwap(n, n-1) {
+			break
+		}
 	}
 	a.work <- req
 }
 
-func (a *Array) worker() {
+// worker runs handed-off requests. A worker counts itself spare before it
+// waits for a request, unless a submitter started it for its own (claimed):
+// then the spare workers plus the started ones are never fewer than the
+// requests queued.
+func (a *Array) worker(claimed bool) {
 	defer a.workers.Done()
 	for {
-		a.idleWorkers.Add(1)
+		if !claimed {
+			a.spare.Add(1)
+		}
+		claimed = false
 		r, ok := <-a.work
-		a.idleWorkers.Add(-1)
 		if !ok {
 			return
 		}

@@ -47,6 +47,11 @@
 //     written at once; otherwise (a queue exists already, or the members
 //     complete in memory) the submitter writes both in turn, which costs
 //     less than the hand-off. No goroutine and no allocation per request.
+//   - hand-offs (write copies, member calls under the deadline, parts of a
+//     large read): each claims a spare worker with one compare-and-swap,
+//     or starts one (never more workers than preallocated requests), so a
+//     request never queues behind busy workers, whatever they wait for (a
+//     barrier, a member).
 //   - buffers: the caller's buffer goes to the members as is; a direct-I/O
 //     member bounces a buffer that is not 4 KiB aligned through per-size
 //     pools of aligned buffers (AlignedBuffer gives aligned ones).

@@ -3,7 +3,11 @@ package raid10
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -246,5 +250,106 @@ func BenchmarkSeqRead1M(b *testing.B) {
 				})
 			}
 		})
+	}
+}
+
+// watchdog runs fn and waits for it. If fn has not returned after a
+// minute (it takes milliseconds), it reports the engine's goroutines, calls
+// unstick (which must let fn end) and fails the test: a hang fails the test
+// with its stacks instead of stopping the whole binary at the test timeout.
+func watchdog(t *testing.T, what string, fn func(), unstick func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(time.Minute):
+	}
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var stuck []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "raid10.(*Array)") {
+			stuck = append(stuck, g)
+		}
+	}
+	unstick()
+	<-done
+	t.Fatalf("%s: stuck; the engine's goroutines:\n%s", what, strings.Join(stuck, "\n\n"))
+}
+
+// TestHandOffWhileWorkersWaitOnBarrier: a goroutine raises a chunk's
+// barrier, the parts of large reads of that chunk take every worker and wait
+// there for the barrier, and the barrier's holder then reads a member
+// through a worker, as a resync's or a read fix-up's member call does under
+// a slow member (rescuedIO). The soak found the array stopped this way
+// (seed 1796086838133209456): the holder's call queued behind the waiting
+// parts, as the submitter counted a worker idle that had already been
+// handed a part. The call must get a worker of its own. With one P the
+// submitter runs on until it waits, so every part is handed off before any
+// worker runs: without the fix this hangs every time.
+func TestHandOffWhileWorkersWaitOnBarrier(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var ms []Member
+	for range 2 {
+		ms = append(ms, NewMemMember(4<<20))
+	}
+	a, err := Create(ms, CreateOptions{Options: testOpts(), ChunkSize: 4096, AssumeClean: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	model := make([]byte, 4096)
+	fillRand(rand.New(rand.NewPCG(1, 2)), model)
+	const c = 5
+	if _, err := a.WriteAt(model, c*4096); err != nil {
+		t.Fatal(err)
+	}
+	nw := a.nWorkers.Load()
+	waitFor(t, "every worker waiting for a request", func() bool { return a.spare.Load() == nw })
+
+	bk := a.raise(c)
+	var lowerOnce sync.Once
+	lowerBarrier := func() { lowerOnce.Do(func() { a.lower(bk) }) }
+	var parts []*wreq
+	var holderErr error
+	got := make([]byte, 4096)
+	watchdog(t, "a member call of a barrier's holder", func() {
+		// The parts of large reads of chunk c, handed off as runParts does.
+		for range nw {
+			req := a.reqs.pop()
+			req.op, req.p, req.off, req.want = opReadPiece, make([]byte, 4096), c*4096, copyAny
+			a.submit(req)
+			parts = append(parts, req)
+		}
+		// The holder's member call.
+		_, _, o0, _ := a.geo.mapChunk(c)
+		s := a.slots[0]
+		err, ok := a.handedOff(s, s.live(), opRead, got, o0, 4096, false)
+		if !ok {
+			err = fmt.Errorf("no free request for the holder's call")
+		}
+		holderErr = err
+		lowerBarrier()
+	}, lowerBarrier)
+	if holderErr != nil {
+		t.Fatalf("the holder's member read: %v", holderErr)
+	}
+	if !bytes.Equal(got, model) {
+		t.Fatal("the holder's member read returned other data")
+	}
+	for i, req := range parts {
+		<-req.done
+		if req.err != nil || !bytes.Equal(req.p, model) {
+			t.Fatalf("part %d: err %v, data equal %v", i, req.err, bytes.Equal(req.p, model))
+		}
+		a.recycle(req)
+	}
+	if n := a.nWorkers.Load(); n > int64(cap(a.work)) {
+		t.Fatalf("%d workers for %d requests", n, cap(a.work))
 	}
 }
