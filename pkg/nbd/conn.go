@@ -22,6 +22,14 @@ const (
 	writeBufferSize = 256 << 10
 	zeroChunk       = 64 << 10
 
+	// fastExec is the execution time (moving average of reads and plain writes) under which a
+	// backend counts as memory-speed: the reader then executes every read and plain write it
+	// decodes itself, a burst of them in a row, instead of handing each to a worker (conn.inline).
+	// A worker's wake-up costs more than such a request, and the CPUs, not the backend, bound
+	// the throughput. A device with latency (a disk, the engine over disks, whose member calls
+	// take tens of microseconds) stays above it, and its requests run in parallel on workers.
+	fastExec = 10 * time.Microsecond
+
 	// hangupCheck is how often a reader that waits for a free slot (every request of its
 	// connection in flight: a stuck backend) checks that the peer is still there, so that a
 	// connection the kernel gave up on ends, and fences its orphans, while its requests are
@@ -76,6 +84,15 @@ type conn struct {
 	bw      *replyWriter
 	werr    error
 	waiting atomic.Int32
+	// held is set when a reply was queued without a flush because the reader had more requests
+	// buffered to execute inline (a burst): the reader flushes before it waits on the socket.
+	held        atomic.Bool
+	flushHeldFn func() // c.flushHeld, bound once (a method value per request would allocate)
+	// execNs is the moving average of the execution time of reads and plain writes, in ns (a
+	// hint: racy updates may be lost); see fastExec.
+	execNs atomic.Int64
+	// inlined counts the requests the reader executed itself.
+	inlined atomic.Uint64
 	hdr     [replyHeaderSize]byte // under wmu; a field so that it is not allocated per reply
 	stats   Stats                 // under wmu
 	counted *export               // the export stats count for: set under Server.mu as transmit starts
@@ -135,6 +152,7 @@ func (c *conn) transmit() error {
 		c.raw, _ = sc.SyscallConn()
 	}
 	c.bw = newReplyWriter(c.nc, writeBufferSize)
+	c.flushHeldFn = c.flushHeld
 	c.free = make(chan *request, o.MaxInflight)
 	c.work = make(chan *request, o.MaxInflight)
 	c.ended = make(chan struct{})
@@ -251,6 +269,7 @@ func (c *conn) slot() (r *request, waited bool, err error) {
 		return r, false, nil
 	default:
 	}
+	c.flushHeld() // the replies a burst held back must not wait for a free slot
 	t := time.NewTicker(hangupCheck)
 	defer t.Stop()
 	for {
@@ -272,19 +291,48 @@ func (c *conn) takeOver(inline uint64) {
 		return
 	}
 	c.srv.takeovers.Add(1)
+	// A request ran inline past a tick: the backend is not memory-speed now, whatever its
+	// average said (a stuck call has not counted yet). Its requests go to the workers again.
+	c.execNs.Store(int64(watchTick))
 	c.readers.Add(1) // the old reader has not ended (it waits): the count is positive
 	c.role.Store(inline + 3)
 	go c.read()
 }
 
-// inline reports whether the reader executes r itself: r is the connection's only request
-// (nothing more buffered, every other slot free: the queue-depth-1 case, where handing it
-// to a worker would double its latency) and a read or a plain write, which are short unless
-// something is wrong. With other requests in flight the workers keep them in parallel (a
-// disk serves a deep queue faster); flushes, FUA writes, trims and zeroes always go to them.
-func (c *conn) inline(r *request) bool {
-	return c.br.Buffered() == 0 && len(c.free) == cap(c.free)-1 && r.errno == ErrnoNone &&
-		(r.cmd == CmdRead || r.cmd == CmdWrite && r.flags&CmdFlagFUA == 0)
+// inline reports whether the reader executes r itself, and hold whether its reply waits for
+// the next flush (more requests are buffered, which the reader executes next: the burst's
+// replies leave in one write). r must be a read or a plain write, which are short unless
+// something is wrong, and either the connection's only request (nothing more buffered, every
+// other slot free: the queue-depth-1 case, where handing it to a worker would double its
+// latency) or the backend memory-speed (fastExec). Otherwise, with other requests in flight,
+// the workers keep them in parallel (a disk serves a deep queue faster); flushes, FUA
+// writes, trims and zeroes always go to them.
+func (c *conn) inline(r *request) (inline, hold bool) {
+	if r.errno != ErrnoNone || r.cmd != CmdRead && (r.cmd != CmdWrite || r.flags&CmdFlagFUA != 0) {
+		return false, false
+	}
+	more := c.br.Buffered() > 0
+	if !more && len(c.free) == cap(c.free)-1 {
+		return true, false
+	}
+	if c.execNs.Load() < int64(c.srv.opts.fastExec) {
+		return true, more
+	}
+	return false, false
+}
+
+// flushHeld writes the replies a burst held back (conn.held).
+func (c *conn) flushHeld() {
+	if !c.held.Swap(false) {
+		return
+	}
+	c.wmu.Lock()
+	if c.werr == nil {
+		if c.werr = c.bw.flush(); c.werr != nil {
+			_ = c.nc.Close()
+		}
+	}
+	c.wmu.Unlock()
 }
 
 // readRequests decodes requests and hands them to the workers, or executes a lone request
@@ -296,6 +344,9 @@ func (c *conn) readRequests() error {
 	for {
 		if c.handing.Load() {
 			return errHandedOver
+		}
+		if c.br.Buffered() < requestHeaderSize {
+			c.flushHeld() // the burst is over: this read may wait
 		}
 		if n, err := io.ReadFull(c.br, h[:]); err != nil {
 			if c.handing.Load() {
@@ -339,7 +390,7 @@ func (c *conn) readRequests() error {
 				continue
 			}
 			var bufWaited bool
-			r.buf, bufWaited = c.srv.pool.get(int(r.length))
+			r.buf, bufWaited = c.srv.pool.get(int(r.length), c.flushHeldFn)
 			if r.buf == nil {
 				c.free <- r
 				return ErrServerClosed
@@ -376,15 +427,17 @@ func (c *conn) readRequests() error {
 			r.since.Store(0)
 		}
 		r.state.Store(slotQueued)
-		if c.inline(r) {
+		if inline, hold := c.inline(r); inline {
 			v := c.role.Load()
 			c.role.Store(v + 1)
 			c.srv.watch()
-			c.run(r)
+			c.inlined.Add(1)
+			c.runHold(r, hold)
 			if !c.role.CompareAndSwap(v+1, v+2) {
 				for c.role.Load() == v+3 { // the watchdog is adding the new reader
 					runtime.Gosched()
 				}
+				c.flushHeld() // the new reader may be waiting on the socket already
 				return errTakenOver
 			}
 			continue
@@ -410,7 +463,10 @@ func (c *conn) skip(n int64) error {
 // waiting in the fence, never runs) unanswered. A modifying request first waits in the
 // fence while a fenced request that arrived before it overlaps it (fence.go). The healthy
 // path costs three compare-and-swaps and one load.
-func (c *conn) run(r *request) {
+func (c *conn) run(r *request) { c.runHold(r, false) }
+
+// runHold is run; hold queues the reply without flushing it (conn.inline).
+func (c *conn) runHold(r *request, hold bool) {
 	if ok, _ := r.move(slotQueued, slotWaiting); !ok {
 		c.recycle(r) // dropped, and out of the fence (conn.end)
 		return
@@ -420,7 +476,14 @@ func (c *conn) run(r *request) {
 		f.wait(r)
 	}
 	if ok, _ := r.move(slotWaiting, slotRunning); ok {
-		c.execute(r)
+		if r.cmd == CmdRead || r.cmd == CmdWrite && r.flags&CmdFlagFUA == 0 {
+			t0 := time.Since(epoch)
+			c.execute(r)
+			old := c.execNs.Load()
+			c.execNs.Store(old + (int64(time.Since(epoch)-t0)-old)/8)
+		} else {
+			c.execute(r)
+		}
 	}
 	ok, fenced := r.move(slotRunning, slotIdle)
 	if fenced {
@@ -430,7 +493,7 @@ func (c *conn) run(r *request) {
 		c.recycle(r) // orphaned
 		return
 	}
-	c.reply(r)
+	c.replyHold(r, hold)
 }
 
 // recycle returns r's slot and buffer without a reply.
@@ -534,7 +597,11 @@ func (c *conn) writeZeroes(off, length int64) error {
 
 // reply sends r's reply and recycles its slot and buffer. After a write error it closes the
 // connection (which stops the reader) and only recycles.
-func (c *conn) reply(r *request) {
+func (c *conn) reply(r *request) { c.replyHold(r, false) }
+
+// replyHold is reply; hold leaves the reply queued for the reader's next flush (conn.held),
+// unless the batch fills up.
+func (c *conn) replyHold(r *request, hold bool) {
 	c.waiting.Add(1)
 	c.wmu.Lock()
 	c.waiting.Add(-1)
@@ -549,7 +616,11 @@ func (c *conn) reply(r *request) {
 			payload = r.buf
 		}
 		c.werr = c.bw.write(h[:], payload)
-		if c.werr == nil && c.waiting.Load() == 0 {
+		switch {
+		case c.werr != nil:
+		case hold:
+			c.held.Store(true)
+		case c.waiting.Load() == 0:
 			c.werr = c.bw.flush()
 		}
 		if c.werr != nil {

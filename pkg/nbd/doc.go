@@ -43,12 +43,19 @@
 // reader waits) and hands it to a worker, unless the request is alone on the connection
 // (nothing more buffered, nothing else in flight) and a read or a plain write: that one it
 // executes itself, which saves the wake-up of a worker, the largest cost at queue depth 1.
-// With requests in flight the workers keep them in parallel, as a disk serves a deep queue
-// faster. So that a request executed by the reader, if slow (a hung disk, a read retried on
+// The reader also executes every read and plain write itself while the backend is
+// memory-speed (the moving average of their execution times under 10 us: tmpfs, the page
+// cache, the engine over such members): a burst read in one socket read is then served in a
+// row on the reader, its replies held back and written in one write when the burst ends (or
+// before the reader would wait for a slot or a buffer), since a worker's wake-up costs more
+// than such a request. Otherwise, with requests in flight, the workers keep them in parallel,
+// as a disk serves a deep queue faster. So that a request executed by the reader, if slow (a hung disk, a read retried on
 // the other mirror copy), cannot hold up the requests sent behind it, the reader first marks
 // its role free to take: the server's watchdog, which ticks every 2 ms while requests come
 // in and stops when they stop, starts a new reader for a connection whose reader has
-// executed the same request for a tick or more, and the old reader ends after its reply.
+// executed the same request for a tick or more, and the old reader ends after its reply
+// (and its held replies' flush); such a takeover also marks the backend slow, so the next
+// requests go to workers until their execution times say otherwise.
 // Flushes, FUA writes, trims and zeroes always go to workers.
 // Whoever executed a request writes its reply (out of order with respect to the requests,
 // matched by handle) under the connection's write lock; the last writer of a burst flushes,

@@ -44,12 +44,13 @@ func classOf(n int) int {
 // Get returns a buffer of length n (n <= 32 MiB and <= the limit). It blocks while the pool
 // is at its limit; it returns nil if the pool was closed.
 func (p *BufferPool) Get(n int) []byte {
-	b, _ := p.get(n)
+	b, _ := p.get(n, nil)
 	return b
 }
 
-// get is Get, and reports whether it had to wait.
-func (p *BufferPool) get(n int) (buf []byte, waited bool) {
+// get is Get, and reports whether it had to wait; beforeWait (if set) runs, without the
+// pool's lock, before the first wait.
+func (p *BufferPool) get(n int, beforeWait func()) (buf []byte, waited bool) {
 	c := classOf(n)
 	size := int64(1) << (c + minBufferShift)
 	p.mu.Lock()
@@ -72,6 +73,13 @@ func (p *BufferPool) get(n int) (buf []byte, waited bool) {
 		if p.idleBytes > 0 {
 			p.dropIdleLocked(size)
 			continue
+		}
+		if !waited && beforeWait != nil {
+			p.mu.Unlock()
+			beforeWait()
+			p.mu.Lock()
+			waited = true
+			continue // look again: a buffer may have come back meanwhile
 		}
 		p.cond.Wait()
 		waited = true

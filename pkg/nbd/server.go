@@ -76,6 +76,10 @@ type Options struct {
 	// stay well below the client's request timeout (the kernel attach's, at least 2 s).
 	// Default 1 s.
 	SlowWrite time.Duration
+
+	// fastExec is the threshold of conn.inline (default the constant fastExec); tests set
+	// another, so that what they check does not follow the machine's speed.
+	fastExec time.Duration
 }
 
 func (o *Options) withDefaults() Options {
@@ -88,6 +92,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.Workers <= 0 {
 		r.Workers = DefaultWorkers
+	}
+	if r.fastExec <= 0 {
+		r.fastExec = fastExec
 	}
 	if r.Workers > r.MaxInflight {
 		r.Workers = r.MaxInflight
