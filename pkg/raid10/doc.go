@@ -175,7 +175,11 @@
 // are at least the events-cleared mark (nothing it missed can have been
 // cleared), else fully. If the freshest superblock is not clean, the
 // regions with bits set are resynced (first copy over the second); reads in
-// such a region use the first copy until it is done.
+// such a region use the first copy until it is done. A write that fails
+// marks its region for the same resync; where a chunk there has one copy in
+// sync and the other recovering, the resync writes the in-sync copy over
+// the recovering one (the write may have reached only that one, in a chunk
+// its recovery had passed).
 //
 // # Copies (snapshots, clones, restores)
 //
