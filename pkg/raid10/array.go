@@ -153,6 +153,7 @@ type Array struct {
 	syncWake       chan struct{} // a raiser waits here for pending to drain
 
 	closed       atomic.Bool
+	monitorOn    bool         // the deadline monitor runs (start, Assemble)
 	slowOps      atomic.Int32 // requests in a slow path outside any bucket
 	largeReads   atomic.Int32 // large reads in flight (readlarge.go)
 	handoffBelow int64        // in-flight count under which the copies go in parallel
@@ -251,11 +252,27 @@ func (a *Array) start() {
 	a.bg.Add(2)
 	go a.syncDaemon()
 	go a.bm.sweeper()
-	if a.timeout() > 0 {
+	a.startMonitor()
+	a.kickSync()
+}
+
+// startMonitor starts the deadline monitor (deadline.go) if the deadline is
+// in force and it is not running yet: Assemble starts it before its first
+// metadata I/O.
+func (a *Array) startMonitor() {
+	if a.timeout() > 0 && !a.monitorOn {
+		a.monitorOn = true
 		a.bg.Add(1)
 		go a.deadlineMonitor()
 	}
-	a.kickSync()
+}
+
+// stopMonitor ends a monitor started by an Assemble that fails before the
+// array starts, and waits for the member failures it began.
+func (a *Array) stopMonitor() {
+	close(a.stop)
+	a.bg.Wait()
+	a.late.Wait()
 }
 
 // submit hands req to a worker of its own: it claims a spare worker (one

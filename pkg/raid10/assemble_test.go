@@ -1,8 +1,13 @@
 package raid10
 
 import (
+	"bytes"
 	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // newMemArray creates an array over n in-memory members, closes it cleanly
@@ -257,4 +262,135 @@ func TestUncleanResyncUsesBitmap(t *testing.T) {
 	if err != nil || res.Mismatches != 0 {
 		t.Fatalf("check: %+v %v", res, err)
 	}
+}
+
+// hangAfterFirstRead is a member that answers its first read (the
+// superblock) and then hangs every call until Unstall.
+type hangAfterFirstRead struct {
+	*FaultyMember
+	reads atomic.Int32
+}
+
+func (h *hangAfterFirstRead) ReadAt(p []byte, off int64) (int, error) {
+	n, err := h.FaultyMember.ReadAt(p, off)
+	if h.reads.Add(1) == 1 {
+		h.Stall()
+	}
+	return n, err
+}
+
+// countReads counts the reads that returned.
+type countReads struct {
+	Member
+	done atomic.Int32
+}
+
+func (c *countReads) ReadAt(p []byte, off int64) (int, error) {
+	defer c.done.Add(1)
+	return c.Member.ReadAt(p, off)
+}
+
+// TestAssembleHungMember: Assemble bounds member I/O by the member deadline.
+// Without it, each case hangs until the member answers (the watchdog
+// fails it with the stacks).
+func TestAssembleHungMember(t *testing.T) {
+	opts := testOpts()
+	opts.MemberTimeout = 100 * time.Millisecond
+	// setup is a clean 4-member array (slots 0,1 and 2,3 mirrored) holding
+	// data, with slot 2 failed first if fail2.
+	setup := func(t *testing.T, fail2 bool) ([]*FaultyMember, []byte) {
+		var fs []*FaultyMember
+		var ms []Member
+		for range 4 {
+			f := NewFaultyMember(NewMemMember(4 << 20))
+			fs = append(fs, f)
+			ms = append(ms, f)
+		}
+		a, err := Create(ms, CreateOptions{Options: opts, ChunkSize: testChunk, AssumeClean: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := make([]byte, a.Size())
+		fillRand(rand.New(rand.NewPCG(5, 6)), data)
+		if _, err := a.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if fail2 {
+			if err := a.FailMember(2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return fs, data
+	}
+	check := func(t *testing.T, a *Array, data []byte) {
+		p := make([]byte, len(data))
+		if _, err := a.ReadAt(p, 0); err != nil || !bytes.Equal(p, data) {
+			t.Fatalf("read after assembly: %v, data equal %v", err, bytes.Equal(p, data))
+		}
+	}
+	assemble := func(t *testing.T, ms []Member, unstall func()) (*Array, error) {
+		var a *Array
+		var err error
+		watchdog(t, "Assemble with a hung member", func() {
+			a, err = Assemble(ms, AssembleOptions{Options: opts})
+		}, unstall)
+		return a, err
+	}
+
+	t.Run("live member hangs on its superblock: refused, not hung", func(t *testing.T) {
+		fs, _ := setup(t, false)
+		fs[2].Stall()
+		defer fs[2].Unstall()
+		h := &countReads{Member: fs[2]}
+		_, err := assemble(t, []Member{fs[0], fs[1], h, fs[3]}, fs[2].Unstall)
+		var me *MemberError
+		if !errors.As(err, &me) || me.Member != 2 || !errors.Is(err, syscall.EIO) {
+			t.Fatalf("Assemble: %v, want a MemberError for member 2 matching EIO", err)
+		}
+		t.Logf("refused: %v", err)
+		// The members are untouched: once it answers, all assemble.
+		fs[2].Unstall()
+		waitFor(t, "the abandoned superblock read to end", func() bool { return h.done.Load() > 0 })
+		a, err := Assemble([]Member{fs[0], fs[1], fs[2], fs[3]}, AssembleOptions{Options: opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		if st := a.State(); st != ArrayOptimal {
+			t.Fatalf("state %v after the member answered", st)
+		}
+	})
+	t.Run("failed member hangs on its superblock: left out", func(t *testing.T) {
+		fs, data := setup(t, true)
+		fs[2].Stall()
+		defer fs[2].Unstall()
+		a, err := assemble(t, []Member{fs[0], fs[1], fs[2], fs[3]}, fs[2].Unstall)
+		if err != nil {
+			t.Fatalf("Assemble: %v", err)
+		}
+		defer a.Close()
+		if st := a.Status(); st.State != ArrayDegraded || st.Members[2].State != MemberMissing {
+			t.Fatalf("state %v, slot 2 %v; want degraded with slot 2 missing", st.State, st.Members[2].State)
+		}
+		check(t, a, data)
+	})
+	t.Run("member hangs after its superblock: failed at the deadline", func(t *testing.T) {
+		fs, data := setup(t, false)
+		h := &hangAfterFirstRead{FaultyMember: fs[1]}
+		defer h.Unstall()
+		a, err := assemble(t, []Member{fs[0], h, fs[2], fs[3]}, h.Unstall)
+		if err != nil {
+			t.Fatalf("Assemble: %v", err)
+		}
+		defer a.Close()
+		waitFor(t, "slot 1 failed", func() bool { return a.Status().Members[1].State == MemberFaulty })
+		if st := a.State(); st != ArrayDegraded {
+			t.Fatalf("state %v, want degraded", st)
+		}
+		check(t, a, data)
+		h.Unstall()
+	})
 }

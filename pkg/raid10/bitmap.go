@@ -249,20 +249,22 @@ func (b *bitmap) setAll() {
 	}
 }
 
-// load ORs the on-disk bitmap of m into the image; corrupt or unreadable
-// blocks count as all ones. It returns the number of bad blocks.
-func (b *bitmap) load(m Member) int {
+// load ORs the on-disk bitmap of r into the image; corrupt or unreadable
+// blocks count as all ones. It returns the number of bad blocks. The reads
+// are under the deadline (Assemble runs the monitor): a hung member's block
+// counts as all ones. Each block is read into a buffer of its own, since an
+// abandoned read may still land in it.
+func (b *bitmap) load(r *memberRef) int {
 	bad := 0
-	buf := getBounce(sbSize)
-	defer putBounce(buf)
 	blocks := int64(len(b.image)) * 8 / bmBitsPerBlock
 	for blk := int64(0); blk < blocks; blk++ {
 		lo := blk * bmBitsPerBlock / 8
 		dst := b.image[lo : lo+bmBitsPerBlock/8]
 		var bits []byte
-		_, err := m.ReadAt((*buf)[:sbSize], bitmapOffset+blk*sbSize)
+		buf := make([]byte, sbSize)
+		err := b.a.metaIO(r, func() error { _, err := r.m.ReadAt(buf, bitmapOffset+blk*sbSize); return err })
 		if err == nil {
-			bits, err = unmarshalBitmapBlock((*buf)[:sbSize], uint32(blk))
+			bits, err = unmarshalBitmapBlock(buf, uint32(blk))
 		}
 		if err != nil {
 			bad++

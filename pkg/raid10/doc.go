@@ -169,7 +169,12 @@
 // disagreeing geometry (except the smaller sizes of a member with fewer
 // events, left by a crash during Grow), corrupt superblocks and slots
 // claimed twice, and
-// takes the member with the highest events as the array's view. A member
+// takes the member with the highest events as the array's view. Member
+// I/O is under the member deadline from the start: a member whose
+// superblock read does not answer in time is left out only if the freshest
+// view shows every live slot held by members that answered with its event
+// count (else Assemble fails with EIO: it might be the only one to know of
+// a later failure); one that hangs later is failed as at run time. A member
 // with fewer events, a non-active slot entry or an unfinished recovery is
 // stale: it is rebuilt, from the dirty bitmap regions only when its events
 // are at least the events-cleared mark (nothing it missed can have been

@@ -231,6 +231,51 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 	}
 }
 
+// readSuperblocks reads every member's superblock at once and waits up to
+// deadline (for ever if it is negative). hung marks the members that did
+// not answer by then; their reads go on, each into a buffer of its own.
+func readSuperblocks(members []Member, deadline time.Duration) ([]*superblock, []error, []bool) {
+	type result struct {
+		i   int
+		sb  *superblock
+		err error
+	}
+	sbs, errs, hung := make([]*superblock, len(members)), make([]error, len(members)), make([]bool, len(members))
+	ch := make(chan result, len(members))
+	waiting := 0
+	for i, m := range members {
+		if m == nil {
+			continue
+		}
+		waiting++
+		hung[i] = true
+		go func() {
+			sb, err := readSuperblock(m)
+			ch <- result{i, sb, err}
+		}()
+	}
+	var timeout <-chan time.Time
+	if deadline > 0 {
+		t := time.NewTimer(deadline)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for ; waiting > 0; waiting-- {
+		select {
+		case r := <-ch:
+			sbs[r.i], errs[r.i], hung[r.i] = r.sb, r.err, false
+		case <-timeout:
+			for i := range hung {
+				if hung[i] {
+					klog.ErrorS(errTimedOut, "raid10: member did not answer its superblock read", "member", i, "deadline", deadline)
+				}
+			}
+			return sbs, errs, hung
+		}
+	}
+	return sbs, errs, hung
+}
+
 type assembleCand struct {
 	pos int
 	m   Member
@@ -243,17 +288,39 @@ type assembleCand struct {
 // array's view, starts a stale member's recovery (bitmap-based when its
 // events allow) and, after an unclean shutdown, resyncs the regions the
 // bitmap marks dirty.
+//
+// Member I/O is bounded by the member deadline (Options.MemberTimeout) from
+// the start. A member whose superblock read does not answer in time is left
+// out only if the freshest superblock that was read shows every active or
+// recovering slot held by a member that answered with that same event
+// count: then the hung member is no live member of the array, and none of
+// those that answered can have been failed by an update only it got.
+// Otherwise Assemble fails with a MemberError (errno EIO) naming it: leaving
+// it out could trust a stale member. A member that hangs on a later
+// metadata read or write is failed as at run time (deadline.go).
 func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
+	deadline := opts.MemberTimeout
+	if deadline == 0 {
+		deadline = DefaultMemberTimeout
+	}
+	sbs, errs, hung := readSuperblocks(members, deadline)
 	var cands []assembleCand
 	for i, m := range members {
-		if m == nil {
+		if m == nil || hung[i] {
 			continue
 		}
-		sb, err := readSuperblock(m)
-		if err != nil {
-			return nil, &MemberError{Member: i, Op: "read superblock", Err: err}
+		if errs[i] != nil {
+			return nil, &MemberError{Member: i, Op: "read superblock", Err: errs[i]}
 		}
-		cands = append(cands, assembleCand{pos: i, m: m, sb: sb})
+		cands = append(cands, assembleCand{pos: i, m: m, sb: sbs[i]})
+	}
+	hungErr := func(i int, why string) error {
+		return &MemberError{Member: i, Op: "read superblock", Err: fmt.Errorf("%w: no answer within %v; %s", errTimedOut, deadline, why)}
+	}
+	for i := range hung {
+		if hung[i] && len(cands) == 0 {
+			return nil, hungErr(i, "no other member answered")
+		}
 	}
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("%w: no members given", ErrTooFewMembers)
@@ -288,6 +355,24 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 		}
 	}
 	n := int(ref.raidDisks)
+	for i := range hung {
+		if !hung[i] {
+			continue
+		}
+		for slot := range n {
+			if st := ref.slots[slot]; st != slotActive && st != slotRecovering {
+				continue
+			}
+			held := false
+			for _, c := range cands {
+				held = held || int(c.sb.role) == slot && c.sb.events == ref.events
+			}
+			if !held {
+				return nil, hungErr(i, fmt.Sprintf("live slot %d has no member that answered with the latest events, and the hung member may be the only one that knows of a later failure", slot))
+			}
+		}
+		klog.InfoS("raid10: member did not answer its superblock read in time; left out, every live slot is held by members that answered", "member", i, "deadline", deadline)
+	}
 	bySlot := make([]*assembleCand, n)
 	for i := range cands {
 		c := &cands[i]
@@ -354,10 +439,13 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: no in-sync member among slots %v", ErrTooFewMembers, missing)
 	}
+	// From here on a member that hangs is failed at the deadline, as at
+	// run time: the monitor runs before the bitmap is read.
+	a.startMonitor()
 	bad := 0
 	for _, s := range a.slots {
 		if r := s.inSync(); r != nil {
-			bad += a.bm.load(r.m)
+			bad += a.bm.load(r)
 		}
 	}
 	if bad > 0 {
@@ -384,6 +472,7 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	a.writeSuperblocksLocked(true, false)
 	a.metaMu.Unlock()
 	if a.stateLocked() == ArrayFailed {
+		a.stopMonitor()
 		return nil, fmt.Errorf("%w: members failed while assembling", ErrTooFewMembers)
 	}
 	a.start()
