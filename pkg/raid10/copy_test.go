@@ -405,7 +405,7 @@ func TestCopyFaults(t *testing.T) {
 		seed = testSeed(t)
 	}
 	t.Logf("seed %d (replay with RAID10_SEED=%d)", seed, seed)
-	for _, kind := range []string{"source-member", "target-member", "source-unreadable", "target-gone"} {
+	for _, kind := range []string{"source-member", "target-member", "source-unreadable", "target-gone", "source-repair-read-faults", "grow-refused"} {
 		t.Run(kind, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 0xfa17))
 			r := newCopyRig(t, rng, false)
@@ -455,11 +455,42 @@ func TestCopyFaults(t *testing.T) {
 					f.Disappear()
 				}
 			}
+			// A Repair of the source runs with the copy, its member 1
+			// failing reads from now on (the copier's and the scrub's reads
+			// heal from the other copy, or fail the member as a whole).
+			repaired := make(chan error, 1)
+			if kind == "source-repair-read-faults" {
+				r.srcF[1].FailReadsAfter(int64(rng.IntN(64)))
+				go func() {
+					_, err := r.src.Repair(context.Background())
+					repaired <- err
+				}()
+			}
+			if kind == "grow-refused" {
+				// Neither array grows while the copy runs (the target's
+				// record sits at its end; the source's hooks cover its size).
+				for name, a := range map[string]*Array{"source": r.src, "target": r.tgt} {
+					if err := a.Grow(a.size.Load() + a.geo.chunk); !errors.Is(err, ErrBusy) {
+						t.Fatalf("%s Grow during the copy: %v, want ErrBusy", name, err)
+					}
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			err = c.Wait(ctx)
 			stop.Store(true)
 			wg.Wait()
+			if kind == "source-repair-read-faults" {
+				if err := <-repaired; err != nil {
+					t.Fatalf("Repair during the copy: %v", err)
+				}
+				r.srcF[1].ClearFaults()
+				m := r.src.Status().Members[1]
+				if m.ReadErrors == 0 {
+					t.Fatal("no read fault met: the Repair and the copier ran without the fault")
+				}
+				t.Logf("%s: source member 1 %v, %d read errors", kind, m.State, m.ReadErrors)
+			}
 			if kind == "target-gone" {
 				if !errors.Is(err, ErrCopyFailed) || !failed.Load() {
 					t.Fatalf("copy into a target that went: %v, OnFail done %v", err, failed.Load())
