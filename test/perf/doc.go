@@ -1,7 +1,8 @@
 // Package perf holds the VM benchmark of the data path (`make bench-vm`): in one boot of the
-// test VM with 4 emulated NVMe disks (test/vm Options.Disks), md raid10 (near-2, no bitmap)
-// over the disks beside the RAID10 engine over the same disks served to the guest's kernel
-// by each frontend (frontend.go: NBD today; a frontend registers itself there), with fio
+// test VM (Debian's 6.12 kernel, for ublk_drv) with 4 emulated NVMe disks (test/vm
+// Options.Disks), md raid10 (near-2, no bitmap) over the disks beside the RAID10 engine over
+// the same disks served to the guest's kernel by each frontend (frontend_test.go: NBD;
+// ublk_test.go: ublk; a frontend registers itself there), with fio
 // libaio direct 4 KiB random reads and writes at queue depth 1 and 32 and 1 MiB sequential
 // reads and writes at queue depth 8, and the guest's pipe-copy throughput (dd | dd, 1 MiB
 // blocks), the ceiling of large I/O under emulation, measured next to each 1 MiB case.
