@@ -341,11 +341,17 @@ func TestListenPrivate(t *testing.T) {
 }
 
 // TestSteadyStateAllocations drives one connection with reads and writes and checks that the
-// server allocates nothing per request once warm.
+// server allocates nothing per request once warm: with the requests handed to workers, and
+// with bursts served by the reader (a memory-speed backend, conn.inline).
 func TestSteadyStateAllocations(t *testing.T) {
 	testenv.Heavy(t, "drives many requests to measure allocations")
+	t.Run("workers", func(t *testing.T) { steadyStateAllocations(t, Options{fastExec: time.Nanosecond}, false) })
+	t.Run("bursts", func(t *testing.T) { steadyStateAllocations(t, Options{fastExec: time.Hour}, true) })
+}
+
+func steadyStateAllocations(t *testing.T, opts Options, bursts bool) {
 	mem := newMemBackend(4 << 20)
-	_, sock := startServer(t, Options{}, Export{Backend: mem})
+	srv, sock := startServer(t, opts, Export{Backend: mem})
 	c := dialRaw(t, sock)
 	c.goExport("")
 	page := make([]byte, 4096)
@@ -390,9 +396,13 @@ func TestSteadyStateAllocations(t *testing.T) {
 	round(rounds)
 	runtime.ReadMemStats(&after)
 	perRequest := float64(after.Mallocs-before.Mallocs) / (rounds * 16)
-	t.Logf("%.3f allocations per request (server and test client together)", perRequest)
+	t.Logf("%.3f allocations per request (server and test client together); %d of %d requests executed by the reader",
+		perRequest, inlinedRequests(srv), (200+rounds)*16)
 	if perRequest > 0.05 {
 		t.Fatalf("%.3f allocations per request in steady state", perRequest)
+	}
+	if n := inlinedRequests(srv); bursts != (n > (200+rounds)*16/2) {
+		t.Fatalf("%d of %d requests executed by the reader: not the path this run measures", n, (200+rounds)*16)
 	}
 }
 
