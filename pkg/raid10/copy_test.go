@@ -228,7 +228,8 @@ func checkSnapshot(t *testing.T, tgt *Array, hist []cutHist, lostOK func(b int) 
 // copy and checks: the source holds every acknowledged write (as
 // TestCrash), and the snapshot holds exactly the source's data as of the cut
 // (compared with the model; a write that overlapped the cut may be in or
-// out), after more writes to the source under the resumed hook.
+// out), after more writes to the source under the resumed hook. One round
+// in three a Repair of the source runs with the copy into the crash.
 //
 // make test runs a fixed set of seeds; RAID10_SOAK=<duration> (make soak)
 // runs random ones for that long; RAID10_SEED=<seed> replays one (the
@@ -292,6 +293,24 @@ func copyCrashRound(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	c.Start()
+	// One round in three, Repairs of the source run one after the other
+	// into the crash (its own generator: the other draws, and so the fixed
+	// seeds, stay).
+	repaired := make(chan struct{})
+	if rand.New(rand.NewPCG(seed, 0x5c7b)).IntN(3) == 0 {
+		go func() {
+			defer close(repaired)
+			n := 0
+			for ; !stop.Load(); n++ {
+				if _, err := r.src.Repair(context.Background()); errors.Is(err, ErrClosed) {
+					break
+				}
+			}
+			t.Logf("%d Repairs of the source ran with the copy", n)
+		}()
+	} else {
+		close(repaired)
+	}
 	// The crash point: a random share of the copy done (one round in ten
 	// after it is ready).
 	at := int64(rng.Float64() * 1.1 * float64(r.src.Size()))
@@ -318,6 +337,7 @@ func copyCrashRound(t *testing.T, seed uint64) {
 	}
 	_ = r.src.Close()
 	_ = r.tgt.Close()
+	<-repaired
 
 	asm := func(bs []*MemMember, o Options) *Array {
 		ms := make([]Member, len(bs))
