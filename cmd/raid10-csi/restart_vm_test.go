@@ -41,18 +41,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestRestartVM runs TestRestartInGuest in the VM: restarts of the plugin under fio.
+// TestRestartVM runs TestRestartInGuest and TestRestartFaultsInGuest in the VM: restarts of
+// the plugin under fio, alone and overlapping a disk that dies and its rebuild.
 func TestRestartVM(t *testing.T) {
 	vm.HostHalf(t)
-	timeout, rounds := 8*time.Minute, "ext4:1:1:0:1,xfs:1:1"
+	timeout, rounds := 14*time.Minute, "ext4:1:1:0:1,xfs:1:1"
 	if os.Getenv(restartLongEnv) == "1" {
-		timeout, rounds = 80*time.Minute, "ext4:20:20:5:10,xfs:20:20:5:10"
+		timeout, rounds = 86*time.Minute, "ext4:20:20:5:10,xfs:20:20:5:10"
 	}
 	if r := os.Getenv("RAID10_RESTART_ROUNDS"); r != "" { // by hand: other rounds
 		rounds = r
 	}
-	res := vm.RunGoTestOpts(t, vm.Options{Timeout: timeout, Memory: 2048, Env: []string{"RAID10_RESTART_ROUNDS=" + rounds}},
-		".", "-test.run=^TestRestartInGuest$", "-test.v", "-test.timeout="+(timeout-90*time.Second).String())
+	res := vm.RunGoTestOpts(t, vm.Options{Timeout: timeout, Memory: 2048, Env: []string{"RAID10_RESTART_ROUNDS=" + rounds},
+		Modules: append(append([]string{}, vm.DefaultModules...), "dm_mod"),
+		Tests:   []string{"TestRestartInGuest", "TestRestartFaultsInGuest"}},
+		".", "-test.run=^TestRestart(Faults)?InGuest$", "-test.v", "-test.timeout="+(timeout-90*time.Second).String())
 	t.Logf("VM run: boot %s, total %s", res.Boot.Round(time.Second), res.Duration.Round(time.Second))
 }
 
@@ -115,122 +118,17 @@ func TestRestartInGuest(t *testing.T) {
 	}
 	dir := "/var/tmp/restart-test" // not under t.TempDir: the plugin's logs stay readable after a failure
 	_ = os.RemoveAll(dir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	var cfg pool.Config
+	var disks []string
 	for i := range 4 {
-		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
-		if err := os.WriteFile(p, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(p, 256<<20); err != nil {
-			t.Fatal(err)
-		}
-		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
+		disks = append(disks, sparseFile(t, filepath.Join(dir, fmt.Sprintf("disk%d.img", i)), 256<<20))
 	}
-	b, _ := json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "pool.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "csi.sock")
-	args := strings.Join([]string{"--mode=all", "--node-id=vm-node", "--endpoint=unix://" + sock,
-		"--pool-config=" + filepath.Join(dir, "pool.json"), "--state-dir=" + filepath.Join(dir, "state"),
-		"--metrics-address=", "--handover-wait=0s", "-v=2"}, " ")
 	frontend := os.Getenv(restartFrontendEnv)
 	if frontend == "" {
 		frontend = "nbd"
 	}
-	args += " --frontend=" + frontend
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dumpLog := func(p *plugin) {
-		b, _ := os.ReadFile(p.log)
-		lines := strings.Split(string(b), "\n")
-		t.Logf("%s (%v; last lines):\n%s", p.log, p.cmd.ProcessState, strings.Join(lines[max(0, len(lines)-40):], "\n"))
-	}
-	n := 0
-	startProc := func(name, args string) *plugin {
-		p := &plugin{log: filepath.Join(dir, name+".log"), start: time.Now(), done: make(chan struct{})}
-		f, err := os.Create(p.log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.cmd = exec.Command(self)
-		p.cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS="+args)
-		p.cmd.Stdout, p.cmd.Stderr = f, f
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = p.cmd.Wait(); f.Close(); close(p.done) }()
-		return p
-	}
-	startPlugin := func() *plugin {
-		n++
-		return startProc(fmt.Sprintf("plugin-%02d", n), args)
-	}
-	// The holder keeps the devices between a plugin that stops and the next one.
-	holders := 0
-	startHolder := func() *plugin {
-		holders++
-		h := startProc(fmt.Sprintf("holder-%02d", holders), "--mode=holder --state-dir="+filepath.Join(dir, "state")+" -v=2")
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) { // a holder is up before a plugin stops
-			if c, err := net.Dial("unix", filepath.Join(dir, "state", "handover", "holder.sock")); err == nil {
-				_ = c.Close()
-				return h
-			}
-			if time.Now().After(deadline) {
-				dumpLog(h)
-				t.Fatal("the holder does not listen after a minute")
-			}
-		}
-	}
-	holder := startHolder()
-	defer func() {
-		_ = holder.cmd.Process.Signal(syscall.SIGTERM)
-		<-holder.done
-	}()
-	var cur *plugin
-	defer func() {
-		if cur != nil {
-			_ = cur.cmd.Process.Kill()
-			<-cur.done
-		}
-	}()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ids := csi.NewIdentityClient(conn)
-	waitServing := func(p *plugin) time.Duration {
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := ids.Probe(ctx, &csi.ProbeRequest{})
-			cancel()
-			if err == nil {
-				return time.Since(p.start)
-			}
-			select {
-			case <-p.done:
-				dumpLog(p)
-				t.Fatalf("plugin exited before serving: %v", p.cmd.ProcessState)
-			default:
-			}
-			if time.Now().After(deadline) {
-				dumpLog(p)
-				t.Fatalf("plugin not serving after 2 minutes: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	cur = startPlugin()
-	t.Logf("plugin serving after %s", waitServing(cur).Round(time.Millisecond))
+	rig := newRestartRig(t, dir, pool.Config{}, disks, "--frontend="+frontend)
 	ctx := context.Background()
-	ctrl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
+	ctrl := csi.NewControllerClient(rig.conn)
 
 	results := map[string][]round{}
 	var order []string
@@ -249,26 +147,10 @@ func TestRestartInGuest(t *testing.T) {
 		if len(f) > 4 {
 			overlaps, _ = strconv.Atoi(f[4])
 		}
-		capab := &csi.VolumeCapability{
-			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		}
-		vol, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "vol-" + fs,
-			CapacityRange: &csi.CapacityRange{RequiredBytes: 320 << 20}, VolumeCapabilities: []*csi.VolumeCapability{capab}})
-		if err != nil {
-			t.Fatalf("CreateVolume: %v", err)
-		}
-		id := vol.GetVolume().GetVolumeId()
-		staging := filepath.Join(dir, "staging-"+fs)
-		if _, err := node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id,
-			StagingTargetPath: staging, VolumeCapability: capab}); err != nil {
-			t.Fatalf("NodeStageVolume: %v", err)
-		}
-		dev := mountSource(t, staging)
+		id, staging, dev := rig.stage(fs, "vol-"+fs)
 		if want := map[string]string{"nbd": "/dev/nbd", "ublk": "/dev/ublkb"}[frontend]; !strings.HasPrefix(dev, want) {
 			t.Fatalf("volume staged on %s, want a %sN device (--frontend=%s)", dev, want, frontend)
 		}
-		t.Logf("%s: volume %s staged on %s", fs, id, dev)
 
 		kinds := make([]string, 0, graceful+kills+drains+overlaps)
 		for i := 0; i < max(graceful, kills, drains, overlaps); i++ { // interleaved, so that each sees the same state
@@ -286,44 +168,16 @@ func TestRestartInGuest(t *testing.T) {
 			}
 		}
 		for i, kind := range kinds {
-			if kind == "drain" { // no holder: the plugin drains its connections and closes them
-				_ = holder.cmd.Process.Signal(syscall.SIGTERM)
-				<-holder.done
-			}
-			r := restartUnderFio(t, filepath.Join(staging, "fio.dat"), dev, kind, &cur, startPlugin, waitServing)
-			if kind == "drain" {
-				holder = startHolder()
-			}
-			t.Logf("%s round %d %s: stall %s, served again after %s, errors %d, verify %v, handover %v (%d writes, mean %s)",
-				fs, i+1, kind, r.stall.Round(time.Millisecond), r.served.Round(time.Millisecond), r.errors, r.verify, r.handed,
-				r.ios, r.mean.Round(time.Microsecond))
+			r := rig.restartUnderFio(filepath.Join(staging, "fio.dat"), dev, kind, nil)
 			key := fs + " " + kind
 			if _, ok := results[key]; !ok {
 				order = append(order, key)
 			}
 			results[key] = append(results[key], r)
 			// A failed round is reported and the rounds go on, so that the table is complete.
-			if r.errors != 0 || !r.verify {
-				dumpLog(cur)
-				t.Errorf("%s %s round %d: fio failed:\n%s", fs, kind, i+1, r.fioTail)
-			}
-			// Over ublk nothing is handed over: the kernel keeps the device and its queued I/O
-			// for the next process, whose recovery the fio check above covers.
-			if (kind == "graceful" || kind == "overlap") && frontend == "nbd" && (!r.handed || r.stall >= 10*time.Second) {
-				dumpLog(r.old)
-				dumpLog(cur)
-				t.Errorf("%s %s round %d: handover %v, stall %s (the kernel's request timeout is 10 s)", fs, kind, i+1, r.handed, r.stall)
-			}
+			rig.checkRound(fmt.Sprintf("%s %s round %d", fs, kind, i+1), r, frontend)
 		}
-		mustRun(t, "umount", staging)
-		if fs == "xfs" {
-			mustRun(t, "xfs_repair", "-n", dev)
-		} else {
-			mustRun(t, "e2fsck", "-fn", dev)
-		}
-		if _, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
-			t.Fatalf("NodeUnstageVolume: %v", err)
-		}
+		rig.unstage(id, staging, dev, fs)
 		if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 			t.Fatalf("DeleteVolume: %v", err)
 		}
@@ -343,19 +197,245 @@ func TestRestartInGuest(t *testing.T) {
 		t.Logf("RESULT | %s | %d | %s | %s | %s | %s | %d | %d/%d passed |", key, len(rs),
 			p50(stalls), maxOf(stalls), p50(served), maxOf(served), errs, verified, len(rs))
 	}
-	_ = cur.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-cur.done:
-	case <-time.After(time.Minute):
-		t.Error("plugin still running a minute after SIGTERM")
+	rig.stop()
+}
+
+// restartRig runs raid10-csi --mode=all as a process of its own in the guest, with a holder
+// process (--mode=holder) beside it that keeps the devices between a plugin that stops and
+// the next one, and a CSI client on its socket. Everything lives in dir, which is not under
+// t.TempDir so that the plugin's logs stay readable after a failure.
+type restartRig struct {
+	t       *testing.T
+	dir     string
+	args    string
+	self    string
+	plugins int // plugin processes started
+	holders int // holder processes started
+	holder  *plugin
+	cur     *plugin // the plugin serving now
+	conn    *grpc.ClientConn
+	ids     csi.IdentityClient
+}
+
+// newRestartRig writes the pool's configuration (cfg with disks), starts the holder and a
+// plugin with extra flags, and waits until the plugin answers on its CSI socket. The
+// processes are stopped when the test ends.
+func newRestartRig(t *testing.T, dir string, cfg pool.Config, disks []string, extra ...string) *restartRig {
+	t.Helper()
+	for _, d := range disks {
+		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: d})
 	}
-	cur = nil
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "pool.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "csi.sock")
+	args := append([]string{"--mode=all", "--node-id=vm-node", "--endpoint=unix://" + sock,
+		"--pool-config=" + filepath.Join(dir, "pool.json"), "--state-dir=" + filepath.Join(dir, "state"),
+		"--metrics-address=", "--handover-wait=0s", "-v=2"}, extra...)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &restartRig{t: t, dir: dir, args: strings.Join(args, " "), self: self}
+	r.holder = r.startHolder()
+	t.Cleanup(func() {
+		if r.cur != nil {
+			_ = r.cur.cmd.Process.Kill()
+			<-r.cur.done
+		}
+		_ = r.holder.cmd.Process.Signal(syscall.SIGTERM)
+		<-r.holder.done
+	})
+	r.conn, err = grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.conn.Close() })
+	r.ids = csi.NewIdentityClient(r.conn)
+	r.cur = r.startPlugin()
+	t.Logf("plugin serving after %s", r.waitServing(r.cur).Round(time.Millisecond))
+	return r
+}
+
+// sparseFile creates (or empties) a sparse file of size bytes at path, its directory too.
+func sparseFile(t *testing.T, path string, size int64) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func (r *restartRig) dumpLog(p *plugin) {
+	b, _ := os.ReadFile(p.log)
+	lines := strings.Split(string(b), "\n")
+	r.t.Logf("%s (%v; last lines):\n%s", p.log, p.cmd.ProcessState, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+}
+
+// grepLogs logs the lines of every plugin's log that contain one of subs.
+func (r *restartRig) grepLogs(subs ...string) {
+	for i := 1; i <= r.plugins; i++ {
+		b, _ := os.ReadFile(filepath.Join(r.dir, fmt.Sprintf("plugin-%02d.log", i)))
+		for _, l := range strings.Split(string(b), "\n") {
+			for _, s := range subs {
+				if strings.Contains(l, s) {
+					r.t.Logf("plugin-%02d: %s", i, l)
+					break
+				}
+			}
+		}
+	}
+}
+
+func (r *restartRig) startProc(name, args string) *plugin {
+	p := &plugin{log: filepath.Join(r.dir, name+".log"), start: time.Now(), done: make(chan struct{})}
+	f, err := os.Create(p.log)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	p.cmd = exec.Command(r.self)
+	p.cmd.Env = append(os.Environ(), runMainEnv+"=1", runMainEnv+"_ARGS="+args)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if err := p.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); f.Close(); close(p.done) }()
+	return p
+}
+
+func (r *restartRig) startPlugin() *plugin {
+	r.plugins++
+	return r.startProc(fmt.Sprintf("plugin-%02d", r.plugins), r.args)
+}
+
+// startHolder starts a holder and returns once it listens (a holder is up before a plugin
+// stops).
+func (r *restartRig) startHolder() *plugin {
+	r.holders++
+	h := r.startProc(fmt.Sprintf("holder-%02d", r.holders), "--mode=holder --state-dir="+filepath.Join(r.dir, "state")+" -v=2")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("unix", filepath.Join(r.dir, "state", "handover", "holder.sock")); err == nil {
+			_ = c.Close()
+			return h
+		}
+		if time.Now().After(deadline) {
+			r.dumpLog(h)
+			r.t.Fatal("the holder does not listen after a minute")
+		}
+	}
+}
+
+// waitServing waits until the plugin answers a CSI Probe and returns how long after its
+// start that was.
+func (r *restartRig) waitServing(p *plugin) time.Duration {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := r.ids.Probe(ctx, &csi.ProbeRequest{})
+		cancel()
+		if err == nil {
+			return time.Since(p.start)
+		}
+		select {
+		case <-p.done:
+			r.dumpLog(p)
+			r.t.Fatalf("plugin exited before serving: %v", p.cmd.ProcessState)
+		default:
+		}
+		if time.Now().After(deadline) {
+			r.dumpLog(p)
+			r.t.Fatalf("plugin not serving after 2 minutes: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stage creates a 320 MiB volume called name and stages it mounted with fs; it returns the
+// volume's ID, the staging path and the device mounted there.
+func (r *restartRig) stage(fs, name string) (id, staging, dev string) {
+	r.t.Helper()
+	ctx := context.Background()
+	capab := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	vol, err := csi.NewControllerClient(r.conn).CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 320 << 20}, VolumeCapabilities: []*csi.VolumeCapability{capab}})
+	if err != nil {
+		r.t.Fatalf("CreateVolume: %v", err)
+	}
+	id = vol.GetVolume().GetVolumeId()
+	staging = filepath.Join(r.dir, "staging-"+name)
+	if _, err := csi.NewNodeClient(r.conn).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id,
+		StagingTargetPath: staging, VolumeCapability: capab}); err != nil {
+		r.t.Fatalf("NodeStageVolume: %v", err)
+	}
+	dev = mountSource(r.t, staging)
+	r.t.Logf("%s: volume %s staged on %s", fs, id, dev)
+	return id, staging, dev
+}
+
+// unstage unmounts the staging path, checks the filesystem clean (e2fsck -fn, xfs_repair -n)
+// and unstages the volume.
+func (r *restartRig) unstage(id, staging, dev, fs string) {
+	r.t.Helper()
+	mustRun(r.t, "umount", staging)
+	if fs == "xfs" {
+		mustRun(r.t, "xfs_repair", "-n", dev)
+	} else {
+		mustRun(r.t, "e2fsck", "-fn", dev)
+	}
+	if _, err := csi.NewNodeClient(r.conn).NodeUnstageVolume(context.Background(), &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		r.t.Fatalf("NodeUnstageVolume: %v", err)
+	}
+}
+
+// checkRound logs a restart's outcome and fails the test (going on) if fio saw an error or
+// its verification failed, or if a graceful or overlapping restart over NBD did not hand
+// the devices over or stalled for the kernel's request timeout.
+func (r *restartRig) checkRound(name string, rd round, frontend string) {
+	r.t.Helper()
+	r.t.Logf("%s: stall %s, served again after %s, errors %d, verify %v, handover %v (%d writes, mean %s)",
+		name, rd.stall.Round(time.Millisecond), rd.served.Round(time.Millisecond), rd.errors, rd.verify, rd.handed,
+		rd.ios, rd.mean.Round(time.Microsecond))
+	if rd.errors != 0 || !rd.verify {
+		r.dumpLog(r.cur)
+		r.t.Errorf("%s: fio failed:\n%s", name, rd.fioTail)
+	}
+	// Over ublk nothing is handed over: the kernel keeps the device and its queued I/O
+	// for the next process, whose recovery the fio check above covers.
+	if (rd.kind == "graceful" || rd.kind == "overlap") && frontend == "nbd" && (!rd.handed || rd.stall >= 10*time.Second) {
+		r.dumpLog(rd.old)
+		r.dumpLog(r.cur)
+		r.t.Errorf("%s: handover %v, stall %s (the kernel's request timeout is 10 s)", name, rd.handed, rd.stall)
+	}
+}
+
+// stop ends the serving plugin with SIGTERM and fails the test if it does not end.
+func (r *restartRig) stop() {
+	_ = r.cur.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.cur.done:
+	case <-time.After(time.Minute):
+		r.t.Error("plugin still running a minute after SIGTERM")
+	}
+	r.cur = nil
 }
 
 // restartUnderFio runs fio (4096 random 4 KiB writes at queue depth 16 and at most 1000 per
 // second, with verification: 4 to 8 s under TCG) on file, on device dev, and restarts the
-// plugin once 256 of its writes have reached the device.
-func restartUnderFio(t *testing.T, file, dev, kind string, cur **plugin, startPlugin func() *plugin, waitServing func(*plugin) time.Duration) round {
+// plugin once 256 of its writes have reached the device; before, if not nil, runs just before
+// the restart (a fault that overlaps it). A drain stops the holder first and starts a new one
+// after.
+func (rig *restartRig) restartUnderFio(file, dev, kind string, before func()) round {
+	t := rig.t
 	t.Helper()
 	fio := exec.Command("fio", "--name=restart", "--filename="+file, "--size=16M", "--bs=4k",
 		"--rw=randwrite", "--ioengine=libaio", "--iodepth=16", "--direct=1", "--rate_iops=1000",
@@ -385,29 +465,37 @@ func restartUnderFio(t *testing.T, file, dev, kind string, cur **plugin, startPl
 		}
 	}
 
-	old := *cur
+	if before != nil {
+		before() // the fault that overlaps this restart
+	}
+	if kind == "drain" { // no holder: the plugin drains its connections and closes them
+		_ = rig.holder.cmd.Process.Signal(syscall.SIGTERM)
+		<-rig.holder.done
+		defer func() { rig.holder = rig.startHolder() }()
+	}
+	old := rig.cur
 	r := round{kind: kind, old: old}
 	signalled := time.Now()
 	switch kind {
 	case "kill":
 		_ = old.cmd.Process.Signal(syscall.SIGKILL)
 		<-old.done
-		*cur = startPlugin()
+		rig.cur = rig.startPlugin()
 	case "overlap":
 		// The new process starts while the old one serves and takes the devices from it;
 		// the old one idles until it is told to stop.
-		*cur = startPlugin()
+		rig.cur = rig.startPlugin()
 		// The old process answers on the CSI socket until the new one took over: wait for
 		// the new one's word first.
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			if b, _ := os.ReadFile((*cur).log); strings.Contains(string(b), "Took the NBD devices over") {
+			if b, _ := os.ReadFile(rig.cur.log); strings.Contains(string(b), "Took the NBD devices over") {
 				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatal("the new plugin took nothing over in 2 minutes")
 			}
 		}
-		waitServing(*cur)
+		rig.waitServing(rig.cur)
 		_ = old.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-old.done:
@@ -423,14 +511,14 @@ func restartUnderFio(t *testing.T, file, dev, kind string, cur **plugin, startPl
 		case <-time.After(time.Minute):
 			t.Fatal("the old plugin still runs a minute after SIGTERM")
 		}
-		*cur = startPlugin()
+		rig.cur = rig.startPlugin()
 	}
-	waitServing(*cur)
+	rig.waitServing(rig.cur)
 	r.served = time.Since(signalled)
 	if kind == "graceful" || kind == "overlap" {
 		to := map[string]string{"graceful": "holder", "overlap": "successor"}[kind]
 		ob, _ := os.ReadFile(old.log)
-		nb, _ := os.ReadFile((*cur).log)
+		nb, _ := os.ReadFile(rig.cur.log)
 		r.handed = strings.Contains(string(ob), "Handed the NBD devices to the "+to) &&
 			strings.Contains(string(nb), "Took the NBD devices over")
 		for _, l := range strings.Split(string(ob)+string(nb), "\n") {

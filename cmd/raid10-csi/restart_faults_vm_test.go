@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/raid10-csi/raid10-csi/pkg/admin"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/test/vm"
+)
+
+// faultDiskSize is the size of each disk of TestRestartFaultsInGuest.
+const faultDiskSize = 256 << 20
+
+// faultDisk is a device-mapper device over a loop device over a sparse file in the guest:
+// its table can be swapped under the running plugin, as a disk that dies would appear.
+type faultDisk struct {
+	name string // the device is /dev/mapper/<name>
+	loop string // /dev/loopN under it
+}
+
+func (d faultDisk) path() string   { return "/dev/mapper/" + d.name }
+func (d faultDisk) linear() string { return fmt.Sprintf("0 %d linear %s 0", faultDiskSize/512, d.loop) }
+
+// dead is the table of a disk that answers every request with an error.
+func (d faultDisk) dead() string { return fmt.Sprintf("0 %d error", faultDiskSize/512) }
+
+// swap loads table into d's inactive slot and resumes d with it (one ioctl swaps them).
+func (d faultDisk) swap(t *testing.T, table string) {
+	t.Helper()
+	mustRun(t, "dmsetup", "load", d.name, "--table", table)
+	mustRun(t, "dmsetup", "resume", "--noudevsync", d.name)
+}
+
+// newFaultDisks creates n disks name0.. over sparse files in dir; they are removed when the
+// test ends.
+func newFaultDisks(t *testing.T, dir, name string, n int) []faultDisk {
+	t.Helper()
+	var disks []faultDisk
+	for i := range n {
+		file := sparseFile(t, filepath.Join(dir, fmt.Sprintf("%s%d.img", name, i)), faultDiskSize)
+		out, err := exec.Command("losetup", "--find", "--show", file).Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			t.Fatalf("losetup %s: %v: %s", file, err, stderr)
+		}
+		d := faultDisk{name: fmt.Sprintf("%s%d", name, i), loop: strings.TrimSpace(string(out))}
+		mustRun(t, "dmsetup", "create", d.name, "--noudevsync", "--table", d.linear())
+		t.Cleanup(func() {
+			_ = exec.Command("dmsetup", "remove", "--noudevsync", d.name).Run()
+			_ = exec.Command("losetup", "-d", d.loop).Run()
+		})
+		disks = append(disks, d)
+	}
+	mustRun(t, "dmsetup", "mknodes")
+	return disks
+}
+
+// TestRestartFaultsInGuest restarts the plugin while disks fail and rebuild, the faults of
+// a node's worst hour overlapping its restarts, with fio writing and verifying through ext4
+// every time (the pool on four dm devices, a fifth as the replacement):
+//
+//  1. a disk dies just before a graceful restart: the old process meets the errors while
+//     it hands the devices over, the new one opens the pool with a disk that answers
+//     nothing;
+//  2. the plugin is killed while the volume runs degraded;
+//  3. the dead disk is replaced: a graceful restart and a kill while the rebuild (limited
+//     to 8 MiB/s, so it spans both) runs;
+//  4. the rebuild ends Healthy, a check scrub finds no mismatch, and the filesystem checks
+//     clean.
+//
+// Every round must end with no fio error and a passing verification, and a graceful one
+// must hand over without waiting for the kernel's request timeout.
+func TestRestartFaultsInGuest(t *testing.T) {
+	vm.GuestHalf(t, "TestRestartVM")
+	dir := "/var/tmp/restart-faults" // not under t.TempDir: the plugin's logs stay readable after a failure
+	disks := newFaultDisks(t, dir, "rf", 5)
+	var paths []string
+	for _, d := range disks[:4] {
+		paths = append(paths, d.path())
+	}
+	rig := newRestartRig(t, dir, pool.Config{RebuildRateMax: 8 << 20}, paths, "--frontend=nbd")
+	id, staging, dev := rig.stage("ext4", "vol-faults")
+	t.Cleanup(func() {
+		// A failed run leaves nothing mounted on the device for the tests after it.
+		_ = exec.Command("umount", staging).Run()
+		if t.Failed() {
+			rig.grepLogs("raid10:", "pool:", "Scrub", "ecover", "esync", "ebuild")
+		}
+	})
+	file := filepath.Join(staging, "fio.dat")
+
+	status := func() pool.VolumeInfo {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := admin.Dial(ctx, filepath.Join(dir, "state", "admin.sock"))
+		if err != nil {
+			t.Fatalf("admin socket: %v", err)
+		}
+		defer c.Close()
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		for _, v := range st.Volumes {
+			if v.Name == id {
+				return v
+			}
+		}
+		t.Fatalf("volume %s not in the pool's status: %+v", id, st.Volumes)
+		return pool.VolumeInfo{}
+	}
+	describe := func(v pool.VolumeInfo) string {
+		s := fmt.Sprintf("%s %d/%d", v.Health, v.InSync, len(v.Members))
+		if v.Sync != nil {
+			s += fmt.Sprintf(", %s %.1f%%", v.Sync.Kind, v.Sync.Percent)
+		}
+		return s
+	}
+	waitHealth := func(want pool.Health, within time.Duration) pool.VolumeInfo {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			v := status()
+			if v.Health == want {
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("volume %s is %s, not %s, after %s", id, describe(v), want, within)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+
+	// 1. A disk dies at a graceful restart.
+	r := rig.restartUnderFio(file, dev, "graceful", func() { disks[1].swap(t, disks[1].dead()) })
+	rig.checkRound("disk dead at a graceful restart", r, "nbd")
+	v := waitHealth(pool.Degraded, 2*time.Minute)
+	t.Logf("after the restart: %s", describe(v))
+
+	// 2. Killed while degraded.
+	r = rig.restartUnderFio(file, dev, "kill", nil)
+	rig.checkRound("kill while degraded", r, "nbd")
+	t.Logf("after the kill: %s", describe(status()))
+
+	// 3. The dead disk replaced: restarts during the rebuild.
+	func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := admin.Dial(ctx, filepath.Join(dir, "state", "admin.sock"))
+		if err != nil {
+			t.Fatalf("admin socket: %v", err)
+		}
+		defer c.Close()
+		if _, err := c.ReplaceDisk(ctx, disks[1].path(), pool.DiskConfig{Path: disks[4].path()}); err != nil {
+			t.Fatalf("replace %s with %s: %v", disks[1].path(), disks[4].path(), err)
+		}
+	}()
+	// A resync the restarts left (regions dirty at an unclean stop) runs first, as md runs
+	// a resync before a recovery.
+	v = waitHealth(pool.Rebuilding, 5*time.Minute)
+	t.Logf("after the replacement: %s", describe(v))
+	for _, kind := range []string{"graceful", "kill"} {
+		r = rig.restartUnderFio(file, dev, kind, func() {
+			v := status()
+			t.Logf("before the %s restart: %s", kind, describe(v))
+			if v.Health != pool.Rebuilding {
+				t.Fatalf("the volume is %s before the %s restart: this round tests a restart during a rebuild", describe(v), kind)
+			}
+		})
+		rig.checkRound(kind+" restart during the rebuild", r, "nbd")
+		t.Logf("after the %s restart: %s", kind, describe(status()))
+	}
+
+	// 4. Healthy, no mismatch, a clean filesystem.
+	start := time.Now()
+	waitHealth(pool.Healthy, 5*time.Minute)
+	t.Logf("rebuild done %s after the last restart", time.Since(start).Round(time.Second))
+	func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		c, err := admin.Dial(ctx, filepath.Join(dir, "state", "admin.sock"))
+		if err != nil {
+			t.Fatalf("admin socket: %v", err)
+		}
+		defer c.Close()
+		if _, err := c.StartScrub(ctx, id, pool.ScrubCheck); err != nil {
+			t.Fatalf("scrub: %v", err)
+		}
+	}()
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		v := status()
+		if s := v.Scrub; s != nil && s.State != pool.ScrubRunning {
+			t.Logf("scrub: %s, %d mismatches, %d lost", s.State, s.Mismatches, s.Lost)
+			if s.State != pool.ScrubDone || s.Mismatches != 0 || s.Lost != 0 {
+				t.Fatalf("scrub after the rebuild: %+v", *s)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scrub still running after 5 minutes: %+v", v.Scrub)
+		}
+	}
+	rig.unstage(id, staging, dev, "ext4")
+	if _, err := csi.NewControllerClient(rig.conn).DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatalf("DeleteVolume: %v", err)
+	}
+	rig.stop()
+}
