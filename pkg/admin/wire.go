@@ -18,6 +18,7 @@ var ErrorCodes = []struct {
 	{"NoSpace", pool.ErrNoSpace},
 	{"ForeignSignature", pool.ErrForeignSignature},
 	{"CorruptLabel", pool.ErrCorruptLabel},
+	{"LabelUnreadable", pool.ErrLabelUnreadable},
 	{"OtherPool", pool.ErrOtherPool},
 	{"DiskInUse", pool.ErrDiskInUse},
 	{"Degraded", pool.ErrDegraded},

@@ -112,6 +112,13 @@ func (p *Pool) ReplaceDisk(ref string, with DiskConfig) (DiskInfo, error) {
 	if old.state == DiskRemoved {
 		return DiskInfo{}, fmt.Errorf("%w: disk %s was already replaced", ErrFailedPrecondition, ref)
 	}
+	if old.uuid.IsZero() {
+		// A listed disk the pool refused (unreadable, foreign, ...): it holds no role, so
+		// "replacing" it would rebuild nothing. A member the pool cannot read is Missing
+		// under its own UUID.
+		return DiskInfo{}, fmt.Errorf("%w: disk %s is not a member of this pool (refused: %v); replace a Missing member by its UUID (the pool's disk list shows it)",
+			ErrFailedPrecondition, ref, old.refused)
+	}
 	target, err := p.findDisk(with.Path)
 	switch {
 	case err == nil && target.present && (target.state == DiskSpare || target.state == DiskActive):

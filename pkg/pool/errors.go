@@ -10,8 +10,8 @@ import "errors"
 //	ErrNotFound          NotFound
 //	ErrAlreadyExists     AlreadyExists (same name, other parameters)
 //	ErrNoSpace           ResourceExhausted / OutOfRange
-//	ErrFailedPrecondition, ErrForeignSignature, ErrCorruptLabel, ErrOtherPool,
-//	ErrMixedPools, ErrDiskInUse, ErrDegraded
+//	ErrFailedPrecondition, ErrForeignSignature, ErrCorruptLabel, ErrLabelUnreadable,
+//	ErrOtherPool, ErrMixedPools, ErrDiskInUse, ErrDegraded
 //	                     FailedPrecondition
 var (
 	ErrInvalidArgument    = errors.New("pool: invalid argument")
@@ -22,9 +22,12 @@ var (
 	ErrForeignSignature   = errors.New("pool: disk carries a foreign signature")
 	ErrCorruptLabel       = errors.New("pool: corrupt pool label")
 	ErrLabelVersion       = errors.New("pool: pool label version not supported")
-	ErrOtherPool          = errors.New("pool: disk belongs to another pool")
-	ErrMixedPools         = errors.New("pool: disks of more than one pool offered")
-	ErrDiskInUse          = errors.New("pool: disk in use by another process")
-	ErrDegraded           = errors.New("pool: volume not healthy")
-	ErrClosed             = errors.New("pool: closed")
+	// ErrLabelUnreadable: reading the label area failed (an I/O error), so the disk is
+	// neither known to be blank nor known to be ours; it is refused, never claimed.
+	ErrLabelUnreadable = errors.New("pool: pool label unreadable")
+	ErrOtherPool       = errors.New("pool: disk belongs to another pool")
+	ErrMixedPools      = errors.New("pool: disks of more than one pool offered")
+	ErrDiskInUse       = errors.New("pool: disk in use by another process")
+	ErrDegraded        = errors.New("pool: volume not healthy")
+	ErrClosed          = errors.New("pool: closed")
 )

@@ -332,6 +332,7 @@ type labelSlots struct {
 	slot     int    // its index
 	errs     [2]error
 	anyMagic bool // at least one slot starts with the magic
+	readErr  bool // a slot could not be read: the disk answered with an error, not with data
 }
 
 // readLabel reads both slots and picks the valid one with the highest generation. A torn
@@ -342,6 +343,7 @@ func readLabel(r io.ReaderAt) labelSlots {
 	for s := range 2 {
 		if _, err := r.ReadAt(buf, int64(s)*LabelSlotSize); err != nil && !errors.Is(err, io.EOF) {
 			res.errs[s] = fmt.Errorf("pool: read label slot %d: %w", s, err)
+			res.readErr = true
 			continue
 		}
 		l, err := DecodeLabel(buf)
@@ -360,6 +362,11 @@ func readLabel(r io.ReaderAt) labelSlots {
 func (s labelSlots) err() error {
 	if s.label != nil {
 		return nil
+	}
+	if s.readErr {
+		// A disk that cannot be read is not blank: it may be a member whose head went bad,
+		// or one that answers again later. Never claim it.
+		return fmt.Errorf("%w: slot 0: %s; slot 1: %s", ErrLabelUnreadable, errText(s.errs[0]), errText(s.errs[1]))
 	}
 	if !s.anyMagic {
 		return errNoLabel

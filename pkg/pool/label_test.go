@@ -5,6 +5,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -225,4 +226,59 @@ func TestOneSlotCorruptOtherBlank(t *testing.T) {
 	if !errors.Is(err, ErrCorruptLabel) || errors.Is(err, errNoLabel) {
 		t.Fatalf("got %v", err)
 	}
+}
+
+// failingReader answers every read with an I/O error, as a dead disk does.
+type failingReader struct{}
+
+func (failingReader) ReadAt([]byte, int64) (int, error) { return 0, syscall.EIO }
+
+// TestUnreadableLabelIsNotBlank: a disk whose label area cannot be read is refused as
+// unreadable, never taken for a blank disk (which Open would claim: a fresh label over a
+// member whose head went bad).
+func TestUnreadableLabelIsNotBlank(t *testing.T) {
+	err := readLabel(failingReader{}).err()
+	if !errors.Is(err, ErrLabelUnreadable) || errors.Is(err, errNoLabel) || !strings.Contains(err.Error(), "input/output error") {
+		t.Fatalf("got %v, want ErrLabelUnreadable naming the I/O error", err)
+	}
+}
+
+// TestReplaceRefusedDisk: naming a listed disk the pool refused (here one with another
+// filesystem's signature) as the disk to replace is an error that says so, not a success
+// that rebuilds nothing; the missing member is replaced by its UUID.
+func TestReplaceRefusedDisk(t *testing.T) {
+	dir := t.TempDir()
+	paths := makeDisks(t, dir, 6, testDiskSize)
+	p := openPool(t, configFor(paths[:4]...))
+	if _, err := p.CreateVolume("v", 64<<20, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var gone DiskInfo
+	for _, d := range p.Disks() {
+		if d.Path == paths[1] {
+			gone = d
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The disk of member 1 comes back as something else: refused at the next open.
+	if err := os.Truncate(paths[1], 0); err != nil {
+		t.Fatal(err)
+	}
+	sparse(t, paths[1], testDiskSize)
+	poke(t, paths[1], 1080, []byte{0x53, 0xef}) // an ext4 superblock magic
+	p = openPool(t, configFor(paths[:4]...))
+	defer p.Close()
+	if vi, err := p.Volume("v"); err != nil || vi.Health != Degraded {
+		t.Fatalf("volume after the open: %+v, %v", vi, err)
+	}
+	_, err := p.ReplaceDisk(paths[1], DiskConfig{Path: paths[4]})
+	if !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), "not a member of this pool") {
+		t.Fatalf("replace of the refused disk: %v, want FailedPrecondition naming it", err)
+	}
+	if _, err := p.ReplaceDisk(gone.UUID, DiskConfig{Path: paths[4]}); err != nil {
+		t.Fatalf("replace of the missing member by UUID %s: %v", gone.UUID, err)
+	}
+	waitHealth(t, p, "v", Healthy)
 }
