@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -163,8 +164,27 @@ func TestRestartFaultsInGuest(t *testing.T) {
 			t.Fatalf("admin socket: %v", err)
 		}
 		defer c.Close()
-		if _, err := c.ReplaceDisk(ctx, disks[1].path(), pool.DiskConfig{Path: disks[4].path()}); err != nil {
-			t.Fatalf("replace %s with %s: %v", disks[1].path(), disks[4].path(), err)
+		// The dead disk's label cannot be read, so the pool refused its path and lists the
+		// member it was as Missing under its UUID; naming the refused path is an error.
+		if _, err := c.ReplaceDisk(ctx, disks[1].path(), pool.DiskConfig{Path: disks[4].path()}); !errors.Is(err, pool.ErrFailedPrecondition) {
+			t.Fatalf("replace of the refused path %s: %v, want FailedPrecondition", disks[1].path(), err)
+		}
+		st, err := c.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var missing []string
+		for _, d := range st.Disks {
+			t.Logf("disk %s %s %s", d.UUID, d.Path, d.Status)
+			if d.Status == pool.StatusMissing {
+				missing = append(missing, d.UUID)
+			}
+		}
+		if len(missing) != 1 {
+			t.Fatalf("missing disks %v, want the dead one", missing)
+		}
+		if _, err := c.ReplaceDisk(ctx, missing[0], pool.DiskConfig{Path: disks[4].path()}); err != nil {
+			t.Fatalf("replace %s with %s: %v", missing[0], disks[4].path(), err)
 		}
 	}()
 	// A resync the restarts left (regions dirty at an unclean stop) runs first, as md runs
