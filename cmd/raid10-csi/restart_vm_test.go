@@ -147,7 +147,7 @@ func TestRestartInGuest(t *testing.T) {
 		if len(f) > 4 {
 			overlaps, _ = strconv.Atoi(f[4])
 		}
-		id, staging, dev := rig.stage(fs, "vol-"+fs)
+		id, staging, dev := rig.stage(fs, "vol-"+fs, 320<<20)
 		if want := map[string]string{"nbd": "/dev/nbd", "ublk": "/dev/ublkb"}[frontend]; !strings.HasPrefix(dev, want) {
 			t.Fatalf("volume staged on %s, want a %sN device (--frontend=%s)", dev, want, frontend)
 		}
@@ -222,13 +222,7 @@ type restartRig struct {
 // processes are stopped when the test ends.
 func newRestartRig(t *testing.T, dir string, cfg pool.Config, disks []string, extra ...string) *restartRig {
 	t.Helper()
-	for _, d := range disks {
-		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: d})
-	}
-	b, _ := json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "pool.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writePoolConfig(t, dir, cfg, disks)
 	sock := filepath.Join(dir, "csi.sock")
 	args := append([]string{"--mode=all", "--node-id=vm-node", "--endpoint=unix://" + sock,
 		"--pool-config=" + filepath.Join(dir, "pool.json"), "--state-dir=" + filepath.Join(dir, "state"),
@@ -256,6 +250,20 @@ func newRestartRig(t *testing.T, dir string, cfg pool.Config, disks []string, ex
 	r.cur = r.startPlugin()
 	t.Logf("plugin serving after %s", r.waitServing(r.cur).Round(time.Millisecond))
 	return r
+}
+
+// writePoolConfig writes dir/pool.json, the plugin's --pool-config: cfg with disks. A plugin
+// reads it when it starts.
+func writePoolConfig(t *testing.T, dir string, cfg pool.Config, disks []string) {
+	t.Helper()
+	cfg.Disks = nil
+	for _, d := range disks {
+		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: d})
+	}
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "pool.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // sparseFile creates (or empties) a sparse file of size bytes at path, its directory too.
@@ -357,9 +365,9 @@ func (r *restartRig) waitServing(p *plugin) time.Duration {
 	}
 }
 
-// stage creates a 320 MiB volume called name and stages it mounted with fs; it returns the
+// stage creates a volume of size bytes called name and stages it mounted with fs; it returns the
 // volume's ID, the staging path and the device mounted there.
-func (r *restartRig) stage(fs, name string) (id, staging, dev string) {
+func (r *restartRig) stage(fs, name string, size int64) (id, staging, dev string) {
 	r.t.Helper()
 	ctx := context.Background()
 	capab := &csi.VolumeCapability{
@@ -367,7 +375,7 @@ func (r *restartRig) stage(fs, name string) (id, staging, dev string) {
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}
 	vol, err := csi.NewControllerClient(r.conn).CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name,
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 320 << 20}, VolumeCapabilities: []*csi.VolumeCapability{capab}})
+		CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{capab}})
 	if err != nil {
 		r.t.Fatalf("CreateVolume: %v", err)
 	}
