@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,11 @@ func connect(ctx context.Context, o *Options) (admin.API, error) {
 	cfg, err := pool.LoadConfig(o.PoolConfig)
 	if err != nil {
 		return nil, err
+	}
+	// The plugin's record of the disks given at run time, when its state directory is here:
+	// the same disks, and a disk replaced now is found by the plugin's next start.
+	if st, err := os.Stat(o.StateDir); cfg.DisksFile == "" && o.StateDir != "" && err == nil && st.IsDir() {
+		cfg.DisksFile = filepath.Join(o.StateDir, pool.DisksFileName)
 	}
 	p, err := pool.Open(cfg)
 	if err != nil {

@@ -7,7 +7,9 @@
 //
 // --mode=node opens the node's disk pool (--pool-config), runs the node agent that reconciles
 // the node's Raid10Volumes into it, and serves the CSI node service over it; it reattaches
-// the NBD devices recorded in --state-dir first. Once its CSI endpoint serves, it registers
+// the NBD devices recorded in --state-dir first. Disks added or replaced at run time on
+// paths the pool configuration does not list are recorded in --state-dir/pool-disks.json
+// (pool.Config.DisksFile) and opened again at the next start. Once its CSI endpoint serves, it registers
 // itself with the kubelet (the plugin-registration socket in --registration-dir, reporting
 // --kubelet-registration-path), so no node-driver-registrar sidecar is needed.
 //
@@ -195,7 +197,7 @@ func main() {
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (controller and node modes); empty: in-cluster config, else $KUBECONFIG or ~/.kube/config")
 	flag.DurationVar(&o.ReadyTimeout, "ready-timeout", driver.DefaultReadyTimeout, "how long one CSI call waits for the node agent before answering DeadlineExceeded (the sidecar retries); keep it below the sidecar's --timeout")
 	flag.StringVar(&o.PoolConfig, "pool-config", "", "JSON pool configuration of this node's disks (node and all modes)")
-	flag.StringVar(&o.StateDir, "state-dir", "/var/lib/raid10-csi", "directory kept across restarts (node and all modes): the NBD device state file, and in all mode the volume records")
+	flag.StringVar(&o.StateDir, "state-dir", "/var/lib/raid10-csi", "directory kept across restarts (node and all modes): the NBD device state file, the pool's record of the disks added or replaced at run time (pool-disks.json), and in all mode the volume records")
 	flag.Int64Var(&o.MaxVolumes, "max-volumes", driver.DefaultMaxVolumesPerNode, "volumes per node that NodeGetInfo reports (at most the nbd module's nbds_max)")
 	flag.DurationVar(&o.MemberTimeout, "member-timeout", 0, "deadline of one member request (node and all modes): a disk that has not answered within it is failed and the request completes from the other copy; negative: off; 0: the pool configuration's memberTimeout, else 5s. Must stay below the kernel's NBD request timeout less 2s")
 	flag.StringVar(&o.MetricsAddress, "metrics-address", DefaultMetricsAddress, "host:port serving /metrics, /healthz and /readyz over HTTP; empty: none")
@@ -456,11 +458,17 @@ func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
 	return np, nil
 }
 
-// poolConfig reads --pool-config, with --member-timeout over its memberTimeout.
+// poolConfig reads --pool-config, with --member-timeout over its memberTimeout and, unless
+// the file sets disksFile, the pool's record of the disks given at run time in --state-dir
+// (pool.DisksFileName): a disk replaced or added onto a path the configuration does not list
+// stays in the pool across restarts.
 func poolConfig(o *Options) (pool.Config, error) {
 	pc, err := pool.LoadConfig(o.PoolConfig)
 	if err != nil {
 		return pc, err
+	}
+	if pc.DisksFile == "" {
+		pc.DisksFile = filepath.Join(o.StateDir, pool.DisksFileName)
 	}
 	if o.MemberTimeout != 0 {
 		pc.MemberTimeout = pool.Duration(o.MemberTimeout)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -116,6 +118,73 @@ func TestMemberTimeoutFlag(t *testing.T) {
 				t.Fatalf("memberTimeout %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestDisksFileInStateDir: the pool records the disks given at run time in --state-dir unless
+// the pool configuration names another file, and a replacement onto an unlisted disk made
+// through that configuration is found by the next open of it.
+func TestDisksFileInStateDir(t *testing.T) {
+	dir := t.TempDir()
+	var disks []string
+	for i := range 5 {
+		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, 128<<20); err != nil {
+			t.Fatal(err)
+		}
+		disks = append(disks, p)
+	}
+	cfgPath := filepath.Join(dir, "pool.json")
+	b, _ := json.Marshal(map[string]any{"disks": []map[string]string{{"path": disks[0]}, {"path": disks[1]}, {"path": disks[2]}, {"path": disks[3]}}})
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := &Options{PoolConfig: cfgPath, StateDir: filepath.Join(dir, "state")}
+	pc, err := poolConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(o.StateDir, pool.DisksFileName); pc.DisksFile != want {
+		t.Fatalf("disksFile %q, want %q", pc.DisksFile, want)
+	}
+	p, err := pool.Open(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CreateVolume("v", 32<<20, pool.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.FailDisk(disks[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ReplaceDisk(disks[0], pool.DiskConfig{Path: disks[4]}); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Close()
+	if pc, err = poolConfig(o); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = pool.Open(pc); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	found := false
+	for _, d := range p.Disks() {
+		found = found || (d.Path == disks[4] && d.Status == pool.StatusActive)
+	}
+	if !found {
+		t.Fatalf("the replacement is not in the pool after a restart: %+v", p.Disks())
+	}
+
+	// A disksFile in the configuration is kept.
+	if err := os.WriteFile(cfgPath, []byte(`{"disks": [], "disksFile": "/elsewhere/disks.json"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if pc, err = poolConfig(o); err != nil || pc.DisksFile != "/elsewhere/disks.json" {
+		t.Fatalf("disksFile %q (%v), want the configuration's", pc.DisksFile, err)
 	}
 }
 

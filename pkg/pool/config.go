@@ -39,6 +39,10 @@ type DiskConfig struct {
 	Wipe bool `json:"wipe,omitempty"`
 	// Spare makes a newly claimed disk a hot spare, used automatically when a disk fails.
 	Spare bool `json:"spare,omitempty"`
+
+	// recorded: the entry comes from Config.DisksFile, not the configured list (never
+	// claimed blank, never wiped: only a disk carrying a label is taken).
+	recorded bool
 }
 
 // Config is the configuration of a node's pool.
@@ -50,6 +54,12 @@ type Config struct {
 	PoolUUID string `json:"poolUUID,omitempty"`
 	// Disks lists the disks; at least two are needed for a volume.
 	Disks []DiskConfig `json:"disks"`
+	// DisksFile, when set, is a file where the pool records every disk that AddDisk or
+	// ReplaceDisk claimed or took back on a path Disks does not cover; Open takes those
+	// disks as listed (never blank: a recorded path whose disk carries no label is refused,
+	// never claimed), so that they stay in the pool across restarts. A missing file holds
+	// no disk. The plugin sets it to DisksFileName in its --state-dir.
+	DisksFile string `json:"disksFile,omitempty"`
 	// Alignment of extents in bytes, a power of two >= 64 KiB; default 1 MiB.
 	Alignment int64 `json:"alignment,omitempty"`
 	// Allocation is the extent placement policy; default first-fit.

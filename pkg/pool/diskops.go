@@ -150,7 +150,7 @@ func (p *Pool) addNewDisk(dc DiskConfig) (*disk, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &disk{path: dc.Path, cfg: dc, file: f, size: uint64(f.size), ident: f.ident.String(), listed: p.listed(dc.Path)}
+	d := &disk{path: dc.Path, cfg: dc, file: f, size: uint64(f.size), ident: f.ident.String()}
 	ls := readLabel(f.f)
 	switch lerr := ls.err(); {
 	case lerr == nil && !dc.Wipe:
@@ -163,11 +163,19 @@ func (p *Pool) addNewDisk(dc DiskConfig) (*disk, error) {
 		_ = f.close()
 		return nil, fmt.Errorf("pool: refusing disk %s: %w (set wipe for this disk to erase it)", dc.Path, lerr)
 	}
+	// Recorded before the label is written, so that a claimed disk is always found again.
+	d.uuid = NewUUID()
+	if err := p.record(dc.Path, d.uuid); err != nil {
+		_ = f.close()
+		return nil, err
+	}
+	d.listed = p.listed(dc.Path)
 	if err := p.claim(d); err != nil {
 		if d.base != nil {
 			_ = d.base.Close()
 		}
 		_ = f.close()
+		p.unrecord(d.uuid)
 		return nil, err
 	}
 	// A disk refused earlier under this path (since wiped by hand, say) is this one now.
@@ -267,7 +275,11 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 	old.state = DiskRemoved
 	p.emit(Event{Kind: EventDiskReplaced, Disk: old.uuid.String(), DiskPath: old.path,
 		Message: "volumes rebuild onto disk " + target.uuid.String() + " (" + target.path + ")"})
-	return p.writeTable(true)
+	if err := p.writeTable(true); err != nil {
+		return err
+	}
+	p.unrecord(old.uuid) // the pool no longer needs it at a restart
+	return nil
 }
 
 // rewriteMap writes v's member map and epoch into the entries of its present members.
@@ -354,6 +366,12 @@ func (p *Pool) AddDisk(dc DiskConfig) (DiskInfo, error) {
 
 // returnDisk brings back a missing disk of this pool.
 func (p *Pool) returnDisk(d *disk, f *diskFile, ls labelSlots, dc DiskConfig) (DiskInfo, error) {
+	if d.state != DiskRemoved {
+		if err := p.record(dc.Path, d.uuid); err != nil {
+			_ = f.close()
+			return DiskInfo{}, err
+		}
+	}
 	d.file, d.label, d.slot, d.path, d.cfg, d.listed = f, ls.label, ls.slot, dc.Path, dc, p.listed(dc.Path)
 	d.refused = nil
 	if err := d.openBase(); err != nil {

@@ -10,7 +10,10 @@
 // needed — or when it already carries this pool's label. Anything else is refused, untouched,
 // with the device and the signature named (SignatureError); DiskConfig.Wipe is the explicit,
 // per-disk opt-in to erase it. A disk is recognised by the disk UUID in its label wherever
-// it appears; its serial or WWN (sysfs, /dev/disk/by-id) is recorded for operators.
+// it appears; its serial or WWN (sysfs, /dev/disk/by-id) is recorded for operators. A disk
+// given at run time (AddDisk, ReplaceDisk) on a path the list does not cover is recorded in
+// Config.DisksFile before it is claimed, and Open takes the recorded paths as listed — only
+// disks carrying a label: the file never makes the pool claim a blank disk.
 //
 // # Pool label
 //

@@ -142,7 +142,8 @@ func (p *Pool) diskInfo(d *disk) DiskInfo {
 	default:
 		di.Status = DiskStatus(d.state.String())
 		if !d.listed {
-			di.Reason = "not in the configured disk list: add it (or a glob matching it) or a restart will not find it"
+			// Only without Config.DisksFile: with it, every disk given at run time is recorded.
+			di.Reason = "not in the configured disk list and no disksFile is set: add it (or a glob matching it) or a restart will not find it"
 		}
 	}
 	if l := d.label; l != nil && d.present {

@@ -38,6 +38,7 @@ type Pool struct {
 	lastWindow map[UUID]time.Time // scheduler: the cycle each volume's last scheduled scrub began in
 	now        func() time.Time   // the scheduler's clock (tests set it)
 	restored   map[UUID]time.Time // RecordScrubCompleted: last scrub completions from before Open
+	records    []diskRecord       // Config.DisksFile: disks given at run time on unlisted paths
 
 	// failpoint, set by tests, is called at every durability ordering point; an error makes
 	// the operation stop there as if the process had died.
@@ -61,7 +62,7 @@ type disk struct {
 	present bool          // opened and carries this pool's label
 	refused error         // why the disk was not claimed
 	ident   string        // identity from the table (serial/WWN)
-	listed  bool          // the configuration's disk list names it (else a restart will not find it)
+	listed  bool          // the configuration's disk list or Config.DisksFile names it (else a restart will not find it)
 	size    uint64
 }
 
@@ -106,7 +107,16 @@ func Open(cfg Config) (*Pool, error) {
 		labels labelSlots
 	}
 	var probes []*probe
-	for _, dc := range expandDisks(cfg.Disks) {
+	recs, err := loadDisksFile(cfg.DisksFile)
+	if err != nil {
+		return nil, err
+	}
+	p.records = recs
+	all := append([]DiskConfig(nil), cfg.Disks...)
+	for _, r := range p.records {
+		all = append(all, DiskConfig{Path: r.Path, recorded: true})
+	}
+	for _, dc := range expandDisks(all) {
 		d := &disk{path: dc.Path, cfg: dc, listed: true}
 		pr := &probe{d: d}
 		probes = append(probes, pr)
@@ -119,6 +129,12 @@ func Open(cfg Config) (*Pool, error) {
 		pr.labels = readLabel(f.f)
 		switch err := pr.labels.err(); {
 		case err == nil:
+		case dc.recorded:
+			// The file only brings back disks the pool claimed: a blank or unreadable
+			// one there now (a crash before its claim, a disk swapped under the path)
+			// is not taken.
+			d.refused = fmt.Errorf("%w: disk %s is recorded in disksFile %s but carries no readable pool label (%w); not claimed: offer it with disk add to claim it",
+				ErrFailedPrecondition, dc.Path, cfg.DisksFile, err)
 		case errors.Is(err, errNoLabel):
 			pr.blank = true
 		default:
@@ -130,11 +146,17 @@ func Open(cfg Config) (*Pool, error) {
 		}
 	}
 
-	// 2. Which pool is this node's?
+	// 2. Which pool is this node's? The configured disks say; the recorded ones only when
+	// no configured disk carries a label.
 	pools := map[UUID][]string{}
-	for _, pr := range probes {
-		if l := pr.labels.label; l != nil && pr.d.refused == nil {
-			pools[l.Pool] = append(pools[l.Pool], pr.d.path)
+	for _, recorded := range []bool{false, true} {
+		if len(pools) > 0 {
+			break
+		}
+		for _, pr := range probes {
+			if l := pr.labels.label; l != nil && pr.d.refused == nil && pr.d.cfg.recorded == recorded {
+				pools[l.Pool] = append(pools[l.Pool], pr.d.path)
+			}
 		}
 	}
 	switch {
@@ -312,7 +334,9 @@ func (p *Pool) claim(d *disk) error {
 	if n := len(p.disks); n > MaxDisks {
 		return fmt.Errorf("%w: the pool holds at most %d disks", ErrInvalidArgument, MaxDisks)
 	}
-	d.uuid = NewUUID()
+	if d.uuid.IsZero() { // AddDisk and ReplaceDisk choose it first, to record it
+		d.uuid = NewUUID()
+	}
 	d.state = DiskActive
 	if d.cfg.Spare {
 		d.state = DiskSpare
@@ -424,8 +448,20 @@ func (p *Pool) findDisk(ref string) (*disk, error) {
 	return nil, fmt.Errorf("%w: disk reference %q is ambiguous", ErrInvalidArgument, ref)
 }
 
-// listed reports whether the configuration's disk list (globs expanded now) names path.
+// listed reports whether the configuration's disk list (globs expanded now) or
+// Config.DisksFile names path.
 func (p *Pool) listed(path string) bool {
+	for _, r := range p.records {
+		if r.Path == path {
+			return true
+		}
+	}
+	return p.listedInConfig(path)
+}
+
+// listedInConfig reports whether the configuration's disk list (globs expanded now) names
+// path.
+func (p *Pool) listedInConfig(path string) bool {
 	for _, dc := range expandDisks(p.cfg.Disks) {
 		if dc.Path == path {
 			return true
