@@ -192,6 +192,7 @@ type Array struct {
 	bg      sync.WaitGroup
 	workers sync.WaitGroup
 	late    sync.WaitGroup // goroutines of member calls that may outlive their caller
+	fails   sync.WaitGroup // member failures the deadline monitor began
 
 	progMu    sync.Mutex
 	prog      SyncProgress
@@ -267,12 +268,23 @@ func (a *Array) startMonitor() {
 	}
 }
 
-// stopMonitor ends a monitor started by an Assemble that fails before the
-// array starts, and waits for the member failures it began.
-func (a *Array) stopMonitor() {
-	close(a.stop)
-	a.bg.Wait()
-	a.late.Wait()
+// abandon ends an array that Create or Assemble gives up on before it
+// starts: every member's calls are abandoned (a call still inside a hung
+// member is never waited for), the monitor stops, and the member failures
+// it began are waited for (they end at once: each call they make now fails
+// at once). The members are not closed.
+func (a *Array) abandonStart() {
+	for _, s := range a.slots {
+		if r := s.ref.Load(); r != nil {
+			r.timedOut.Store(true)
+			r.kill()
+		}
+	}
+	if a.monitorOn {
+		close(a.stop)
+		a.bg.Wait()
+		a.fails.Wait()
+	}
 }
 
 // submit hands req to a worker of its own: it claims a spare worker (one

@@ -393,4 +393,126 @@ func TestAssembleHungMember(t *testing.T) {
 		check(t, a, data)
 		h.Unstall()
 	})
+	t.Run("both copies hang after their superblocks: refused, not hung", func(t *testing.T) {
+		fs, data := setup(t, false)
+		h0, h1 := &hangAfterFirstRead{FaultyMember: fs[0]}, &hangAfterFirstRead{FaultyMember: fs[1]}
+		unstall := func() { h0.Unstall(); h1.Unstall() }
+		defer unstall()
+		i0, i1 := &inflight{Member: h0}, &inflight{Member: h1}
+		_, err := assemble(t, []Member{i0, i1, fs[2], fs[3]}, unstall)
+		if !errors.Is(err, ErrTooFewMembers) {
+			t.Fatalf("Assemble: %v, want ErrTooFewMembers", err)
+		}
+		t.Logf("refused: %v", err)
+		unstall()
+		waitFor(t, "the abandoned calls to end", func() bool { return i0.n.Load() == 0 && i1.n.Load() == 0 })
+		a, err := Assemble([]Member{fs[0], fs[1], fs[2], fs[3]}, AssembleOptions{Options: opts})
+		if err != nil {
+			t.Fatalf("Assemble once the members answer: %v", err)
+		}
+		defer a.Close()
+		check(t, a, data)
+	})
+}
+
+// inflight counts the calls inside a member, so a test can wait for the
+// calls an abandoned array left in a hung member before reusing it.
+type inflight struct {
+	Member
+	n atomic.Int32
+}
+
+func (c *inflight) ReadAt(p []byte, off int64) (int, error) {
+	c.n.Add(1)
+	defer c.n.Add(-1)
+	return c.Member.ReadAt(p, off)
+}
+
+func (c *inflight) WriteAt(p []byte, off int64) (int, error) {
+	c.n.Add(1)
+	defer c.n.Add(-1)
+	return c.Member.WriteAt(p, off)
+}
+
+func (c *inflight) Flush() error {
+	c.n.Add(1)
+	defer c.n.Add(-1)
+	return c.Member.Flush()
+}
+
+// TestCreateHungMember: Create bounds its metadata I/O by the member
+// deadline, fails naming the member that hung (EIO), and leaves no
+// superblock that an assembly would trust. Without the deadline monitor
+// running during Create each case hangs until the member answers (the
+// watchdog fails it with the stacks).
+func TestCreateHungMember(t *testing.T) {
+	opts := testOpts()
+	opts.MemberTimeout = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		n    int
+		hang []int
+	}{
+		{"one of four hangs", 4, []int{2}},
+		{"both members of a pair hang", 2, []int{0, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fs []*FaultyMember
+			var ms []Member
+			var ins []*inflight
+			for _, m := range fileMembers(t, tc.n, 4<<20) {
+				f := NewFaultyMember(m)
+				in := &inflight{Member: f}
+				fs, ms, ins = append(fs, f), append(ms, in), append(ins, in)
+			}
+			unstall := func() {
+				for _, f := range fs {
+					f.Unstall()
+				}
+			}
+			defer unstall()
+			for _, k := range tc.hang {
+				fs[k].Stall()
+			}
+			var err error
+			watchdog(t, "Create with a hung member", func() {
+				var a *Array
+				a, err = Create(ms, CreateOptions{Options: opts, ChunkSize: testChunk})
+				if a != nil {
+					_ = a.Close()
+				}
+			}, unstall)
+			var me *MemberError
+			if !errors.As(err, &me) || me.Member != tc.hang[0] || !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Create: %v, want a MemberError for member %d matching EIO", err, tc.hang[0])
+			}
+			t.Logf("refused: %v", err)
+			unstall()
+			for i, in := range ins {
+				waitFor(t, "the abandoned calls to end", func() bool { return in.n.Load() == 0 })
+				hung := false
+				for _, k := range tc.hang {
+					hung = hung || k == i
+				}
+				if _, err := readSuperblock(in); !hung && !errors.Is(err, ErrNoSuperblock) {
+					t.Errorf("member %d answered: its superblock reads %v after the failed create, want it wiped", i, err)
+				}
+			}
+			if a, err := Assemble(ms, AssembleOptions{Options: opts}); err == nil {
+				_ = a.Close()
+				t.Fatalf("Assemble trusted the members of a failed create")
+			}
+			// The members are reusable once they answer.
+			a, err := Create(ms, CreateOptions{Options: opts, ChunkSize: testChunk})
+			if err != nil {
+				t.Fatalf("Create after the members answered: %v", err)
+			}
+			if st := a.State(); st != ArrayOptimal {
+				t.Errorf("state %v after re-create", st)
+			}
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

@@ -89,9 +89,9 @@ func (a *Array) deadlineMonitor() {
 				r.kill()
 				// Not on this goroutine: the superblock writes may take a
 				// while, and other members are watched meanwhile.
-				a.late.Add(1)
+				a.fails.Add(1)
 				go func() {
-					defer a.late.Done()
+					defer a.fails.Done()
 					a.memberFailed(s, r, "timeout", errTimedOut)
 				}()
 			}

@@ -616,6 +616,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 		// the reboot (here the old array's goroutines live on).
 		a.workers.Wait()
 		a.late.Wait()
+		a.fails.Wait()
 		for _, f := range fs {
 			f.Crash(nil) // whatever the late calls cached is lost too
 			f.Reappear()
@@ -631,6 +632,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 		}
 		a.workers.Wait() // abandoned calls end before the members are reused
 		a.late.Wait()
+		a.fails.Wait()
 		for _, f := range fs {
 			if err := f.Flush(); err != nil {
 				t.Fatal(err)
@@ -979,6 +981,7 @@ func restartFaulted(t *testing.T, rng *rand.Rand, kind string, e restartEnv) {
 	}
 	b.workers.Wait()
 	b.late.Wait()
+	b.fails.Wait()
 	e.tot.mu.Lock()
 	e.tot.restarts++
 	e.tot.mu.Unlock()
