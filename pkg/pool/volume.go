@@ -308,19 +308,25 @@ func (p *Pool) createLocked(name string, size uint64, spec createSpec) (*volume,
 	members := make([]raid10.Member, n)
 	for i, r := range v.roles {
 		members[i] = r.member
-		if r.disk.file.isBlock {
-			assumeClean = false
-			continue
-		}
-		if err := r.member.WriteZeroes(0, int64(ext)); err != nil {
-			return nil, fmt.Errorf("pool: zero extent on %s: %w", r.disk.path, err)
-		}
+		assumeClean = assumeClean && !r.disk.file.isBlock
+	}
+	if err := p.zeroExtents(v.roles, ext); err != nil {
+		return nil, fmt.Errorf("pool: create %s %q: %w", what, name, err)
 	}
 	arr, err := raid10.Create(members, raid10.CreateOptions{
 		Options: p.engineOptions(), UUID: v.uuid, ChunkSize: int64(chunk),
 		Size: int64(arrSize), AssumeClean: assumeClean,
 	})
 	if err != nil {
+		// A member whose metadata write failed or hung fails its disk, as such a member
+		// of a running array does (monitor): no new extent is placed on it until it is
+		// re-added, and an abandoned write that lands late reaches free space only.
+		var me *raid10.MemberError
+		if errors.As(err, &me) && me.Member >= 0 && me.Member < len(v.roles) {
+			d := v.roles[me.Member].disk
+			klog.InfoS("Disk failed while creating a volume", "disk", d.path, "diskUUID", d.uuid, "volume", name, "err", err)
+			p.failDiskLocked(d, fmt.Sprintf("creating %s %q: %v", what, name, err))
+		}
 		return nil, fmt.Errorf("pool: create %s %q: %w", what, name, err)
 	}
 	v.arr = arr
@@ -411,6 +417,61 @@ func (p *Pool) createLocked(name string, size uint64, spec createSpec) (*volume,
 			return ""
 		}())
 	return v, nil
+}
+
+// zeroExtents zeroes the new extents on file disks (a punched range; devices get a
+// background resync instead), all at once, waiting up to the member deadline: a disk that
+// does not answer in time is failed (its zeroing may land later, on free space of a failed
+// disk) and named in the error, which matches EIO. Caller holds p.mu.
+func (p *Pool) zeroExtents(roles []*role, ext uint64) error {
+	type result struct {
+		i   int
+		err error
+	}
+	ch := make(chan result, len(roles))
+	waiting := 0
+	for i, r := range roles {
+		if r.disk.file.isBlock {
+			continue
+		}
+		waiting++
+		go func() { ch <- result{i, r.member.WriteZeroes(0, int64(ext))} }()
+	}
+	deadline := p.engineOptions().MemberTimeout
+	if deadline == 0 {
+		deadline = raid10.DefaultMemberTimeout
+	}
+	var timeout <-chan time.Time
+	if deadline > 0 {
+		t := time.NewTimer(deadline)
+		defer t.Stop()
+		timeout = t.C
+	}
+	done := make([]bool, len(roles))
+	var firstErr error
+	for ; waiting > 0; waiting-- {
+		select {
+		case res := <-ch:
+			done[res.i] = true
+			if res.err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("zero extent on %s: %w", roles[res.i].disk.path, res.err)
+			}
+		case <-timeout:
+			for i, r := range roles {
+				if r.disk.file.isBlock || done[i] {
+					continue
+				}
+				err := fmt.Errorf("%w: disk %s did not answer zeroing a new extent within %v", raid10.ErrIO, r.disk.path, deadline)
+				klog.ErrorS(err, "Disk failed while creating a volume", "disk", r.disk.path, "diskUUID", r.disk.uuid)
+				p.failDiskLocked(r.disk, err.Error())
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+			return firstErr
+		}
+	}
+	return firstErr
 }
 
 func removeVolume(xs []ExtentEntry, u UUID) []ExtentEntry {

@@ -306,7 +306,8 @@ func TestAssembleHungMember(t *testing.T) {
 			fs = append(fs, f)
 			ms = append(ms, f)
 		}
-		a, err := Create(ms, CreateOptions{Options: opts, ChunkSize: testChunk, AssumeClean: true})
+		// The default deadline here: a short one may pass on a loaded machine.
+		a, err := Create(ms, CreateOptions{Options: testOpts(), ChunkSize: testChunk, AssumeClean: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -406,7 +407,7 @@ func TestAssembleHungMember(t *testing.T) {
 		t.Logf("refused: %v", err)
 		unstall()
 		waitFor(t, "the abandoned calls to end", func() bool { return i0.n.Load() == 0 && i1.n.Load() == 0 })
-		a, err := Assemble([]Member{fs[0], fs[1], fs[2], fs[3]}, AssembleOptions{Options: opts})
+		a, err := Assemble([]Member{fs[0], fs[1], fs[2], fs[3]}, AssembleOptions{Options: testOpts()})
 		if err != nil {
 			t.Fatalf("Assemble once the members answer: %v", err)
 		}
@@ -498,12 +499,12 @@ func TestCreateHungMember(t *testing.T) {
 					t.Errorf("member %d answered: its superblock reads %v after the failed create, want it wiped", i, err)
 				}
 			}
-			if a, err := Assemble(ms, AssembleOptions{Options: opts}); err == nil {
+			if a, err := Assemble(ms, AssembleOptions{Options: testOpts()}); err == nil {
 				_ = a.Close()
 				t.Fatalf("Assemble trusted the members of a failed create")
 			}
 			// The members are reusable once they answer.
-			a, err := Create(ms, CreateOptions{Options: opts, ChunkSize: testChunk})
+			a, err := Create(ms, CreateOptions{Options: testOpts(), ChunkSize: testChunk})
 			if err != nil {
 				t.Fatalf("Create after the members answered: %v", err)
 			}
