@@ -66,29 +66,45 @@ func (a *Agent) replaceDisk(ctx context.Context, n *v1alpha1.Raid10Node) *v1alph
 	}
 	st.Result = v1alpha1.DiskReplacementSucceeded
 	st.NewDisk = DiskIDs(a.pool.Status().Disks)[diskKey(newDisk)]
+	// Every volume with a member on the new disk rebuilds onto it (a fresh disk holds no
+	// other member). A small volume's rebuild may already be over when the status is read:
+	// it is listed and counted too, with how many are done.
 	var rebuilding []string
+	done := 0
 	for _, v := range a.pool.Status().Volumes {
 		for _, m := range v.Members {
-			if m.DiskUUID == newDisk.UUID && m.State != "in-sync" {
+			if m.DiskUUID == newDisk.UUID {
 				rebuilding = append(rebuilding, v.Name)
+				if m.State == "in-sync" {
+					done++
+				}
 				break
 			}
 		}
 	}
 	st.RebuildingVolumes = rebuilding
-	st.Message = fmt.Sprintf("disk %s replaced by %s (%s); ", req.OldDisk, req.NewPath, orDash(st.NewDisk))
-	if len(rebuilding) == 1 {
-		st.Message += "1 volume rebuilds onto it"
-	} else {
-		st.Message += fmt.Sprintf("%d volumes rebuild onto it", len(rebuilding))
-	}
-	logger.Info("Disk replaced", "newDisk", st.NewDisk, "rebuilding", len(rebuilding))
+	st.Message = fmt.Sprintf("disk %s replaced by %s (%s); ", req.OldDisk, req.NewPath, orDash(st.NewDisk)) +
+		rebuildMessage(len(rebuilding), done)
+	logger.Info("Disk replaced", "newDisk", st.NewDisk, "rebuilding", len(rebuilding), "alreadyInSync", done)
 	a.event(n, corev1.EventTypeNormal, EventDiskReplaced, "ReplaceDisk", "%s", st.Message)
 	a.enqueueNode()
 	for _, v := range rebuilding {
 		a.enqueueVolume(v)
 	}
 	return st
+}
+
+// rebuildMessage says how many volumes rebuild onto a new disk, n, of which done are
+// already in sync: "3 volumes rebuild onto it (1 already in sync)".
+func rebuildMessage(n, done int) string {
+	msg := fmt.Sprintf("%d volumes rebuild onto it", n)
+	if n == 1 {
+		msg = "1 volume rebuilds onto it"
+	}
+	if done > 0 {
+		msg += fmt.Sprintf(" (%d already in sync)", done)
+	}
+	return msg
 }
 
 // findPoolDisk finds the disk an operator's reference names: its Raid10Node id (ids, by

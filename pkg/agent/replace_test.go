@@ -84,3 +84,49 @@ func TestReplaceDiskOncePerGeneration(t *testing.T) {
 		})
 	}
 }
+
+// TestReplaceDiskListsEveryVolume: the status names every volume with a member on the new
+// disk, also one whose rebuild was over before the agent read the pool (a small volume),
+// and the message counts them all. It used to list and count only those still rebuilding.
+func TestReplaceDiskListsEveryVolume(t *testing.T) {
+	member := func(disk, state string) pool.MemberInfo { return pool.MemberInfo{DiskUUID: disk, State: state} }
+	p := &replacePool{status: pool.Status{
+		Disks: []pool.DiskInfo{
+			{UUID: "u0", Path: "/dev/a", Status: pool.StatusActive},
+			{UUID: "u1", Path: "/dev/b", Status: pool.StatusFailed},
+			{UUID: "u9", Path: "/dev/c", Status: pool.StatusActive}, // as ReplaceDisk left it
+		},
+		Volumes: []pool.VolumeInfo{
+			{Name: "small", Members: []pool.MemberInfo{member("u0", "in-sync"), member("u9", "in-sync")}},
+			{Name: "large", Members: []pool.MemberInfo{member("u0", "in-sync"), member("u9", "recovering")}},
+			{Name: "elsewhere", Members: []pool.MemberInfo{member("u0", "in-sync"), member("u0", "in-sync")}},
+		},
+	}}
+	a := &Agent{node: "n1", pool: p}
+	n := &v1alpha1.Raid10Node{}
+	n.Name, n.Generation = "n1", 1
+	n.Spec.DiskReplacement = &v1alpha1.DiskReplacementRequest{OldDisk: "/dev/b", NewPath: "/dev/c"}
+	got := a.replaceDisk(context.Background(), n)
+	if got == nil || got.Result != v1alpha1.DiskReplacementSucceeded {
+		t.Fatalf("lastDiskReplacement %+v", got)
+	}
+	if strings.Join(got.RebuildingVolumes, ",") != "small,large" {
+		t.Fatalf("rebuildingVolumes %v, want [small large]", got.RebuildingVolumes)
+	}
+	if !strings.HasSuffix(got.Message, "; 2 volumes rebuild onto it (1 already in sync)") {
+		t.Fatalf("message %q", got.Message)
+	}
+	for _, tc := range []struct {
+		n, done int
+		want    string
+	}{
+		{0, 0, "0 volumes rebuild onto it"},
+		{1, 0, "1 volume rebuilds onto it"},
+		{1, 1, "1 volume rebuilds onto it (1 already in sync)"},
+		{3, 0, "3 volumes rebuild onto it"},
+	} {
+		if got := rebuildMessage(tc.n, tc.done); got != tc.want {
+			t.Errorf("rebuildMessage(%d, %d) = %q, want %q", tc.n, tc.done, got, tc.want)
+		}
+	}
+}
