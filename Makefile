@@ -39,14 +39,12 @@ e2e: deps ## Run the end-to-end tests: the QEMU VM (kernel nbd/md) and the real 
 	source hack/tool-env.sh && $(GO) test -count=1 -timeout 60m -v ./test/...
 
 .PHONY: cluster-test
-cluster-test: deps ## The user's story on a real kubelet in the QEMU node: helm install, claims, pods, disk pull, upgrade, reboot (~15 min).
-	bash hack/build-tools.sh --cluster
-	source hack/tool-env.sh && RAID10_CLUSTER_STORY=1 $(GO) test -count=1 -timeout 90m -v -run '^TestClusterStory$$' ./test/cluster
+cluster-test: deps ## Only the user's story on a real kubelet in the QEMU node (make test runs it too): helm install, claims, pods, disk pull, upgrade, reboot (~10 min).
+	source hack/tool-env.sh && $(GO) test -count=1 -timeout 90m -v -run '^TestClusterStory$$' ./test/cluster
 
 .PHONY: cluster-demo
 cluster-demo: deps ## cluster-test, pausing PAUSE (default 10m) after the volumes are Healthy to look around with kubectl.
-	bash hack/build-tools.sh --cluster
-	source hack/tool-env.sh && RAID10_CLUSTER_STORY=1 RAID10_CLUSTER_PAUSE=$${PAUSE:-10m} $(GO) test -count=1 -timeout 120m -v -run '^TestClusterStory$$' ./test/cluster
+	source hack/tool-env.sh && RAID10_CLUSTER_PAUSE=$${PAUSE:-10m} $(GO) test -count=1 -timeout 120m -v -run '^TestClusterStory$$' ./test/cluster
 
 .PHONY: vm
 vm: ## Run CMD in the QEMU test VM (kernel nbd/md): make vm CMD='cat /proc/mdstat'

@@ -9,19 +9,19 @@
 # checks. At the end the script writes ${RAID10_CACHE}/env.sh, which hack/tool-env.sh
 # sources before `go test`:
 #
-#   RAID10_KUBE_BIN_DIR     etcd, kube-apiserver, kube-controller-manager (test/kubeenv)
+#   RAID10_KUBE_BIN_DIR     etcd, kube-apiserver, kube-controller-manager (test/kubeenv);
+#                           kube-scheduler, kubelet, kubectl (test/cluster)
 #   RAID10_CSI_PROVISIONER  the external-provisioner sidecar, csi-provisioner (test/e2e)
 #   RAID10_CSI_RESIZER      the external-resizer sidecar, csi-resizer (test/e2e)
 #   RAID10_CSI_SNAPSHOTTER  the external-snapshotter sidecar, csi-snapshotter (test/e2e)
 #   RAID10_SNAPSHOT_CONTROLLER  the external-snapshotter's snapshot-controller (test/e2e)
 #
 # To add a tool, add one build_go_tool call (and, if the tests need it, an env_export line)
-# in main below. Usage: hack/build-tools.sh [--cluster]  (set RAID10_CACHE to move the cache)
+# in main below. Usage: hack/build-tools.sh  (set RAID10_CACHE to move the cache)
 #
-# --cluster also builds what only test/cluster (`make cluster-test`) needs: kube-scheduler,
-# kubelet and kubectl, from the same k8s.io/kubernetes module as kube-apiserver, so most
-# packages come from the Go build cache (on this 2-core machine, with kube-apiserver built:
-# kube-scheduler about 30 s, kubelet about 60 s, kubectl about 40 s).
+# kube-scheduler, kubelet and kubectl (test/cluster, the story on a real kubelet) come from
+# the same k8s.io/kubernetes module as kube-apiserver, after it, so most packages come from
+# the Go build cache.
 set -euo pipefail
 
 KUBE_VERSION=v1.37.2    # k8s.io/kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl
@@ -143,19 +143,10 @@ main() {
   exec 9>"$CACHE/.build-tools.lock"
   flock 9
   local total=$SECONDS
-  local cluster_tools=() cluster_bins=() b
-  if [[ ${1:-} == --cluster ]]; then
-    cluster_tools=(kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler
-      kubelet=k8s.io/kubernetes/cmd/kubelet kubectl=k8s.io/kubernetes/cmd/kubectl)
-  elif [[ -n ${1:-} ]]; then
-    log "unknown argument $1 (usage: hack/build-tools.sh [--cluster])"
+  if [[ -n ${1:-} ]]; then
+    log "unknown argument $1 (usage: hack/build-tools.sh)"
     return 2
   fi
-  # The cluster binaries join the link directory whenever they are cached.
-  for b in kube-scheduler kubelet kubectl; do
-    [[ -x $CACHE/kube-$KUBE_VERSION/$b ]] || [[ ${1:-} == --cluster ]] || continue
-    cluster_bins+=("$CACHE/kube-$KUBE_VERSION/$b")
-  done
 
   build_go_tool "etcd-$ETCD_VERSION" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" \
     etcd=go.etcd.io/etcd/server/v3
@@ -167,13 +158,17 @@ main() {
     build_go_tool "kube-$KUBE_VERSION" k8s.io/kubernetes "$KUBE_VERSION" \
     kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
     kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-    "${cluster_tools[@]}"
+    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
+    kubelet=k8s.io/kubernetes/cmd/kubelet \
+    kubectl=k8s.io/kubernetes/cmd/kubectl
 
   env_export RAID10_KUBE_BIN_DIR "$(link_dir "kube-$KUBE_VERSION-etcd-$ETCD_VERSION" \
     "$CACHE/etcd-$ETCD_VERSION/etcd" \
     "$CACHE/kube-$KUBE_VERSION/kube-apiserver" \
     "$CACHE/kube-$KUBE_VERSION/kube-controller-manager" \
-    "${cluster_bins[@]}")"
+    "$CACHE/kube-$KUBE_VERSION/kube-scheduler" \
+    "$CACHE/kube-$KUBE_VERSION/kubelet" \
+    "$CACHE/kube-$KUBE_VERSION/kubectl")"
 
   # The real sidecar that turns PVCs into CreateVolume calls and publishes CSIStorageCapacity.
   # Its own go.mod pins released k8s.io modules, so it needs no replace hook.

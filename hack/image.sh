@@ -7,7 +7,16 @@
 # packages and the recipe version below, so a second run skips it; the binaries are built with the
 # Dockerfile's flags. Load the results with `docker load -i`, `podman load -i` or
 # `ctr -n k8s.io images import`.
+#
+# --rootfs makes only the cached root filesystem (hack/install-deps.sh: test/cluster's
+# TestClusterStory runs this script, and a fresh CI machine makes the root filesystem there).
 set -euo pipefail
+rootfs_only=false
+case ${1:-} in
+  --rootfs) rootfs_only=true ;;
+  "") ;;
+  *) echo "image: unknown argument $1 (usage: hack/image.sh [--rootfs])" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 CACHE=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
 out=${IMAGE_OUT:-_output/image}
@@ -39,6 +48,9 @@ else
     "$suite" "$tmp"
   mv "$tmp" "$rootfs"
   echo "image: root filesystem made in $((SECONDS - t0))s: $rootfs"
+fi
+if $rootfs_only; then
+  exit 0
 fi
 
 # The Dockerfile's build stage: static binaries, trimmed paths, no symbols.

@@ -3,6 +3,7 @@
 #   1. Debian packages (QEMU and a kernel for the VM tests, real NBD clients, mkfs tools).
 #   2. Tools built from pinned Go modules, cached under ~/.cache/raid10-csi keyed by version
 #      (hack/build-tools.sh), so a second run, even from a fresh clone, skips them.
+#   3. The plugin image's Debian root filesystem (hack/image.sh --rootfs), cached the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,8 @@ DEB_PACKAGES=(
   # test/cluster: the VM node's container runtime, CNI plugins (bridge with ipMasq needs
   # iptables) and socat, which carries each guest connection to the host's API server.
   containerd runc containernetworking-plugins iptables socat
+  # make image (and test/cluster's images): the Debian root filesystem of the plugin image.
+  mmdebstrap
 )
 
 missing=()
@@ -43,3 +46,6 @@ fi
 if [[ -x hack/build-tools.sh ]]; then
   bash hack/build-tools.sh
 fi
+# The plugin image's Debian root filesystem (mmdebstrap), cached under
+# ~/.cache/raid10-csi/image: test/cluster builds the images with hack/image.sh.
+bash hack/image.sh --rootfs

@@ -4,10 +4,11 @@
 # the node's state disk, cgroup v2, containerd with the images imported, the kubelet; then
 # it serves the host's commands until the host asks it to stop.
 #
-# The rig directory $RIG (shared read-write with the host) holds: containerd.toml, cni.conflist,
-# kubelet.yaml, kubelet.kubeconfig, images.list (one image tarball per line), and receives
-# containerd.log, kubelet.log, node.log. Commands: the host writes cmd/N.sh; this script runs
-# it and writes cmd/N.out and then cmd/N.rc. The host creates "stop" to end the node.
+# The rig directory $RIG (shared read-write with the host) holds: containerd.toml,
+# cni.conflist, kubelet.yaml, kubelet.kubeconfig, images.list ("SHA256 TARBALL" per image),
+# and receives containerd.log, kubelet.log, node.log (and state.unmounted, which the host
+# answers with state.saved). Commands: the host writes cmd/N.sh; this script runs it and
+# writes cmd/N.out and then cmd/N.rc. The host creates "stop" to end the node.
 set -u
 RIG=${RAID10_RIG:?RAID10_RIG not set}
 log() { echo "node: [$(cut -d' ' -f1 /proc/uptime)] $*"; }
@@ -23,9 +24,6 @@ echo 1 >/proc/sys/net/ipv4/ip_forward
 # The node's state disk: containerd's root, the kubelet's directory, the plugin's state, the
 # logs of pods. It carries /var/lib (the host's /var/lib stays hidden in the guest).
 mount -t ext4 "$STATE_DEV" /var/lib || die "mount the state disk $STATE_DEV"
-mkdir -p /var/lib/log /var/lib/kubelet /var/lib/cni-conf.d
-mount --bind /var/lib/log /var/log || die "bind /var/log"
-cp "$RIG/cni.conflist" /var/lib/cni-conf.d/10-bridge.conflist
 # The kubelet's mounts must propagate to the node plugin's container and back (Bidirectional).
 mount --make-rshared /
 
@@ -47,28 +45,56 @@ for b in /sys/block/nvme*n*; do
 done
 ls -l /dev/disk/by-id/
 
-log "starting containerd"
-containerd --config "$RIG/containerd.toml" >>"$RIG/containerd.log" 2>&1 &
-CONTAINERD=$!
-i=0
-until ctr version >/dev/null 2>&1; do
-	i=$((i + 1))
-	[ $i -lt 600 ] || die "containerd did not answer in 60 s"
-	sleep 0.1
-done
-# The images, once per state disk (a reboot finds them imported).
-if cmp -s "$RIG/images.list" /var/lib/images.imported; then
-	log "containerd up; images imported on an earlier boot"
-else
-	log "containerd up; importing images"
-	while read -r img; do
-		[ -n "$img" ] || continue
-		ctr -n k8s.io images import "$img" >/dev/null || die "ctr import $img"
-		log "imported $img"
-	done <"$RIG/images.list"
-	cp "$RIG/images.list" /var/lib/images.imported
-fi
+start_containerd() {
+	log "starting containerd"
+	containerd --config "$RIG/containerd.toml" >>"$RIG/containerd.log" 2>&1 &
+	CONTAINERD=$!
+	i=0
+	until ctr version >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -lt 600 ] || die "containerd did not answer in 60 s"
+		sleep 0.1
+	done
+}
+start_containerd
+# The images: images.list has one "SHA256 TARBALL" line per image; /var/lib/images.imported
+# the sums already imported on this state disk (an earlier boot, or the host's cached disk,
+# see rig.go). Only the others are imported: a layer containerd already holds (the Debian
+# root filesystem under a rebuilt plugin image) is neither stored nor unpacked again.
+touch /var/lib/images.imported
+imported=0
+while read -r sum img; do
+	[ -n "$img" ] || continue
+	if grep -qx "$sum" /var/lib/images.imported; then
+		log "image already imported: $img"
+		continue
+	fi
+	ctr -n k8s.io images import "$img" >/dev/null || die "ctr import $img"
+	imported=$((imported + 1))
+	log "imported $img"
+done <"$RIG/images.list"
+cut -d' ' -f1 "$RIG/images.list" >/var/lib/images.imported
 ctr -n k8s.io images ls -q
+
+# The host keeps this state disk, images imported and nothing else yet, as the start of the
+# next rig's (STATE_SAVE set: the host has no disk with these images). containerd stops and
+# the disk is unmounted while the host copies it; then both come back.
+if [ -n "${STATE_SAVE:-}" ] && [ "$imported" -gt 0 ]; then
+	kill "$CONTAINERD"
+	wait "$CONTAINERD"
+	sync
+	umount /var/lib || die "umount the state disk for the host's copy"
+	echo saving >"$RIG/state.unmounted"
+	log "state disk unmounted for the host's copy"
+	until [ -e "$RIG/state.saved" ]; do sleep 0.2; done
+	mount -t ext4 "$STATE_DEV" /var/lib || die "mount the state disk $STATE_DEV again"
+	log "state disk copied by the host"
+	start_containerd
+fi
+
+mkdir -p /var/lib/log /var/lib/kubelet /var/lib/cni-conf.d
+mount --bind /var/lib/log /var/log || die "bind /var/log"
+cp "$RIG/cni.conflist" /var/lib/cni-conf.d/10-bridge.conflist
 
 log "starting the kubelet"
 "${KUBELET:-kubelet}" --config="$RIG/kubelet.yaml" --kubeconfig="$RIG/kubelet.kubeconfig" \
@@ -92,7 +118,21 @@ done
 log "stopping the kubelet and containerd"
 kill "$KPID" 2>/dev/null
 wait "$KPID" 2>/dev/null
-# Containers keep running under their shims after containerd ends; the VM powers off next.
+# Containers keep running under their shims after containerd ends. As systemd's shutdown
+# does last on a real node, they get SIGTERM and a grace period (the node plugin removes its
+# registration socket then); the VM powers off next. Without it the kubelet's next boot dials
+# the old socket, fails and backs off (up to 2 min) before it registers the new one.
 kill "$CONTAINERD" 2>/dev/null
+wait "$CONTAINERD" 2>/dev/null
+containers() { # the processes the shims run (each container's first process)
+	for shim in $(pgrep -f containerd-shim); do pgrep -P "$shim"; done
+}
+for c in $(containers); do kill -TERM "$c" 2>/dev/null; done
+i=0
+while [ $i -lt 150 ] && [ -n "$(containers)" ]; do
+	i=$((i + 1))
+	sleep 0.1
+done
+log "containers stopped ($i tenths of a second)"
 sync
 log "node stopped"

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,12 +26,9 @@ import (
 
 	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	r10 "github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
-	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
 const (
-	// StoryEnv set non-empty runs TestClusterStory (`make cluster-test`, `make cluster-demo`).
-	StoryEnv = "RAID10_CLUSTER_STORY"
 	// PauseEnv, a Go duration, pauses the story after step 3 with the cluster up
 	// (`make cluster-demo`), so that it can be looked at with kubectl.
 	PauseEnv = "RAID10_CLUSTER_PAUSE"
@@ -76,10 +72,7 @@ func (s *story) step(name string, f func(ctx context.Context)) {
 // pods writing and verifying, a disk pulled and replaced, a plugin upgrade under I/O,
 // expansion, a node reboot, deletion and uninstall. See doc.go.
 func TestClusterStory(t *testing.T) {
-	vm.HostHalf(t)
-	if os.Getenv(StoryEnv) == "" {
-		testenv.Skip(t, testenv.KindDriven, "the cluster story (about 15 minutes under TCG) runs under `make cluster-test` (%s=1)", StoryEnv)
-	}
+	Require(t)
 	s := &story{t: t, root: repoRoot(t)}
 	s.helm = helmBinary(t, s.root)
 	s.plugin = goBuild(t, s.root, "./cmd/kubectl-raid10")
@@ -293,6 +286,7 @@ func (s *story) expand(ctx context.Context) {
 	}
 	want := resource.MustParse("256Mi")
 	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = want
+	start := time.Now()
 	if err := s.c.Update(ctx, &pvc); err != nil {
 		t.Fatal(err)
 	}
@@ -311,6 +305,7 @@ func (s *story) expand(ctx context.Context) {
 		}
 		return nil
 	})
+	t.Logf("claim data-io-0 at %s %v after the update (ControllerExpandVolume, NodeExpandVolume)", want.String(), time.Since(start).Round(time.Second))
 	var pod corev1.Pod
 	if err := s.c.Get(ctx, ctrlclient.ObjectKey{Namespace: "default", Name: "io-0"}, &pod); err != nil {
 		t.Fatal(err)
@@ -328,7 +323,7 @@ func (s *story) expand(ctx context.Context) {
 		}
 		return nil
 	})
-	t.Logf("claim data-io-0 expanded to %s; the pod's ext4 is %d MiB", want.String(), size>>20)
+	t.Logf("claim data-io-0 expanded to %s; the pod's ext4 is %d MiB (%v after the update)", want.String(), size>>20, time.Since(start).Round(time.Second))
 	s.moreRounds(ctx, s.roundCounts(ctx), 1)
 }
 
@@ -336,9 +331,12 @@ func (s *story) expand(ctx context.Context) {
 // first verifies what the volume holds.
 func (s *story) reboot(ctx context.Context) {
 	t := s.t
-	resumes := map[string]int{}
+	// Each container start writes a new log file (0.log, 1.log, ...); the kubelet may remove
+	// the older ones, so the container after the reboot is found by its file, not by counting
+	// resume lines over all of them.
+	before := map[string]string{}
 	for _, p := range ioPods {
-		resumes[p] = strings.Count(s.ioLog(ctx, p), "resume")
+		before[p], _ = s.latestIOLog(ctx, p)
 	}
 	s.r.Stop()
 	s.r.Boot(ctx)
@@ -346,12 +344,15 @@ func (s *story) reboot(ctx context.Context) {
 	for _, p := range ioPods {
 		s.waitPodRunning(ctx, "default", p)
 		s.poll(ctx, "pod "+p+" verified its data after the reboot", func() error {
-			log := s.ioLog(ctx, p)
+			file, log := s.latestIOLog(ctx, p)
 			if strings.Contains(log, "ERROR") {
-				t.Fatalf("pod %s after the reboot:\n%s", p, log)
+				t.Fatalf("pod %s after the reboot (%s):\n%s", p, file, log)
 			}
-			if strings.Count(log, "resume round") == 0 || strings.Count(log, "resume") <= resumes[p] {
-				return errors.New("no resume line yet")
+			if file == before[p] {
+				return fmt.Errorf("no new container log yet (%s)", file)
+			}
+			if !strings.Contains(log, "resume round") {
+				return fmt.Errorf("no resume line in %s yet", file)
 			}
 			return nil
 		})
@@ -501,6 +502,7 @@ func (s *story) install(ctx context.Context) {
 // claims creates the xfs StorageClass, a StatefulSet on ext4, a Block claim and an xfs
 // claim, each with a pod running ioverify, and waits for their first verified rounds.
 func (s *story) claims(ctx context.Context) {
+	start := time.Now()
 	sc := &storagev1.StorageClass{
 		ObjectMeta:           metav1.ObjectMeta{Name: "raid10-xfs"},
 		Provisioner:          "raid10.csi.io",
@@ -547,7 +549,9 @@ func (s *story) claims(ctx context.Context) {
 	})
 	for _, p := range []string{"io-0", "io-block", "io-xfs"} {
 		s.waitPodRunning(ctx, "default", p)
+		s.t.Logf("pod %s Running %v into the step", p, time.Since(start).Round(time.Second))
 		s.waitRounds(ctx, p, 1)
+		s.t.Logf("pod %s verified its first round %v into the step", p, time.Since(start).Round(time.Second))
 	}
 }
 
@@ -636,7 +640,7 @@ func (s *story) badInput(ctx context.Context) {
 func ioPodSpec(vol, target string, block bool) corev1.PodSpec {
 	c := corev1.Container{
 		Name: "io", Image: ioImage, ImagePullPolicy: corev1.PullNever,
-		Args: []string{target, "-size=2097152", "-pause=1s"},
+		Args: []string{target, "-size=2097152", "-bs=65536", "-pause=200ms"},
 	}
 	if block {
 		c.VolumeDevices = []corev1.VolumeDevice{{Name: vol, DevicePath: "/dev/xvda"}}
@@ -776,6 +780,19 @@ func (s *story) ioLog(ctx context.Context, name string) string {
 		return ""
 	}
 	return out
+}
+
+// latestIOLog returns the newest ioverify log file of pod name (the running container's)
+// and its content.
+func (s *story) latestIOLog(ctx context.Context, name string) (file, content string) {
+	out, err := s.r.Exec(ctx, fmt.Sprintf(`f=$(ls -v /var/log/pods/default_%s_*/io/*.log 2>/dev/null | tail -n 1)
+[ -n "$f" ] || exit 0
+echo "$f"; cat "$f"`, name))
+	if err != nil {
+		return "", ""
+	}
+	file, content, _ = strings.Cut(out, "\n")
+	return file, content
 }
 
 // waitRounds waits until pod name logged at least n verified rounds, and fails on ERROR.
