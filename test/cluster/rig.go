@@ -188,7 +188,7 @@ func (r *Rig) prepareState(base string) error {
 	if _, err := os.Stat(r.stateCache); err == nil {
 		start := time.Now()
 		if out, err := exec.Command("cp", "--sparse=always", "--reflink=auto", r.stateCache, r.state).CombinedOutput(); err != nil {
-			return fmt.Errorf("cluster: copy the cached state disk: %v: %s", err, out)
+			return fmt.Errorf("cluster: copy the cached state disk: %w: %s", err, out)
 		}
 		kept := 0
 		for _, s := range r.imageSums {
@@ -206,7 +206,7 @@ func (r *Rig) prepareState(base string) error {
 		return err
 	}
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", "node-state", r.state).CombinedOutput(); err != nil {
-		return fmt.Errorf("cluster: mkfs.ext4 on the state disk: %v: %s", err, out)
+		return fmt.Errorf("cluster: mkfs.ext4 on the state disk: %w: %s", err, out)
 	}
 	return nil
 }
