@@ -116,8 +116,8 @@ func (p *Pool) ReplaceDisk(ref string, with DiskConfig) (DiskInfo, error) {
 		// A listed disk the pool refused (unreadable, foreign, ...): it holds no role, so
 		// "replacing" it would rebuild nothing. A member the pool cannot read is Missing
 		// under its own UUID.
-		return DiskInfo{}, fmt.Errorf("%w: disk %s is not a member of this pool (refused: %v); replace a Missing member by its UUID (the pool's disk list shows it)",
-			ErrFailedPrecondition, ref, old.refused)
+		return DiskInfo{}, fmt.Errorf("%w: disk %s is not a member of this pool (refused: %s); replace a Missing member by its UUID (the pool's disk list shows it)",
+			ErrFailedPrecondition, ref, fmt.Sprint(old.refused)) // the refusal is text here: the error is FailedPrecondition, not EIO
 	}
 	target, err := p.findDisk(with.Path)
 	switch {
@@ -210,6 +210,15 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 	scratch.Extents = append([]ExtentEntry(nil), target.label.Extents...)
 	for _, a := range p.affected(old) {
 		v := a.v
+		if v.arr == nil {
+			// Not assembled (refused, e.g. a member that did not answer in time): there is
+			// no array to rebuild the new extent from, and a role moved onto an extent
+			// without a superblock would make every later assembly refuse the volume. The
+			// role stays on old, Missing once old is Removed: the next start assembles the
+			// volume degraded from the others, and its Missing member is replaced then.
+			klog.InfoS("Volume not assembled: its member stays on the replaced disk", "volume", v.name, "member", a.slot, "disk", old.path)
+			continue
+		}
 		length := p.extentLen(v.size, v.members, p.volumeChunk(v))
 		for _, r := range v.roles {
 			if r != nil {
