@@ -188,9 +188,12 @@ func TestRestartFaultsInGuest(t *testing.T) {
 		if _, err := c.ReplaceDisk(ctx, missing[0], pool.DiskConfig{Path: disks[4].path()}); err != nil {
 			t.Fatalf("replace %s with %s: %v", missing[0], disks[4].path(), err)
 		}
-		// As docs/operations.md says: the new disk joins the configured list, so that the
-		// next process opens it.
-		writePoolConfig(t, dir, cfg, append(paths, disks[4].path()))
+		// The configured list stays as it is: the pool records the new disk in the state
+		// directory (pool.Config.DisksFile), so that the next process opens it.
+		recorded, err := os.ReadFile(filepath.Join(dir, "state", pool.DisksFileName))
+		if err != nil || !strings.Contains(string(recorded), `"`+disks[4].path()+`"`) {
+			t.Fatalf("%s does not record the replacement %s: %v\n%s", pool.DisksFileName, disks[4].path(), err, recorded)
+		}
 	}()
 	syncing := func(kind string) bool {
 		v := status()
