@@ -48,7 +48,9 @@
 // times of the last full run). Where the time goes under TCG:
 //
 //   - The node's boot: about 50 s with the state disk from the cache (boot, containerd,
-//     kubelet Ready), 3 to 5 minutes without (the images' import).
+//     kubelet Ready), about 2 minutes when the plugin image changed (ctr reads its whole
+//     tarball again and unpacks the binaries' layer; the cache is then refreshed, 3 s), 3 to
+//     5 minutes on a cold cache (every image imported).
 //   - Pod starts: each pod sandbox and container start takes 10 to 30 s on the emulated
 //     CPUs, so steps 1 and 5 (the controller's two pods of four containers each, rolled one
 //     after the other by helm upgrade) are the longest after the reboot.
