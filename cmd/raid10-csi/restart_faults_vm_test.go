@@ -51,7 +51,7 @@ func newFaultDisks(t *testing.T, dir, name string, n int) []faultDisk {
 		out, err := exec.Command("losetup", "--find", "--show", file).Output()
 		if err != nil {
 			var stderr []byte
-			if ee, ok := err.(*exec.ExitError); ok {
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 				stderr = ee.Stderr
 			}
 			t.Fatalf("losetup %s: %v: %s", file, err, stderr)
@@ -73,16 +73,20 @@ func newFaultDisks(t *testing.T, dir, name string, n int) []faultDisk {
 
 // TestRestartFaultsInGuest restarts the plugin while disks fail and rebuild, the faults of
 // a node's worst hour overlapping its restarts, with fio writing and verifying through ext4
-// every time (a 64 MiB volume over four dm devices, a fifth as the replacement; resync and
-// recovery at 2 MiB/s at most, so that each spans the restart it must overlap):
+// every time (a 96 MiB volume over four dm devices, a fifth as the replacement; resync and
+// recovery limited to 2 MiB/s, or 512 KiB/s where a recovery must outlast a restart, so
+// that each phase spans the restart it must overlap: the plugin reads its configuration's
+// rate when it starts):
 //
 //  1. a disk dies just before a graceful restart: the old process meets the errors while
 //     it hands the devices over, the new one opens the pool with a disk that answers
 //     nothing (refused as unreadable, its member Missing) and resyncs what the unclean
 //     stop left dirty;
-//  2. the dead member is replaced (by its UUID: its path names no member now) and the
-//     plugin restarts gracefully while the resync runs and the recovery waits for it;
-//  3. the plugin is killed while the recovery runs;
+//  2. the dead member is replaced (by its UUID: its path names no member now, and the pool
+//     records the new disk itself) and the plugin restarts gracefully while the resync
+//     runs and the recovery waits for it (or, when the resync ended first, while the
+//     recovery runs);
+//  3. the plugin is killed while the recovery runs (its successor at full speed);
 //  4. the recovery ends Healthy, a check scrub finds no mismatch, and the filesystem checks
 //     clean.
 //
@@ -98,7 +102,7 @@ func TestRestartFaultsInGuest(t *testing.T) {
 	}
 	cfg := pool.Config{RebuildRateMax: 2 << 20}
 	rig := newRestartRig(t, dir, cfg, paths, "--frontend=nbd")
-	id, staging, dev := rig.stage("ext4", "vol-faults", 64<<20)
+	id, staging, dev := rig.stage("ext4", "vol-faults", 96<<20)
 	t.Cleanup(func() {
 		// A failed run leaves nothing mounted on the device for the tests after it.
 		_ = exec.Command("umount", staging).Run()
@@ -202,8 +206,17 @@ func TestRestartFaultsInGuest(t *testing.T) {
 	r = rig.restartUnderFio(file, dev, "graceful", func() {
 		v := status()
 		t.Logf("before the graceful restart: %s", describe(v))
-		if !syncing("resync") {
-			t.Fatalf("the volume is %s before the graceful restart: this round tests a restart during the resync", describe(v))
+		switch {
+		case syncing("resync"):
+			// The stop is unclean while a resync is pending: the successor resyncs first.
+		case v.Health == pool.Rebuilding && syncing("recovery"):
+			// The resync ended first: the successor resumes the recovery, slowly enough that
+			// the kill below meets it.
+			slow := cfg
+			slow.RebuildRateMax = 512 << 10
+			writePoolConfig(t, dir, slow, paths)
+		default:
+			t.Fatalf("the volume is %s before the graceful restart: this round tests a restart during the resync or the recovery", describe(v))
 		}
 	})
 	rig.checkRound("graceful restart during the resync, a recovery waiting", r, "nbd")
@@ -222,6 +235,9 @@ func TestRestartFaultsInGuest(t *testing.T) {
 		if v.Health != pool.Rebuilding || !syncing("recovery") {
 			t.Fatalf("the volume is %s before the kill: this round tests a kill during the recovery", describe(v))
 		}
+		fast := cfg
+		fast.RebuildRateMax = 0 // the engine's default: the rest needs no more waiting
+		writePoolConfig(t, dir, fast, paths)
 	})
 	rig.checkRound("kill during the recovery", r, "nbd")
 	t.Logf("after the kill: %s", describe(status()))
