@@ -43,9 +43,11 @@ type memberRef struct {
 	// bad is the member's bad-block list (nil: none); see badblocks.go.
 	bad atomic.Pointer[badList]
 	// Deadline state (deadline.go): requests running by start epoch, set
-	// when one passed the deadline, closed when the member is failed.
+	// when one passed the deadline, set and closed when the member is
+	// failed.
 	out      [epochRing]atomic.Int64
 	timedOut atomic.Bool
+	gone     atomic.Bool
 	dead     chan struct{}
 	deadOnce sync.Once
 }
@@ -346,6 +348,9 @@ func (a *Array) worker(claimed bool) {
 	}
 }
 
+// Created is when the array was created (its superblocks' creation time).
+func (a *Array) Created() time.Time { return time.Unix(0, int64(a.ctime)) }
+
 // Size is the usable size of the array in bytes (less a reserved tail:
 // see Reserve).
 func (a *Array) Size() int64 { return a.size.Load() - a.reserved.Load() }
@@ -554,8 +559,8 @@ func absDist(a, b int64) int64 {
 }
 
 func (a *Array) memberRead(s *slot, r *memberRef, p []byte, off int64) error {
-	if r.timedOut.Load() {
-		return errTimedOut
+	if err := r.refused(); err != nil {
+		return err
 	}
 	out := &r.out[a.epoch.Load()%epochRing]
 	out.Add(1)
@@ -753,9 +758,9 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua, raw boo
 }
 
 func (a *Array) memberWrite(s *slot, r *memberRef, op opKind, p []byte, off, length int64, fua bool) error {
-	if r.timedOut.Load() {
+	if err := r.refused(); err != nil {
 		s.writeErrs.Add(1)
-		return errTimedOut
+		return err
 	}
 	out := &r.out[a.epoch.Load()%epochRing]
 	out.Add(1)
@@ -844,8 +849,8 @@ func (a *Array) Flush() error {
 
 // memberFlush flushes r, counted for the member deadline.
 func (a *Array) memberFlush(r *memberRef) error {
-	if r.timedOut.Load() {
-		return errTimedOut
+	if err := r.refused(); err != nil {
+		return err
 	}
 	out := &r.out[a.epoch.Load()%epochRing]
 	out.Add(1)

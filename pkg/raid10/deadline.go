@@ -37,6 +37,10 @@ const epochRing = 8
 // errTimedOut is the member error of a request that passed the deadline.
 var errTimedOut = &wrapped{msg: "raid10: member request timed out", errno: syscall.EIO}
 
+// errMemberGone is the member error of a request made to a member after it
+// was failed.
+var errMemberGone = &wrapped{msg: "raid10: member failed before the request reached it", errno: syscall.EIO}
+
 // timeout is the deadline in force, 0 when disabled.
 func (a *Array) timeout() time.Duration {
 	return time.Duration(max(0, a.mtimeout.Load()))
@@ -48,9 +52,29 @@ func (a *Array) rescue(s *slot) bool {
 	return a.timeout() > 0 && s.wlat.Load() >= int64(handoffLatency)
 }
 
-// kill marks r dead: waiters abandon their calls to it.
+// kill marks r dead: waiters abandon their calls to it, and calls that
+// start later fail at once (refused).
 func (r *memberRef) kill() {
+	r.gone.Store(true)
 	r.deadOnce.Do(func() { close(r.dead) })
+}
+
+// refused is the error of a member call that must not reach the member:
+// it passed the deadline, or it was failed. Only the calls already inside
+// a failed member may still reach its storage, and each of those is
+// either waited for or counted as a zombie (abandon). Without this a call
+// handed off before the failure but run after it (a write that loaded the
+// ref before it was killed) reached the storage while an abandoned call to
+// the same blocks was still inside it, and, not being waited for by
+// anyone, was not ordered before the member's re-add either.
+func (r *memberRef) refused() error {
+	if r.timedOut.Load() {
+		return errTimedOut
+	}
+	if r.gone.Load() {
+		return errMemberGone
+	}
+	return nil
 }
 
 func newRef(m Member, uuid [16]byte) *memberRef {
@@ -104,6 +128,9 @@ func (a *Array) deadlineMonitor() {
 // reports ok=false when no preallocated request is free (the caller then
 // makes the call itself).
 func (a *Array) handedOff(s *slot, r *memberRef, op opKind, p []byte, off, length int64, fua bool) (err error, ok bool) {
+	if err := r.refused(); err != nil {
+		return err, true
+	}
 	req := a.reqs.pop()
 	if req == nil {
 		return nil, false
@@ -199,8 +226,8 @@ const (
 // the member dies. Metadata calls are rare; the goroutine costs nothing on
 // the data path. The buffer a call writes must not be reused by the caller.
 func (a *Array) metaIO(r *memberRef, call func() error) error {
-	if r.timedOut.Load() {
-		return errTimedOut
+	if err := r.refused(); err != nil {
+		return err
 	}
 	run := func() error {
 		out := &r.out[a.epoch.Load()%epochRing]
