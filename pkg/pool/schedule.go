@@ -143,6 +143,9 @@ func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
 		case running || !in:
 		case p.lastCompleted(u, r) >= cycle.UnixNano():
 			// done in this cycle (a scheduled or a manual scrub)
+		case v.arr != nil && !v.arr.Created().Before(cycle):
+			// created in this cycle: both copies were written from the start (zeroed,
+			// resynced or copied), there is nothing old to check yet
 		case !p.lastWindow[u].Equal(cycle): // a new cycle: from the start
 			fresh = append(fresh, v.name)
 			p.lastWindow[u] = cycle

@@ -258,6 +258,8 @@ func second[T any](_ T, err error) error { return err }
 func TestScrubSchedule(t *testing.T) {
 	p, _, _ := scrubPool(t, func(c *Config) { c.RebuildRateMax = 16 << 20 }) // 4 s a pass
 	c := ScrubConfig{}.withDefaults()
+	// Dates of 2037 (the calendar of 2026 again): after the volumes' creation, which a
+	// cycle's first check skips (TestScrubScheduleSkipsNewVolumes).
 	at := func(s string) time.Time {
 		tm, _ := time.ParseInLocation("2006-01-02 15:04", s, time.Local)
 		return tm
@@ -266,33 +268,33 @@ func TestScrubSchedule(t *testing.T) {
 		vi, _ := p.Volume("v")
 		return vi.Scrub
 	}
-	p.scheduleOnce(c, at("2026-10-31 02:00")) // a Saturday night of the last cycle: nothing ran yet, so it starts
+	p.scheduleOnce(c, at("2037-10-31 02:00")) // a Saturday night of the last cycle: nothing ran yet, so it starts
 	if s := state(); s == nil || s.State != ScrubRunning || !s.Scheduled || s.Kind != ScrubCheck {
 		t.Fatalf("after the window opened: %+v", s)
 	}
 	time.Sleep(time.Second)                   // some progress
-	p.scheduleOnce(c, at("2026-10-31 07:00")) // the window closes
+	p.scheduleOnce(c, at("2037-10-31 07:00")) // the window closes
 	paused := state()
 	if paused.State != ScrubPaused || paused.Resume == 0 {
 		t.Fatalf("after the window closed: %+v", paused)
 	}
-	p.scheduleOnce(c, at("2026-10-31 12:00"))
+	p.scheduleOnce(c, at("2037-10-31 12:00"))
 	if s := state(); s.State != ScrubPaused {
 		t.Fatalf("outside the window: %+v", s)
 	}
-	// Sunday 2026-11-01 is a new cycle (the first Sunday), so to see a continuation, pause
+	// Sunday 2037-11-01 is a new cycle (the first Sunday), so to see a continuation, pause
 	// again in the first night of it and continue the next night.
-	p.scheduleOnce(c, at("2026-11-01 01:00")) // a new cycle: from the start
+	p.scheduleOnce(c, at("2037-11-01 01:00")) // a new cycle: from the start
 	if s := state(); s.State != ScrubRunning || s.From != 0 {
 		t.Fatalf("in the next cycle's first window: %+v", s)
 	}
 	time.Sleep(time.Second)
-	p.scheduleOnce(c, at("2026-11-01 07:00"))
+	p.scheduleOnce(c, at("2037-11-01 07:00"))
 	paused = state()
 	if paused.State != ScrubPaused || paused.Resume == 0 {
 		t.Fatalf("after the first window of the cycle: %+v", paused)
 	}
-	p.scheduleOnce(c, at("2026-11-02 01:00")) // the next night: where it stopped
+	p.scheduleOnce(c, at("2037-11-02 01:00")) // the next night: where it stopped
 	if s := state(); s.State != ScrubRunning || s.From != paused.Resume {
 		t.Fatalf("the next night: %+v, paused at %d", s, paused.Resume)
 	}
@@ -300,7 +302,7 @@ func TestScrubSchedule(t *testing.T) {
 		t.Fatalf("scheduled scrub: %+v", s)
 	}
 	done := *state().LastCompleted
-	p.scheduleOnce(c, at("2026-11-02 01:30")) // done in this cycle: left alone
+	p.scheduleOnce(c, at("2037-11-02 01:30")) // done in this cycle: left alone
 	if s := state(); s.State != ScrubDone || !s.LastCompleted.Equal(done) {
 		t.Fatalf("a second scrub in one cycle: %+v", s)
 	}
@@ -310,19 +312,51 @@ func TestScrubSchedule(t *testing.T) {
 	if _, err := p.CreateVolume("w", 16<<20, CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.RecordScrubCompleted("w", at("2026-11-01 02:00")); err != nil {
+	if err := p.RecordScrubCompleted("w", at("2037-11-01 02:00")); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.RecordScrubCompleted("nope", at("2026-11-01 02:00")); !errors.Is(err, ErrNotFound) {
+	if err := p.RecordScrubCompleted("nope", at("2037-11-01 02:00")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("RecordScrubCompleted of an unknown volume: %v", err)
 	}
-	p.scheduleOnce(c, at("2026-11-03 01:30"))
+	p.scheduleOnce(c, at("2037-11-03 01:30"))
 	if vi, _ := p.Volume("w"); vi.Scrub != nil {
 		t.Fatalf("a volume checked in this cycle before the restart was scrubbed again: %+v", vi.Scrub)
 	}
-	p.scheduleOnce(c, at("2026-12-06 01:30")) // the next cycle
+	p.scheduleOnce(c, at("2037-12-06 01:30")) // the next cycle
 	if vi, _ := p.Volume("w"); vi.Scrub == nil || !vi.Scrub.Scheduled {
 		t.Fatalf("next cycle: %+v", vi.Scrub)
+	}
+}
+
+// TestScrubScheduleSkipsNewVolumes: a volume created in the current cycle is not checked in
+// its windows (both copies were written from the start); the next cycle checks it. Before,
+// every volume a test created between 01:00 and 07:00 (the default window) was scrubbed a
+// minute later, so tests behaved differently at night.
+func TestScrubScheduleSkipsNewVolumes(t *testing.T) {
+	p, _, _ := scrubPool(t, nil)
+	c := ScrubConfig{}.withDefaults()
+	// A window of the cycle that holds the creation: last night's (or this night's, once
+	// it opened); its cycle began before it.
+	now := time.Now()
+	night := time.Date(now.Year(), now.Month(), now.Day(), 1, 30, 0, 0, time.Local)
+	if night.After(now) {
+		night = night.AddDate(0, 0, -1)
+	}
+	if in, cycle, _ := scrubWindow(c, night); !in || cycle.After(now) {
+		t.Fatalf("test clock: %v is not in the cycle of now (in %v, cycle %v)", night, in, cycle)
+	}
+	p.scheduleOnce(c, night)
+	if vi, _ := p.Volume("v"); vi.Scrub != nil {
+		t.Fatalf("a volume created in this cycle was scrubbed at %v: %+v", night, vi.Scrub)
+	}
+	// The next cycle: the first Sunday of the next month.
+	next := time.Date(night.Year(), night.Month()+1, 1, 1, 30, 0, 0, time.Local)
+	for next.Weekday() != time.Sunday {
+		next = next.AddDate(0, 0, 1)
+	}
+	p.scheduleOnce(c, next)
+	if vi, _ := p.Volume("v"); vi.Scrub == nil || !vi.Scrub.Scheduled {
+		t.Fatalf("the next cycle (%v) did not scrub it: %+v", next, vi.Scrub)
 	}
 }
 
