@@ -141,10 +141,11 @@ func NewDriver(opts ...Option) (*Driver, error) {
 // Run serves the driver's services on its endpoint until ctx is done, then stops gracefully.
 // A stale unix socket left by an earlier process is removed first.
 func (d *Driver) Run(ctx context.Context) error {
-	lis, err := listen(d.endpoint)
+	lis, unlink, err := listen(d.endpoint)
 	if err != nil {
 		return err
 	}
+	defer unlink()
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append(slices.Clone(d.interceptors), logAndMap)...))
 	csi.RegisterIdentityServer(srv, d.identity)
 	if d.controller != nil {
@@ -180,11 +181,15 @@ func (d *Driver) Ready() error {
 	return nil
 }
 
-// listen opens a listener for unix:///path or tcp://host:port.
-func listen(endpoint string) (net.Listener, error) {
+// listen opens a listener for unix:///path or tcp://host:port, and returns with it what
+// removes the socket file once the server stopped. A unix socket replaces the file at path
+// (a stale socket, or a predecessor's that still serves: new connections reach this process
+// from then on) and is removed only while path is still this socket: a successor that
+// replaced it in turn (a plugin restarted beside this one) keeps its own.
+func listen(endpoint string) (net.Listener, func(), error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("endpoint %q: %w: %w", endpoint, ErrInvalidArgument, err)
+		return nil, nil, fmt.Errorf("endpoint %q: %w: %w", endpoint, ErrInvalidArgument, err)
 	}
 	switch u.Scheme {
 	case "unix":
@@ -193,11 +198,30 @@ func listen(endpoint string) (net.Listener, error) {
 			path = u.Host // unix://relative.sock
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+			return nil, nil, fmt.Errorf("remove stale socket %s: %w", path, err)
 		}
-		return net.Listen("unix", path)
+		lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			return nil, nil, err
+		}
+		lis.SetUnlinkOnClose(false)
+		own, err := os.Stat(path)
+		if err != nil {
+			_ = lis.Close()
+			return nil, nil, fmt.Errorf("CSI socket %s: %w", path, err)
+		}
+		return lis, func() { removeIfSame(path, own) }, nil
 	case "tcp":
-		return net.Listen("tcp", u.Host)
+		lis, err := net.Listen("tcp", u.Host)
+		return lis, func() {}, err
 	}
-	return nil, fmt.Errorf("endpoint %q: scheme must be unix or tcp: %w", endpoint, ErrInvalidArgument)
+	return nil, nil, fmt.Errorf("endpoint %q: scheme must be unix or tcp: %w", endpoint, ErrInvalidArgument)
+}
+
+// removeIfSame removes the file at path if it is still own (not a file another process made
+// there since).
+func removeIfSame(path string, own os.FileInfo) {
+	if fi, err := os.Stat(path); err == nil && os.SameFile(fi, own) {
+		_ = os.Remove(path)
+	}
 }

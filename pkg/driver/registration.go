@@ -127,11 +127,7 @@ func (r *Registration) Run(ctx context.Context) error {
 		_ = lis.Close()
 		return fmt.Errorf("registration socket: %w", err)
 	}
-	remove := func() {
-		if fi, err := os.Stat(path); err == nil && os.SameFile(fi, own) {
-			_ = os.Remove(path)
-		}
-	}
+	remove := func() { removeIfSame(path, own) }
 	srv := grpc.NewServer()
 	registerapi.RegisterRegistrationServer(srv, r)
 	klog.InfoS("Serving kubelet plugin registration", "socket", path, "driver", r.DriverName, "endpoint", r.Endpoint)
