@@ -369,3 +369,70 @@ func TestServer(t *testing.T) {
 		t.Fatalf("ServeListener after cancel: %v", err)
 	}
 }
+
+// TestServeAddressInUse: Serve on an address another process still holds (a predecessor
+// plugin in the same network namespace) waits for it instead of failing, serves once it is
+// free, and returns nil when stopped while it waits; an address that cannot be listened on
+// for another reason fails at once.
+func TestServeAddressInUse(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := held.Addr().String()
+
+	t.Run("stopped while waiting", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- metrics.Serve(ctx, addr, prometheus.NewRegistry()) }()
+		time.Sleep(100 * time.Millisecond)
+		select {
+		case err := <-done:
+			t.Fatalf("Serve on an address in use returned %v before it was stopped", err)
+		default:
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Serve stopped while waiting: %v", err)
+		}
+	})
+
+	t.Run("served once free", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- metrics.Serve(ctx, addr, prometheus.NewRegistry()) }()
+		time.Sleep(100 * time.Millisecond)
+		if err := held.Close(); err != nil { // the predecessor stops
+			t.Fatal(err)
+		}
+		var resp *http.Response
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if resp, err = http.Get("http://" + addr + "/healthz"); err == nil {
+				break
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("Serve returned %v instead of serving the freed address", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("nothing serves %s 30 s after it was freed: %v", addr, err)
+			}
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("/healthz: %d", resp.StatusCode)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Serve after cancel: %v", err)
+		}
+	})
+
+	t.Run("other errors fail", func(t *testing.T) {
+		if err := metrics.Serve(t.Context(), "256.0.0.1:1", prometheus.NewRegistry()); err == nil {
+			t.Fatal("Serve on an impossible address: no error")
+		}
+	})
+}

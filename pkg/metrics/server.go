@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,14 +55,35 @@ func Handler(g prometheus.Gatherer, ready ...Check) http.Handler {
 }
 
 // Serve listens on addr and serves Handler(g, ready...) until ctx is done, then shuts
-// down gracefully. It returns nil after a shutdown through ctx.
+// down gracefully. It returns nil after a shutdown through ctx. While addr is in use it
+// retries every listenRetry (logging once) until ctx is done: a node plugin started beside
+// its predecessor in one network namespace (on the host, not in a pod of its own) gets the
+// address when the predecessor, told to stop, has released it; any other listen error is
+// returned at once.
 func Serve(ctx context.Context, addr string, g prometheus.Gatherer, ready ...Check) error {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	var l net.Listener
+	for logged := false; ; logged = true {
+		var err error
+		if l, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("metrics: listen on %s: %w", addr, err)
+		}
+		if !logged {
+			klog.InfoS("Metrics address in use: retrying until it is free (a predecessor process still serving?)", "address", addr, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(listenRetry):
+		}
 	}
 	return ServeListener(ctx, l, g, ready...)
 }
+
+// listenRetry is how often Serve tries an address in use again.
+var listenRetry = 250 * time.Millisecond
 
 // ServeListener is Serve on a listener the caller opened (tests use 127.0.0.1:0).
 func ServeListener(ctx context.Context, l net.Listener, g prometheus.Gatherer, ready ...Check) error {
