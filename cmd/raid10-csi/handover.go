@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -24,16 +25,21 @@ const DefaultHandoverWait = 10 * time.Second
 const handoverTimeout = 30 * time.Second
 
 // handover is the predecessor's side of a planned restart: a node plugin listens on
-// kernel.HandoverSocket in --state-dir from the moment it serves, and when a successor
-// connects (a new pod started beside it, or a process started after SIGTERM, within
-// --handover-wait) it hands every device over: stop at a request boundary, close the arrays,
-// pass the sockets. Afterwards it serves nothing (retired) and ends with its context.
+// kernel.HandoverSocket in --state-dir from the moment it serves. A successor that connects
+// while this process serves (a surge update's new pod, or a process started by hand beside
+// this one) is told to wait (kernel.HandoverRequest.Hold) and this process goes on serving;
+// once this process is told to stop (letGo), or at once when it is stopping already, it
+// hands every device over: stop at a request boundary, close the arrays, pass the sockets.
+// Afterwards it serves nothing (retired) and ends with its context.
 type handover struct {
 	ln *kernel.HandoverListener
 	np *nodePlugin
 
 	done    chan struct{} // serve returned
-	retired chan struct{} // a successor came (closed before the handover begins)
+	release chan struct{} // closed by letGo: a successor gets the devices from now on
+	letOnce sync.Once
+	waiting atomic.Bool   // a successor waits for the release
+	retired chan struct{} // a successor takes the devices (closed before the handover begins)
 	mu      sync.Mutex
 	err     error // of the handover
 }
@@ -60,18 +66,41 @@ func listenHandover(stateDir string, np *nodePlugin) (*handover, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &handover{ln: ln, np: np, done: make(chan struct{}), retired: make(chan struct{})}, nil
+	return &handover{ln: ln, np: np, done: make(chan struct{}), release: make(chan struct{}), retired: make(chan struct{})}, nil
 }
 
-// serve waits for one successor and hands over to it; cancel stops the plugin's other tasks.
+// letGo releases the devices: a successor waiting now, or connecting from now on, gets
+// them at once. The plugin calls it when it stops, after its other tasks ended.
+func (h *handover) letGo() { h.letOnce.Do(func() { close(h.release) }) }
+
+// successorWaiting reports whether a successor has asked and waits for the release.
+func (h *handover) successorWaiting() bool { return h.waiting.Load() }
+
+// serve waits for a successor and, once released (letGo), hands over to it; cancel stops
+// the plugin's other tasks. A successor that hangs up while it waits is forgotten and the
+// next one awaited.
 func (h *handover) serve(cancel context.CancelFunc) {
 	defer close(h.done)
-	req, err := h.ln.Accept()
-	if err != nil {
-		if !errors.Is(err, net.ErrClosed) {
-			klog.ErrorS(err, "Handover socket")
+	var req *kernel.HandoverRequest
+	for {
+		var err error
+		req, err = h.ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				klog.ErrorS(err, "Handover socket")
+			}
+			return
 		}
-		return
+		h.waiting.Store(true)
+		if !isClosed(h.release) {
+			klog.InfoS("A successor waits for the NBD devices: they go to it when this process is told to stop")
+		}
+		err = req.Hold(h.release)
+		h.waiting.Store(false)
+		if err == nil {
+			break
+		}
+		klog.InfoS("The waiting successor went away; serving on", "err", err)
 	}
 	close(h.retired)
 	cancel()
@@ -102,6 +131,16 @@ func (h *handover) serve(cancel context.CancelFunc) {
 		"drained", drained, "poolClosed", closed, "total", time.Since(start))
 }
 
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 func (h *handover) fail(err error) {
 	klog.ErrorS(err, "Handover failed: the devices are left to a reattach")
 	h.mu.Lock()
@@ -109,10 +148,11 @@ func (h *handover) fail(err error) {
 	h.mu.Unlock()
 }
 
-// stop waits up to wait for a successor (0: none), then stops listening and waits for a
-// handover in progress. It reports whether the devices went (or were meant to go) to a
-// successor, and the handover's error.
+// stop releases the devices (letGo), waits up to wait for a successor (0: none), then stops
+// listening and waits for a handover in progress. It reports whether the devices went (or
+// were meant to go) to a successor, and the handover's error.
 func (h *handover) stop(wait time.Duration) (bool, error) {
+	h.letGo()
 	if wait > 0 {
 		select {
 		case <-h.retired:
@@ -181,17 +221,22 @@ func (h *handover) giveToHolder(stateDir string) (bool, error) {
 	return true, nil
 }
 
-// takeHandover takes the devices of a predecessor still serving --state-dir, or else those
-// the holder keeps (none when neither listens: a first start, or a restart after a crash).
-func takeHandover(ctx context.Context, stateDir string) ([]kernel.Handed, error) {
-	ctx, cancel := context.WithTimeout(ctx, handoverTimeout)
-	defer cancel()
+// takeHandover takes the devices of a predecessor serving --state-dir, or else those the
+// holder keeps (none when neither listens: a first start, or a restart after a crash). A
+// predecessor that still serves (a surge update: it has not been told to stop) keeps them
+// until it is: waiting is then called and takeHandover waits, for as long as ctx allows.
+func takeHandover(ctx context.Context, stateDir string, waiting func()) ([]kernel.Handed, error) {
 	start := time.Now()
 	path, err := handoverPath(stateDir)
 	if err != nil {
 		return nil, err
 	}
-	devs, err := kernel.TakeHandover(ctx, path)
+	devs, err := kernel.TakeHandover(ctx, path, kernel.TakeOptions{Timeout: handoverTimeout, Waiting: func() {
+		klog.InfoS("Waiting for the predecessor to be told to stop: it hands the NBD devices over then", "socket", path)
+		if waiting != nil {
+			waiting()
+		}
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +246,7 @@ func takeHandover(ctx context.Context, stateDir string) ([]kernel.Handed, error)
 		if path, err = holderPath(stateDir); err != nil {
 			return nil, err
 		}
-		if devs, err = kernel.TakeHandover(ctx, path); err != nil {
+		if devs, err = kernel.TakeHandover(ctx, path, kernel.TakeOptions{Timeout: handoverTimeout}); err != nil {
 			return nil, err
 		}
 	}

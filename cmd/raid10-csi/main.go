@@ -257,9 +257,18 @@ func Run(ctx context.Context, o *Options) error {
 			cfg.UserAgent = "raid10-csi-node/" + version
 			agentCfg = cfg
 		}
+		// A predecessor still serving keeps the devices until it is told to stop: this
+		// process reports itself healthy and ready meanwhile, so that a surge update stops
+		// the old pod.
+		sb := &standby{addr: o.MetricsAddress}
 		var err error
-		np, err = openNodePlugin(ctx, o)
+		np, err = openNodePlugin(ctx, o, sb.start)
+		sb.stop()
 		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				klog.InfoS("Told to stop before the predecessor handed anything over")
+				return nil
+			}
 			return err
 		}
 		defer np.close()
@@ -327,8 +336,10 @@ func Run(ctx context.Context, o *Options) error {
 	if ho == nil {
 		return err
 	}
+	// A successor waiting (a surge update's new pod) or coming from now on gets the devices.
+	ho.letGo()
 	wait := time.Duration(0)
-	if err == nil && parent.Err() != nil { // told to stop
+	if err == nil && parent.Err() != nil && !ho.successorWaiting() { // told to stop, no successor yet
 		gone, gerr := ho.giveToHolder(o.StateDir)
 		if gone {
 			return gerr
@@ -404,8 +415,10 @@ type nodePlugin struct {
 }
 
 // openNodePlugin opens the pool of --pool-config and the attacher with its state file in
-// --state-dir (reattaching the devices recorded there), and builds the node service.
-func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
+// --state-dir (adopting the devices a predecessor or the holder hands over, reattaching the
+// others recorded there), and builds the node service. waiting is called when a predecessor
+// that still serves tells this process to wait for its devices (takeHandover).
+func openNodePlugin(ctx context.Context, o *Options, waiting func()) (*nodePlugin, error) {
 	pc, err := poolConfig(o)
 	if err != nil {
 		return nil, err
@@ -418,7 +431,7 @@ func openNodePlugin(ctx context.Context, o *Options) (*nodePlugin, error) {
 	var handed []kernel.Handed
 	var p *pool.Pool
 	for deadline := time.Now().Add(handoverTimeout); ; {
-		if handed, err = takeHandover(ctx, o.StateDir); err != nil {
+		if handed, err = takeHandover(ctx, o.StateDir, waiting); err != nil {
 			return nil, err
 		}
 		p, err = pool.Open(pc)

@@ -107,8 +107,8 @@ type round struct {
 // its errors and its verification; every round must have no error and a passing
 // verification, a graceful one must have handed over and stalled less than the kernel's
 // request timeout (no request waited for it), and the filesystem must check clean at the end.
-// Overlaps start the new process while the old one still serves (a surge update): it takes
-// the devices from the old one directly. RAID10_RESTART_ROUNDS is
+// Overlaps start the new process while the old one still serves (a surge update): it waits,
+// and takes the devices from the old one directly when that one is told to stop. RAID10_RESTART_ROUNDS is
 // "fs:graceful:kills[:drains[:overlaps]],...".
 func TestRestartInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestRestartVM")
@@ -490,20 +490,18 @@ func (rig *restartRig) restartUnderFio(file, dev, kind string, before func()) ro
 		<-old.done
 		rig.cur = rig.startPlugin()
 	case "overlap":
-		// The new process starts while the old one serves and takes the devices from it;
-		// the old one idles until it is told to stop.
+		// As a surge update: the new process starts while the old one serves and waits for
+		// it; the old one, told to stop, hands the devices to it.
 		rig.cur = rig.startPlugin()
-		// The old process answers on the CSI socket until the new one took over: wait for
-		// the new one's word first.
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			if b, _ := os.ReadFile(rig.cur.log); strings.Contains(string(b), "Took the NBD devices over") {
+			if b, _ := os.ReadFile(rig.cur.log); strings.Contains(string(b), "Waiting for the predecessor") {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatal("the new plugin took nothing over in 2 minutes")
+				t.Fatal("the new plugin did not wait for the old one in 2 minutes")
 			}
 		}
-		rig.waitServing(rig.cur)
+		signalled = time.Now()
 		_ = old.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-old.done:

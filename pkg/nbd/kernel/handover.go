@@ -137,12 +137,17 @@ func (a *Attacher) Adopt(h Handed, export string) (*Device, error) {
 
 // The handover protocol, over a unix stream socket in the state directory that the serving
 // process listens on (ListenHandover). A starting process connects (TakeHandover) before it
-// opens any volume and asks; the serving process hands over, closes its volumes, sends every
-// device and exits or idles. A Holder (holder.go) speaks the same protocol on its own socket
-// and also takes devices from a stopping process, which connects and says "R10GIVE1" before
-// it stops serving, then sends them as below and waits for the acknowledgement.
+// opens any volume and asks. A serving process that is not stopping yet answers "wait"
+// (HandoverRequest.Hold) and goes on serving; when it is told to stop (or at once, when it
+// was stopping already) it hands over, closes its volumes, sends every device and exits. A
+// successor that hangs up while it waits is forgotten. A Holder (holder.go) speaks the same
+// protocol on its own socket, never says "wait", and also takes devices from a stopping
+// process, which connects and says "R10GIVE1" before it stops serving, then sends them as
+// below and waits for the acknowledgement.
 //
 //	successor -> predecessor  "R10TAKE1"
+//	predecessor -> successor  optionally "R10WAIT1" and 8 zero bytes (a header's size, no
+//	                          socket): it still serves; the devices follow when it stops
 //	predecessor -> successor  per device: header, JSON of a wireDevice; the header carries
 //	                          the device's sockets (SCM_RIGHTS), one per wireDevice.Conns entry
 //	                          header = "R10HAND1" | JSON length u32 | socket count u32 (big-endian)
@@ -155,7 +160,11 @@ var (
 	magicGive = [8]byte{'R', '1', '0', 'G', 'I', 'V', 'E', '1'}
 	magicHand = [8]byte{'R', '1', '0', 'H', 'A', 'N', 'D', '1'}
 	magicAck  = [8]byte{'R', '1', '0', 'A', 'C', 'K', '0', '1'}
+	magicWait = [8]byte{'R', '1', '0', 'W', 'A', 'I', 'T', '1'}
 )
+
+// ErrSuccessorGone is a successor that hung up while it waited for the devices (Hold).
+var ErrSuccessorGone = fmt.Errorf("%w: the successor hung up", ErrHandover)
 
 const handHeaderSize = 16
 
@@ -215,6 +224,49 @@ type HandoverRequest struct {
 // Refuse closes the request without handing anything over: the successor's TakeHandover
 // fails.
 func (r *HandoverRequest) Refuse() { _ = r.c.Close() }
+
+// Hold tells the successor that this process still serves and hands over only when it is
+// told to stop, then waits: it returns nil once release is closed (Send follows), or
+// ErrSuccessorGone, the request closed, when the successor hangs up first (its process was
+// stopped while it waited). With release already closed it returns nil at once and says
+// nothing: the successor gets the devices straight away, as from a process that is stopping.
+func (r *HandoverRequest) Hold(release <-chan struct{}) error {
+	select {
+	case <-release:
+		return nil
+	default:
+	}
+	var h [handHeaderSize]byte
+	copy(h[:], magicWait[:])
+	_ = r.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := r.c.Write(h[:]); err != nil {
+		r.Refuse()
+		return fmt.Errorf("%w: %w", ErrSuccessorGone, err)
+	}
+	_ = r.c.SetWriteDeadline(time.Time{})
+	// The successor sends nothing more before the acknowledgement: a read that returns is
+	// a successor that hung up (or broke the protocol).
+	gone := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		_, err := r.c.Read(b[:])
+		gone <- err
+	}()
+	select {
+	case <-release:
+		_ = r.c.SetReadDeadline(time.Unix(1, 0)) // wake the reader
+		err := <-gone
+		_ = r.c.SetReadDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil
+		}
+		r.Refuse()
+		return fmt.Errorf("%w: %v", ErrSuccessorGone, err)
+	case err := <-gone:
+		r.Refuse()
+		return fmt.Errorf("%w: %v", ErrSuccessorGone, err)
+	}
+}
 
 // Send passes the devices to the successor and waits (up to ctx) for its acknowledgement.
 // The caller closes the devices' connections afterwards, whatever the outcome: on success
@@ -307,13 +359,26 @@ func sendMsg(c *net.UnixConn, b []byte, fds []int) error {
 	return nil
 }
 
+// TakeOptions tunes TakeHandover.
+type TakeOptions struct {
+	// Timeout bounds each step the peer takes at once: its first answer, and the devices
+	// from the first header to the last. 0: only ctx bounds them.
+	Timeout time.Duration
+	// Waiting, when not nil, is called once if the peer answers that it still serves and
+	// hands over when it is told to stop (HandoverRequest.Hold). TakeHandover then waits for
+	// the devices for as long as ctx allows, without Timeout: a surge update's new pod waits
+	// so until the DaemonSet stops the old one.
+	Waiting func()
+}
+
 // TakeHandover asks the process serving the handover socket at path (a predecessor, or a
 // Holder) for its devices. It returns nil and no error when no process listens there (a
 // first start, or after a crash: the devices are then reattached from the state file), or
 // when the predecessor ended the request without a word (it was handing its devices to a
-// Holder meanwhile). On success the predecessor has closed its volumes: the caller may open
-// them, then Adopt each device. On an error whatever was received is closed.
-func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
+// Holder meanwhile, or it was stopped while this process waited). On success the
+// predecessor has closed its volumes: the caller may open them, then Adopt each device. On
+// an error whatever was received is closed; when ctx ends the error wraps ctx's.
+func TakeHandover(ctx context.Context, path string, o TakeOptions) ([]Handed, error) {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 		return nil, nil
@@ -322,13 +387,45 @@ func TakeHandover(ctx context.Context, path string) ([]Handed, error) {
 		return nil, fmt.Errorf("%w: dial %s: %w", ErrHandover, path, err)
 	}
 	defer func() { _ = c.Close() }()
-	if dl, ok := ctx.Deadline(); ok {
+	// ctx ends the exchange at any step, through a deadline in the past; a step's own
+	// deadline set afterwards must not undo that.
+	stopped := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	defer stopped()
+	step := func() {
+		dl := time.Time{}
+		if o.Timeout > 0 {
+			dl = time.Now().Add(o.Timeout)
+		}
 		_ = c.SetDeadline(dl)
+		if ctx.Err() != nil {
+			_ = c.SetDeadline(time.Unix(1, 0))
+		}
 	}
+	step()
 	if _, err := c.Write(magicTake[:]); err != nil {
 		return nil, nil // refused before it read the request
 	}
-	out, err := recvDevices(c)
+	waited := false
+	out, err := recvDevices(c, &recvHooks{
+		wait: func() {
+			waited = true
+			_ = c.SetDeadline(time.Time{})
+			if ctx.Err() != nil {
+				_ = c.SetDeadline(time.Unix(1, 0))
+			}
+			if o.Waiting != nil {
+				o.Waiting()
+			}
+		},
+		first: func() {
+			if waited {
+				step() // the predecessor was told to stop: the devices come now
+			}
+		},
+	})
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: waiting for %s: %w", ErrHandover, path, ctx.Err())
+	}
 	if errors.Is(err, errRefused) {
 		return nil, nil
 	}
@@ -366,23 +463,51 @@ func closeAll(devs []Handed) {
 	}
 }
 
-// recvDevices reads devices up to the end header.
-func recvDevices(c *net.UnixConn) ([]Handed, error) {
+// recvHooks are what a successor does at the steps of recvDevices.
+type recvHooks struct {
+	wait  func() // the peer said "wait" (HandoverRequest.Hold)
+	first func() // the first header after the peer's answer began (a device, or the end)
+}
+
+// recvDevices reads devices up to the end header. With hooks (a successor's TakeHandover)
+// the peer may say "wait" before it answers: hooks.wait is called and the answer read after
+// it; hooks.first is called at the answer's first header.
+func recvDevices(c *net.UnixConn, hooks *recvHooks) ([]Handed, error) {
 	var out []Handed
 	fail := func(err error) ([]Handed, error) {
 		closeAll(out)
 		return nil, fmt.Errorf("%w: %w", ErrHandover, err)
 	}
 	oob := make([]byte, unix.CmsgSpace(4*253))
-	for first := true; ; first = false {
+	waited := false
+	for first := true; ; {
 		var h [handHeaderSize]byte
 		n, oobn, _, _, err := c.ReadMsgUnix(h[:], oob)
 		if first && n == 0 && (err == nil || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			// Nothing at all, or nothing after a wait: the predecessor handed to a holder,
+			// or stopped without a word.
 			return nil, errRefused
 		}
 		if err != nil {
 			return fail(err)
 		}
+		if first && hooks != nil && !waited && oobn == 0 {
+			if n < handHeaderSize {
+				if _, err := io.ReadFull(c, h[n:]); err != nil {
+					return fail(err)
+				}
+				n = handHeaderSize
+			}
+			if [8]byte(h[:8]) == magicWait {
+				waited = true
+				hooks.wait()
+				continue // the answer proper is still to come
+			}
+		}
+		if first && hooks != nil && hooks.first != nil {
+			hooks.first()
+		}
+		first = false
 		var fds []int
 		if oobn > 0 {
 			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])

@@ -75,7 +75,7 @@ func TestHandoverProtocol(t *testing.T) {
 	dir := privateDir(t)
 
 	t.Run("nobody listens", func(t *testing.T) {
-		got, err := TakeHandover(ctx, filepath.Join(dir, "none.sock"))
+		got, err := TakeHandover(ctx, filepath.Join(dir, "none.sock"), TakeOptions{})
 		if got != nil || err != nil {
 			t.Fatalf("TakeHandover = %v, %v; want nil, nil", got, err)
 		}
@@ -103,7 +103,7 @@ func TestHandoverProtocol(t *testing.T) {
 			devs[0].Close() // the successor has its own
 			sent <- err
 		}()
-		got, err := TakeHandover(ctx, filepath.Join(dir, HandoverSocket))
+		got, err := TakeHandover(ctx, filepath.Join(dir, HandoverSocket), TakeOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,9 +125,114 @@ func TestHandoverProtocol(t *testing.T) {
 				req.Refuse()
 			}
 		}()
-		got, err := TakeHandover(ctx, filepath.Join(dir, HandoverSocket))
+		got, err := TakeHandover(ctx, filepath.Join(dir, HandoverSocket), TakeOptions{})
 		if got != nil || err != nil {
 			t.Fatalf("TakeHandover from a refusing predecessor = %v, %v; want nil, nil", got, err)
+		}
+	})
+
+	// A surge update: the successor starts while the predecessor serves; it is told to wait
+	// and gets the devices only when the predecessor is released (told to stop).
+	t.Run("successor waits for the release", func(t *testing.T) {
+		hs, ks := pairs(t, 2)
+		ln, err := ListenHandover(filepath.Join(dir, HandoverSocket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		release := make(chan struct{})
+		held, sent := make(chan error, 1), make(chan error, 1)
+		go func() {
+			req, err := ln.Accept()
+			if err != nil {
+				held <- err
+				return
+			}
+			err = req.Hold(release)
+			held <- err
+			if err != nil {
+				return
+			}
+			devs := []Handed{{VolumeID: "vol-a", Record: Record{Index: 7, BackendID: BackendID("vol-a")}, Slots: 2, Conns: hs}}
+			err = req.Send(ctx, devs)
+			devs[0].Close()
+			sent <- err
+		}()
+		waiting := make(chan struct{})
+		type result struct {
+			got []Handed
+			err error
+		}
+		took := make(chan result, 1)
+		go func() {
+			// The timeout bounds the steps the predecessor takes at once, not the wait.
+			got, err := TakeHandover(ctx, filepath.Join(dir, HandoverSocket), TakeOptions{
+				Timeout: 100 * time.Millisecond, Waiting: func() { close(waiting) }})
+			took <- result{got, err}
+		}()
+		<-waiting
+		time.Sleep(300 * time.Millisecond) // longer than the timeout: the wait goes on
+		select {
+		case r := <-took:
+			t.Fatalf("TakeHandover returned before the release: %v, %v", r.got, r.err)
+		case err := <-held:
+			t.Fatalf("Hold returned before the release: %v", err)
+		default:
+		}
+		close(release)
+		if err := <-held; err != nil {
+			t.Fatalf("Hold = %v after the release", err)
+		}
+		r := <-took
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		checkSame(t, r.got, ks)
+		r.got[0].Close()
+	})
+
+	t.Run("successor gone while waiting", func(t *testing.T) {
+		ln, err := ListenHandover(filepath.Join(dir, HandoverSocket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		held := make(chan error, 1)
+		go func() {
+			req, err := ln.Accept()
+			if err == nil {
+				err = req.Hold(make(chan struct{}))
+			}
+			held <- err
+		}()
+		sctx, stop := context.WithCancel(ctx)
+		got, err := TakeHandover(sctx, filepath.Join(dir, HandoverSocket), TakeOptions{Waiting: stop})
+		if got != nil || !errors.Is(err, context.Canceled) || !errors.Is(err, ErrHandover) {
+			t.Fatalf("TakeHandover stopped while waiting = %v, %v; want the context's error", got, err)
+		}
+		if err := <-held; !errors.Is(err, ErrSuccessorGone) {
+			t.Fatalf("Hold = %v, want ErrSuccessorGone", err)
+		}
+	})
+
+	t.Run("released without a word", func(t *testing.T) {
+		ln, err := ListenHandover(filepath.Join(dir, HandoverSocket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		release := make(chan struct{})
+		go func() {
+			if req, err := ln.Accept(); err == nil && req.Hold(release) == nil {
+				req.Refuse() // e.g. it handed to the holder after all
+			}
+		}()
+		got, err := TakeHandover(ctx, filepath.Join(dir, HandoverSocket), TakeOptions{Waiting: func() { close(release) }})
+		if got != nil || err != nil {
+			t.Fatalf("TakeHandover = %v, %v; want nil, nil", got, err)
 		}
 	})
 
@@ -139,7 +244,7 @@ func TestHandoverProtocol(t *testing.T) {
 		}
 		defer h.Close()
 		go h.Serve()
-		if got, err := TakeHandover(ctx, filepath.Join(dir, HolderSocket)); err != nil || got == nil || len(got) != 0 {
+		if got, err := TakeHandover(ctx, filepath.Join(dir, HolderSocket), TakeOptions{}); err != nil || got == nil || len(got) != 0 {
 			t.Fatalf("TakeHandover from an empty holder = %v, %v; want none", got, err)
 		}
 		devs, err := GiveHandover(ctx, filepath.Join(dir, HolderSocket), func() ([]Handed, error) {
@@ -154,7 +259,7 @@ func TestHandoverProtocol(t *testing.T) {
 		if h.Held() != 1 {
 			t.Fatalf("holder holds %d devices", h.Held())
 		}
-		got, err := TakeHandover(ctx, filepath.Join(dir, HolderSocket))
+		got, err := TakeHandover(ctx, filepath.Join(dir, HolderSocket), TakeOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -89,7 +89,7 @@ func (h *Holder) serveOne(c *net.UnixConn) {
 	case magicGive:
 		// The giver drains its connections and closes its arrays first: give it time.
 		_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
-		devs, err := recvDevices(c)
+		devs, err := recvDevices(c, nil)
 		if errors.Is(err, errRefused) {
 			klog.InfoS("The plugin gave nothing after all")
 			return
