@@ -73,8 +73,15 @@ func listenHandover(stateDir string, np *nodePlugin) (*handover, error) {
 // them at once. The plugin calls it when it stops, after its other tasks ended.
 func (h *handover) letGo() { h.letOnce.Do(func() { close(h.release) }) }
 
-// successorWaiting reports whether a successor has asked and waits for the release.
-func (h *handover) successorWaiting() bool { return h.waiting.Load() }
+// successorTook reports, after letGo, whether a successor that was waiting takes the
+// devices: it waits for such a successor's answer to the release (at once, unless it hung
+// up meanwhile).
+func (h *handover) successorTook() bool {
+	for h.waiting.Load() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return isClosed(h.retired)
+}
 
 // serve waits for a successor and, once released (letGo), hands over to it; cancel stops
 // the plugin's other tasks. A successor that hangs up while it waits is forgotten and the
@@ -96,13 +103,14 @@ func (h *handover) serve(cancel context.CancelFunc) {
 			klog.InfoS("A successor waits for the NBD devices: they go to it when this process is told to stop")
 		}
 		err = req.Hold(h.release)
-		h.waiting.Store(false)
 		if err == nil {
+			close(h.retired) // before waiting clears: successorTook reads them in that order
+			h.waiting.Store(false)
 			break
 		}
+		h.waiting.Store(false)
 		klog.InfoS("The waiting successor went away; serving on", "err", err)
 	}
-	close(h.retired)
 	cancel()
 	_ = h.ln.Close()
 	start := time.Now()

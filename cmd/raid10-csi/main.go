@@ -339,7 +339,7 @@ func Run(ctx context.Context, o *Options) error {
 	// A successor waiting (a surge update's new pod) or coming from now on gets the devices.
 	ho.letGo()
 	wait := time.Duration(0)
-	if err == nil && parent.Err() != nil && !ho.successorWaiting() { // told to stop, no successor yet
+	if err == nil && parent.Err() != nil && !ho.successorTook() { // told to stop, no successor waiting
 		gone, gerr := ho.giveToHolder(o.StateDir)
 		if gone {
 			return gerr
@@ -353,11 +353,7 @@ func Run(ctx context.Context, o *Options) error {
 	if !retired {
 		return err
 	}
-	if herr != nil {
-		return herr
-	}
-	<-parent.Done() // retired while still wanted (a successor started beside this process): idle until told to stop
-	return nil
+	return errors.Join(err, herr) // a successor has the devices
 }
 
 // registry returns the registry the metrics of mode go to and are served from, with the
