@@ -472,6 +472,18 @@ func checkNodePod(t *testing.T, objs []*unstructured.Unstructured, hostNetNS boo
 	if spec["hostPID"] != hostNetNS || spec["hostNetwork"] == true {
 		t.Errorf("node pod hostPID %v (want %v), hostNetwork %v (want false)", spec["hostPID"], hostNetNS, spec["hostNetwork"])
 	}
+	// A surge update: the new pod starts and becomes Ready beside the old one, which hands
+	// its devices over when the DaemonSet deletes it. Two pods on a node need ports of their
+	// own: their own network (above) and no hostPort.
+	strategy, _, _ := unstructured.NestedMap(ds.Object, "spec", "updateStrategy")
+	if got := mustJSON(t, strategy); got != `{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0},"type":"RollingUpdate"}` {
+		t.Errorf("node DaemonSet updateStrategy %s; want a surge of 1 with none unavailable", got)
+	}
+	for _, p := range c["ports"].([]any) {
+		if hp, ok := p.(map[string]any)["hostPort"]; ok {
+			t.Errorf("node container port %v has hostPort %v: a surge pod could not start beside the old one", p, hp)
+		}
+	}
 	mounted := false
 	for _, m := range c["volumeMounts"].([]any) {
 		if mm := m.(map[string]any); mm["name"] == "registration-dir" && mm["mountPath"] == "/registration" {
