@@ -233,7 +233,9 @@ func (s *story) diskList(idx ...int) string {
 
 // upgrade runs `helm upgrade` with the disk list that names the replacement disk instead of
 // the pulled one and a changed log level, which rolls the controller and the node plugin,
-// under the pods' I/O: no error, and the longest I/O is the stall.
+// under the pods' I/O: no error, and the longest I/O is the stall. The node DaemonSet surges:
+// the new plugin pod becomes Ready beside the old one (waiting for its devices), the old pod
+// is deleted and its plugin hands the devices straight to the new one, not to the holder.
 func (s *story) upgrade(ctx context.Context) {
 	t := s.t
 	oldUID := s.nodePodUID(ctx)
@@ -242,25 +244,61 @@ func (s *story) upgrade(ctx context.Context) {
 	start := time.Now()
 	t.Logf("%s", s.run(ctx, s.helm, "upgrade", release, filepath.Join(s.root, "charts/raid10-csi"),
 		"--namespace", ns, "--kubeconfig", s.r.Env.Kubeconfig, "--reuse-values", "--set", "logLevel=3", "--set-json", "node.pool.disks="+s.diskList(0, 4, 2, 3)))
-	s.poll(ctx, "a new node plugin pod Ready", func() error {
+	var next corev1.Pod
+	nodePods := func() ([]corev1.Pod, error) {
 		var l corev1.PodList
-		if err := s.c.List(ctx, &l, ctrlclient.InNamespace(ns), ctrlclient.MatchingLabels{"app.kubernetes.io/component": "node"}); err != nil {
+		err := s.c.List(ctx, &l, ctrlclient.InNamespace(ns), ctrlclient.MatchingLabels{"app.kubernetes.io/component": "node"})
+		return l.Items, err
+	}
+	s.poll(ctx, "a new node plugin pod Ready", func() error {
+		pods, err := nodePods()
+		if err != nil {
 			return err
 		}
-		for _, p := range l.Items {
+		for _, p := range pods {
 			if p.UID != oldUID {
+				next = p
 				return podReady(&p)
 			}
 		}
-		return fmt.Errorf("the node plugin pod %s still runs", oldUID)
+		return fmt.Errorf("the node plugin pod %s still runs alone", oldUID)
 	})
-	t.Logf("node plugin restarted and Ready %v after helm upgrade", time.Since(start).Round(time.Second))
+	ready := time.Since(start)
+	oldSeen := false
+	s.poll(ctx, "the old node plugin pod gone", func() error {
+		pods, err := nodePods()
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if p.UID == oldUID {
+				oldSeen = true
+				return fmt.Errorf("the old node plugin pod %s is still there (%s)", p.Name, p.Status.Phase)
+			}
+		}
+		return nil
+	})
+	t.Logf("node plugin: the new pod Ready %v after helm upgrade (old pod still there then: %v), the old pod gone after %v",
+		ready.Round(time.Second), oldSeen, time.Since(start).Round(time.Second))
 	s.waitPodsReady(ctx, ns, 4)
 	if got := s.podUID(ctx, "holder"); got != holderUID {
 		t.Errorf("helm upgrade replaced the NBD holder pod (%s -> %s) together with the node plugin", holderUID, got)
 	}
 	stall, _ := s.moreRounds(ctx, before, 2)
 	t.Logf("STALL: the longest single I/O of the pods across the node plugin's restart: %d ms (0 I/O errors)", stall)
+	// The surge's point: the old plugin handed the devices to the new one directly.
+	out, err := s.r.Exec(ctx, fmt.Sprintf("cat /var/log/pods/%s_%s_%s/raid10-csi/*.log", ns, next.Name, next.UID))
+	if err != nil {
+		t.Fatalf("the new node plugin's log: %v", err)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "Waiting for the predecessor") || strings.Contains(l, "Took the NBD devices") {
+			t.Logf("new plugin: %s", l)
+		}
+	}
+	if !strings.Contains(out, `"Took the NBD devices over" from="predecessor"`) {
+		t.Errorf("the new node plugin did not take the devices from the old one (a surge handover); its log's end:\n%s", out[max(0, len(out)-4000):])
+	}
 }
 
 func (s *story) nodePodUID(ctx context.Context) types.UID { return s.podUID(ctx, "node") }
