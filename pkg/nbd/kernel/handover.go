@@ -250,6 +250,9 @@ func (r *HandoverRequest) Hold(release <-chan struct{}) error {
 	go func() {
 		var b [1]byte
 		_, err := r.c.Read(b[:])
+		if err == nil {
+			err = errors.New("it sent data while waiting")
+		}
 		gone <- err
 	}()
 	select {
@@ -261,10 +264,10 @@ func (r *HandoverRequest) Hold(release <-chan struct{}) error {
 			return nil
 		}
 		r.Refuse()
-		return fmt.Errorf("%w: %v", ErrSuccessorGone, err)
+		return fmt.Errorf("%w: %w", ErrSuccessorGone, err)
 	case err := <-gone:
 		r.Refuse()
-		return fmt.Errorf("%w: %v", ErrSuccessorGone, err)
+		return fmt.Errorf("%w: %w", ErrSuccessorGone, err)
 	}
 }
 
