@@ -426,9 +426,13 @@ func openNodePlugin(ctx context.Context, o *Options, waiting func()) (*nodePlugi
 	// devices over before this process opens the pool: the same disks are never open twice.
 	var handed []kernel.Handed
 	var p *pool.Pool
-	for deadline := time.Now().Add(handoverTimeout); ; {
+	var deadline time.Time
+	for {
 		if handed, err = takeHandover(ctx, o.StateDir, waiting); err != nil {
 			return nil, err
+		}
+		if deadline.IsZero() { // from the end of a wait for a predecessor, however long
+			deadline = time.Now().Add(handoverTimeout)
 		}
 		p, err = pool.Open(pc)
 		if err == nil {
