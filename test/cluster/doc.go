@@ -62,8 +62,10 @@
 //
 // Step 6 runs before 4 because a volume grows only in place (docs/limitations.md): the
 // expanded claim is created last, and the replacement disk's extents follow the rebuild's
-// order. The stall of step 5 is the whole node pod replacement under TCG (docs/install.md
-// breaks it down). Every ioverify pod must log no ERROR line at any step.
+// order. Step 5's node DaemonSet surges: the new plugin pod waits Ready beside the old one
+// and takes the devices from it when the old pod is deleted, so its stall is the handover,
+// not the pod replacement (docs/install.md has the figures). Every ioverify pod must log no
+// ERROR line at any step.
 //
 // The reboot (step 7) stops the node as a real shutdown does: the kubelet, then containerd,
 // then SIGTERM to every container left under its shim with a 15 s grace period, then power
