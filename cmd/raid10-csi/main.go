@@ -422,6 +422,12 @@ func openNodePlugin(ctx context.Context, o *Options, waiting func()) (*nodePlugi
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--state-dir: %w", err)
 	}
+	// Before any handover: a node that cannot serve the frontend fails here, while a
+	// predecessor still serves.
+	fe, _ := driver.ParseFrontend(o.Frontend) // checked by Validate
+	if fe, err = driver.ResolveFrontend(fe); err != nil {
+		return nil, err
+	}
 	// A predecessor still serving the state directory closes its arrays and hands its
 	// devices over before this process opens the pool: the same disks are never open twice.
 	var handed []kernel.Handed
@@ -450,11 +456,6 @@ func openNodePlugin(ctx context.Context, o *Options, waiting func()) (*nodePlugi
 	np := &nodePlugin{pool: p}
 	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), nbdAttachOptions(o), handed...)
 	if err != nil {
-		np.close()
-		return nil, err
-	}
-	fe, _ := driver.ParseFrontend(o.Frontend) // checked by Validate
-	if fe, err = driver.ResolveFrontend(fe); err != nil {
 		np.close()
 		return nil, err
 	}
