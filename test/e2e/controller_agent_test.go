@@ -36,8 +36,9 @@ func controllerAgentFlow(t *testing.T, cl *cluster) {
 		diskSize = 256 << 20
 		volSize  = 64 << 20
 		// rebuildRate stretches the rebuild of a 64 MiB volume (32 MiB per member) over
-		// about four seconds, several of the agent's one-second status polls.
-		rebuildRate = 8 << 20
+		// about eight seconds, several of the agent's one-second status polls even when a
+		// loaded machine stretches each poll (the test needs two Rebuilding percentages).
+		rebuildRate = 4 << 20
 		volName     = "pvc-e2e-controller-agent"
 	)
 	pl, paths := filePool(t, 4, 1, diskSize, rebuildRate)
@@ -70,7 +71,7 @@ func controllerAgentFlow(t *testing.T, cl *cluster) {
 		t.Helper()
 		var avail, largest int64
 		var want uint64
-		d := waitFor(t, 15*time.Second, "GetCapacity "+what, func() (bool, string) {
+		d := waitFor(t, time.Minute, "GetCapacity "+what, func() (bool, string) {
 			avail, largest = getCapacity()
 			want = pl.Capacity().LargestVolume
 			return avail == int64(want) && largest == int64(want),
@@ -122,7 +123,7 @@ func controllerAgentFlow(t *testing.T, cl *cluster) {
 	if err := pl.FailDisk(paths[1]); err != nil {
 		t.Fatalf("FailDisk %s: %v", paths[1], err)
 	}
-	d := waitFor(t, 15*time.Second, "r10v Degraded after FailDisk", func() (bool, string) {
+	d := waitFor(t, time.Minute, "r10v Degraded after FailDisk", func() (bool, string) {
 		row = cl.tableRow(ctx, t, "raid10volumes", volName)
 		return row["Health"] == string(v1alpha1.VolumeHealthDegraded), fmt.Sprint(row)
 	})
