@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,14 +65,7 @@ func TestAdminSocketInGuest(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var cfg pool.Config
-	for i := range 4 {
-		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
-		if err := os.WriteFile(p, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(p, 128<<20); err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range sparseDisks(t, dir, 4) {
 		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
 	}
 	b, _ := json.Marshal(cfg)

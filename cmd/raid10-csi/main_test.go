@@ -121,13 +121,11 @@ func TestMemberTimeoutFlag(t *testing.T) {
 	}
 }
 
-// TestDisksFileInStateDir: the pool records the disks given at run time in --state-dir unless
-// the pool configuration names another file, and a replacement onto an unlisted disk made
-// through that configuration is found by the next open of it.
-func TestDisksFileInStateDir(t *testing.T) {
-	dir := t.TempDir()
+// sparseDisks makes n sparse 128 MiB disk files, disk0.img and on, in dir.
+func sparseDisks(t *testing.T, dir string, n int) []string {
+	t.Helper()
 	var disks []string
-	for i := range 5 {
+	for i := range n {
 		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
 		if err := os.WriteFile(p, nil, 0o600); err != nil {
 			t.Fatal(err)
@@ -137,6 +135,15 @@ func TestDisksFileInStateDir(t *testing.T) {
 		}
 		disks = append(disks, p)
 	}
+	return disks
+}
+
+// TestDisksFileInStateDir: the pool records the disks given at run time in --state-dir unless
+// the pool configuration names another file, and a replacement onto an unlisted disk made
+// through that configuration is found by the next open of it.
+func TestDisksFileInStateDir(t *testing.T) {
+	dir := t.TempDir()
+	disks := sparseDisks(t, dir, 5)
 	cfgPath := filepath.Join(dir, "pool.json")
 	b, _ := json.Marshal(map[string]any{"disks": []map[string]string{{"path": disks[0]}, {"path": disks[1]}, {"path": disks[2]}, {"path": disks[3]}}})
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {

@@ -27,17 +27,7 @@ import (
 // serves. Stopped while it waits, it ends cleanly and the predecessor sees it go.
 func TestSurgeSuccessorWaits(t *testing.T) {
 	dir := t.TempDir()
-	var disks []string
-	for i := range 4 {
-		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
-		if err := os.WriteFile(p, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(p, 128<<20); err != nil {
-			t.Fatal(err)
-		}
-		disks = append(disks, p)
-	}
+	disks := sparseDisks(t, dir, 4)
 	cfg := map[string]any{"disks": []map[string]string{}}
 	for _, d := range disks {
 		cfg["disks"] = append(cfg["disks"].([]map[string]string), map[string]string{"path": d})
