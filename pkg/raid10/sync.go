@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -531,4 +532,21 @@ func (a *Array) scrubChunk(c int64, b0, b1 []byte, repair bool, res *ScrubResult
 		res.Repaired++
 	}
 	return nil
+}
+
+// resyncNeed returns the resync bits (one per region).
+func (a *Array) resyncNeed() []atomic.Uint64 { return *a.resyncNeedP.Load() }
+
+func (a *Array) regionNeedsResync(r int64) bool {
+	return a.resyncNeed()[r>>6].Load()&(1<<(r&63)) != 0
+}
+
+func (a *Array) resyncPending() bool {
+	need := a.resyncNeed()
+	for i := range need {
+		if need[i].Load() != 0 {
+			return true
+		}
+	}
+	return false
 }
