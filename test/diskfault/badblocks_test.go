@@ -37,7 +37,7 @@ const (
 // lost chunks clears the marks and a scrub finds the copies equal.
 func TestBadBlocksInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestDiskFaultVM")
-	needTools(t, "dmsetup", "fio")
+	vm.RequireTools(t, "dmsetup", "fio")
 	devs := newDM(t, "r10bad", 4, 4)
 	members, files := openMembers(t, devs)
 	arr, err := raid10.Create(members, raid10.CreateOptions{AssumeClean: true, ChunkSize: badChunk, Size: badSize,
@@ -47,18 +47,18 @@ func TestBadBlocksInGuest(t *testing.T) {
 	}
 	t.Cleanup(func() { arr.Close() })
 	dev := serve(t, arr, "vol-bad")
-	off := dataOffset(t, devs[2].path())
+	off := dataOffset(t, devs[2].Path())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	fioArgs := []string{"--name=bad", "--filename=" + dev, fmt.Sprintf("--size=%d", badSize), "--bs=64k",
 		"--rw=write", "--ioengine=libaio", "--iodepth=8", "--direct=1", "--verify=crc32c",
 		"--verify_state_save=0", "--verify_fatal=1"}
-	run(t, "fio", append(fioArgs, "--do_verify=0")...)
+	vm.Sh(t, "fio", append(fioArgs, "--do_verify=0")...)
 
 	// One copy unreadable.
-	swap(t, devs[2], devs[2].withErrors(off+8*badChunk, 4*badChunk))
-	out := run(t, "fio", append(fioArgs, "--verify_only")...)
+	devs[2].Swap(t, devs[2].WithErrors(off+8*badChunk, 4*badChunk))
+	out := vm.Sh(t, "fio", append(fioArgs, "--verify_only")...)
 	if !bytes.Contains([]byte(out), []byte("err= 0")) {
 		t.Fatalf("fio verify over one unreadable copy reported errors:\n%s", out)
 	}
@@ -75,7 +75,7 @@ func TestBadBlocksInGuest(t *testing.T) {
 	if st.Members[2].ReadErrors == 0 {
 		t.Errorf("member 2's error range was never read")
 	}
-	swap(t, devs[2], devs[2].linear())
+	devs[2].Swap(t, devs[2].Linear())
 	if st.Members[2].State != raid10.MemberInSync {
 		if _, err := arr.AddMember(files[2]); err != nil {
 			t.Fatalf("re-add member 2: %v", err)
@@ -101,7 +101,7 @@ func TestBadBlocksInGuest(t *testing.T) {
 	// 23 (near-2 over 4 members: chunk c is on members 2(c mod 2) and 2(c mod 2)+1, row
 	// c/2).
 	for _, d := range devs[2:] {
-		swap(t, d, d.withErrors(off+10*badChunk, 2*badChunk))
+		d.Swap(t, d.WithErrors(off+10*badChunk, 2*badChunk))
 	}
 	lostFrom, lostTo := int64(21*badChunk), int64(24*badChunk) // chunks 21 and 23, not 22
 	lost := func(o int64) bool {
@@ -154,7 +154,7 @@ func TestBadBlocksInGuest(t *testing.T) {
 
 	// Repaired media: a write over the lost chunks clears the marks.
 	for _, d := range devs[2:] {
-		swap(t, d, d.linear())
+		d.Swap(t, d.Linear())
 	}
 	for c := lostFrom; c < lostTo; c += 2 * badChunk {
 		if _, err := f.WriteAt(snap[c:c+badChunk], c); err != nil {

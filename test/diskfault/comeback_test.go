@@ -48,7 +48,7 @@ const (
 // one, then the re-add's bitmap one); fio: 0 errors; a scrub: 0 mismatches.
 func TestComebackInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestDiskFaultVM")
-	needTools(t, "dmsetup", "fio")
+	vm.RequireTools(t, "dmsetup", "fio")
 	devs := newDM(t, "r10cb", cbFirst, 5)
 	members, files := openMembers(t, devs[:4])
 	_, spares := openMembers(t, devs[4:])
@@ -161,9 +161,9 @@ func TestComebackInGuest(t *testing.T) {
 // goAway switches d (slot i of arr) to an `error` table and waits for the engine to fail
 // the member under fio's writes. It returns when the switch began and when the member
 // was seen faulty.
-func goAway(t *testing.T, arr *raid10.Array, d dmDev, i int) (gone, failed time.Time) {
+func goAway(t *testing.T, arr *raid10.Array, d vm.DMDisk, i int) (gone, failed time.Time) {
 	t.Helper()
-	gone, _ = swap(t, d, fmt.Sprintf("0 %d error", sectorsPerRam))
+	gone, _ = d.Swap(t, d.Dead())
 	for {
 		st := arr.Status()
 		if st.Members[i].State == raid10.MemberFaulty {
@@ -185,16 +185,16 @@ func goAway(t *testing.T, arr *raid10.Array, d dmDev, i int) (gone, failed time.
 // as a disk that reappears under the same name), retrying while requests from before
 // the failure are outstanding. It returns when the switch ended, when the re-add was
 // accepted and the slot.
-func comeBack(t *testing.T, arr *raid10.Array, d dmDev, m *raid10.FileMember) (back, added time.Time, slot int) {
+func comeBack(t *testing.T, arr *raid10.Array, d vm.DMDisk, m *raid10.FileMember) (back, added time.Time, slot int) {
 	t.Helper()
-	_, back = swap(t, d, d.linear())
+	_, back = d.Swap(t, d.Linear())
 	for {
 		slot, err := arr.AddMember(m)
 		if err == nil {
 			return back, time.Now(), slot
 		}
 		if !errors.Is(err, raid10.ErrBusy) || time.Since(back) > 20*time.Second {
-			t.Fatalf("re-add %s: %v", d.path(), err)
+			t.Fatalf("re-add %s: %v", d.Path(), err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

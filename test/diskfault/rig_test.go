@@ -5,13 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
@@ -33,97 +30,29 @@ func TestDiskFaultVM(t *testing.T) {
 // ramSize is the size of each brd ramdisk (TestDiskFaultVM's rd_size).
 const ramSize = 192 << 20
 
-const sectorsPerRam = ramSize / 512
-
-// run runs a command, logs it with its duration, and fails t on error.
-func run(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	start := time.Now()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	t.Logf("%s %s (%s)", name, strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-func needTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			testenv.Missing(t, "diskfault: %s not found (hack/install-deps.sh installs it)", tool)
-		}
-	}
-}
-
-// dmDev is one device-mapper device over a brd ramdisk, the member of an array.
-type dmDev struct {
-	name string // dm name; the device is /dev/mapper/<name>
-	ram  string // /dev/ramN under it
-}
-
-func (d dmDev) path() string { return "/dev/mapper/" + d.name }
-
-// linear is the table mapping the whole ramdisk.
-func (d dmDev) linear() string { return fmt.Sprintf("0 %d linear %s 0", sectorsPerRam, d.ram) }
-
-// delayed is the table of the whole ramdisk with every request held for ms milliseconds.
-func (d dmDev) delayed(ms int) string {
-	return fmt.Sprintf("0 %d delay %s 0 %d", sectorsPerRam, d.ram, ms)
-}
-
-// withErrors is the table of the ramdisk with [from, from+n) bytes answering every
-// request with an error (`error` target) and the rest linear.
-func (d dmDev) withErrors(from, n int64) string {
-	s, c := from/512, n/512
-	return fmt.Sprintf("0 %d linear %s 0\n%d %d error\n%d %d linear %s %d",
-		s, d.ram, s, c, s+c, sectorsPerRam-s-c, d.ram, s+c)
-}
-
 // newDM creates the dm devices name0.. over /dev/ram<first>.. as linear maps; they are
 // removed at the end of the test.
-func newDM(t *testing.T, name string, first, n int) []dmDev {
+func newDM(t *testing.T, name string, first, n int) []vm.DMDisk {
 	t.Helper()
-	var devs []dmDev
-	for i := 0; i < n; i++ {
-		d := dmDev{name: fmt.Sprintf("%s%d", name, i), ram: fmt.Sprintf("/dev/ram%d", first+i)}
-		run(t, "dmsetup", "create", d.name, "--noudevsync", "--table", d.linear())
-		devs = append(devs, d)
-		t.Cleanup(func() {
-			if out, err := exec.Command("dmsetup", "remove", "--noudevsync", d.name).CombinedOutput(); err != nil {
-				t.Errorf("dmsetup remove %s: %v\n%s", d.name, err, out)
-			}
-		})
+	var rams []string
+	for i := range n {
+		rams = append(rams, fmt.Sprintf("/dev/ram%d", first+i))
 	}
-	run(t, "dmsetup", "mknodes")
-	return devs
-}
-
-// swap replaces d's table under the running array, as a disk that changes its behaviour
-// would: the table is loaded into the inactive slot, then resume suspends the device,
-// swaps the tables and resumes it in one ioctl (suspending a delay target releases the
-// requests it holds). It returns when the resume began and ended: the new table took
-// over in between.
-func swap(t *testing.T, d dmDev, table string) (from, to time.Time) {
-	t.Helper()
-	run(t, "dmsetup", "load", d.name, "--table", table)
-	from = time.Now()
-	run(t, "dmsetup", "resume", "--noudevsync", d.name)
-	return from, time.Now()
+	return vm.NewDMDisks(t, name, rams, ramSize)
 }
 
 // openMembers opens the dm devices as raid10 members (O_DIRECT).
-func openMembers(t *testing.T, devs []dmDev) ([]raid10.Member, []*raid10.FileMember) {
+func openMembers(t *testing.T, devs []vm.DMDisk) ([]raid10.Member, []*raid10.FileMember) {
 	t.Helper()
 	var ms []raid10.Member
 	var fms []*raid10.FileMember
 	for _, d := range devs {
-		m, err := raid10.OpenFileMember(d.path())
+		m, err := raid10.OpenFileMember(d.Path())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !m.Direct() {
-			t.Fatalf("%s: no O_DIRECT", d.path())
+			t.Fatalf("%s: no O_DIRECT", d.Path())
 		}
 		ms = append(ms, m)
 		fms = append(fms, m)

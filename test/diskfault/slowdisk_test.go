@@ -3,7 +3,6 @@ package diskfault
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -39,7 +38,7 @@ const (
 // system clean.
 func TestSlowDiskInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestDiskFaultVM")
-	needTools(t, "dmsetup", "fio", "mkfs.ext4", "e2fsck")
+	vm.RequireTools(t, "dmsetup", "fio", "mkfs.ext4", "e2fsck")
 	devs := newDM(t, "r10slow", 0, 4)
 	members, files := openMembers(t, devs)
 	arr, err := raid10.Create(members, raid10.CreateOptions{AssumeClean: true,
@@ -49,16 +48,16 @@ func TestSlowDiskInGuest(t *testing.T) {
 	}
 	t.Cleanup(func() { arr.Close() })
 	dev := serve(t, arr, "vol-slow")
-	run(t, "mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", dev)
+	vm.Sh(t, "mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", dev)
 	mnt := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "mount", "-t", "ext4", dev, mnt)
+	vm.Sh(t, "mount", "-t", "ext4", dev, mnt)
 	mounted := true
 	umount := func() {
 		if mounted {
-			run(t, "umount", mnt)
+			vm.Sh(t, "umount", mnt)
 			mounted = false
 		}
 	}
@@ -120,7 +119,7 @@ func TestSlowDiskInGuest(t *testing.T) {
 	}
 	time.Sleep(4 * time.Second)
 
-	stallFrom, stallTo := swap(t, devs[slowMember], devs[slowMember].delayed(int(slowDelay/time.Millisecond)))
+	stallFrom, stallTo := devs[slowMember].Swap(t, devs[slowMember].Delayed(int(slowDelay/time.Millisecond)))
 	t.Logf("member %d is a %v delay target (dmsetup resume took %v)", slowMember, slowDelay, stallTo.Sub(stallFrom).Round(time.Millisecond))
 
 	if err := <-fioDone; err != nil {
@@ -210,7 +209,7 @@ func TestSlowDiskInGuest(t *testing.T) {
 
 	// Back to linear (suspending the delay target releases the requests it held, which
 	// the engine had abandoned), re-add, rebuild.
-	_, start := swap(t, devs[slowMember], devs[slowMember].linear())
+	_, start := devs[slowMember].Swap(t, devs[slowMember].Linear())
 	for {
 		_, err := arr.AddMember(files[slowMember])
 		if err == nil {
@@ -245,7 +244,7 @@ func TestSlowDiskInGuest(t *testing.T) {
 	if sr.Mismatches != 0 || sr.Lost != 0 {
 		t.Errorf("scrub: %+v", sr)
 	}
-	run(t, "e2fsck", "-f", "-n", dev)
+	vm.Sh(t, "e2fsck", "-f", "-n", dev)
 }
 
 // fioResult is what the test reads from fio's JSON output.
@@ -261,29 +260,12 @@ func readFio(t *testing.T, path string) fioResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// fio may print notes before the JSON object.
-	if i := strings.IndexByte(string(raw), '{'); i > 0 {
-		raw = raw[i:]
+	r, err := vm.ParseFio(raw)
+	if err != nil || r.Jobs != 1 {
+		t.Fatalf("fio output %s: %v (%d jobs)\n%s", path, err, r.Jobs, raw)
 	}
-	type dir struct {
-		IOBytes int64 `json:"io_bytes"`
-		Clat    struct {
-			Max int64 `json:"max"`
-		} `json:"clat_ns"`
-	}
-	var v struct {
-		Jobs []struct {
-			Error int `json:"error"`
-			Read  dir `json:"read"`
-			Write dir `json:"write"`
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal(raw, &v); err != nil || len(v.Jobs) != 1 {
-		t.Fatalf("fio output %s: %v\n%s", path, err, raw)
-	}
-	j := v.Jobs[0]
-	return fioResult{Error: j.Error, WriteBytes: j.Write.IOBytes, ReadBytes: j.Read.IOBytes,
-		WriteClatMax: time.Duration(j.Write.Clat.Max), ReadClatMax: time.Duration(j.Read.Clat.Max)}
+	return fioResult{Error: r.Error, WriteBytes: r.Write.IOBytes, ReadBytes: r.Read.IOBytes,
+		WriteClatMax: time.Duration(r.Write.Clat.Max), ReadClatMax: time.Duration(r.Read.Clat.Max)}
 }
 
 // fioLog is a fio log with unix-epoch timestamps: one sample per window (log_avg_msec),

@@ -1,13 +1,11 @@
 package perf
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +35,12 @@ type fioCase struct {
 	large        bool // compared with the pipe copy too
 }
 
+// job is the case as a time-based fio job on dev; extra sets the runtime.
+func (c fioCase) job(name, dev, size string, extra ...string) vm.FioJob {
+	return vm.FioJob{Name: name, File: dev, Size: size, BS: c.bs, RW: c.rw, IODepth: c.qd,
+		Extra: append([]string{"--time_based", "--randrepeat=0"}, extra...)}
+}
+
 var cases = []fioCase{
 	{"4k randread QD1", "randread", "4k", 1, false},
 	{"4k randread QD32", "randread", "4k", 32, false},
@@ -53,17 +57,9 @@ var cases = []fioCase{
 func BenchmarkVM(b *testing.B) {
 	vm.HostHalf(b)
 	out := b.TempDir()
-	var files []string
+	files := vm.SparseFiles(b, out, "disk", disks, diskSize)
 	var vmDisks []vm.Disk
-	for i := range disks {
-		p := filepath.Join(out, fmt.Sprintf("disk%d.img", i))
-		if err := os.WriteFile(p, nil, 0o644); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.Truncate(p, diskSize); err != nil {
-			b.Fatal(err)
-		}
-		files = append(files, p)
+	for i, p := range files {
 		vmDisks = append(vmDisks, vm.Disk{File: p, NVMe: true, Serial: fmt.Sprintf("%s%d", diskSerial, i)})
 	}
 	env := []string{outEnv + "=" + out}
@@ -104,8 +100,7 @@ func BenchmarkVM(b *testing.B) {
 	}
 	for _, p := range profs {
 		name := strings.TrimSuffix(filepath.Base(p), ".cpu")
-		// The profile carries its symbols: the guest's test binary is gone by now.
-		top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", p).CombinedOutput()
+		top, err := vm.PprofTop(p)
 		if err != nil {
 			b.Logf("go tool pprof %s: %v\n%s", name, err, top)
 			continue
@@ -193,57 +188,20 @@ func runFio(t *testing.T, dev string, c fioCase, nvme []string, requests func() 
 		pipe = pipeCopy(t)
 	}
 	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			t.Fatal(err)
-		}
-		defer pprof.StopCPUProfile()
+		defer vm.CPUProfile(t, profile)()
 	}
 	before := readCounters(t, nvme, requests)
-	out, err := exec.Command("fio", "--name=perf", "--filename="+dev, "--ioengine=libaio", "--direct=1",
-		"--rw="+c.rw, "--bs="+c.bs, "--iodepth="+strconv.Itoa(c.qd), "--time_based",
-		"--runtime="+runtimeSeconds(), "--size="+size, "--randrepeat=0", "--output-format=json").Output()
+	r := vm.RunFio(t, c.job("perf", dev, size, "--runtime="+runtimeSeconds()))
 	after := readCounters(t, nvme, requests)
-	if err != nil {
-		t.Fatalf("fio %s on %s: %v\n%s", c.name, dev, err, out)
-	}
-	js := string(out)
-	if i := strings.Index(js, "{"); i > 0 {
-		js = js[i:]
-	}
-	var r struct {
-		Jobs []struct {
-			Error       int `json:"error"`
-			Read, Write struct {
-				IOPS     float64 `json:"iops"`
-				BW       float64 `json:"bw_bytes"`
-				TotalIOs float64 `json:"total_ios"`
-			}
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal([]byte(js), &r); err != nil || len(r.Jobs) == 0 {
-		t.Fatalf("fio output: %v\n%s", err, out)
-	}
-	j := r.Jobs[0]
-	if j.Error != 0 {
-		t.Fatalf("fio %s on %s: error %d", c.name, dev, j.Error)
-	}
 	s := sample{
-		iops:      j.Read.IOPS + j.Write.IOPS,
-		bw:        j.Read.BW + j.Write.BW,
-		ios:       j.Read.TotalIOs + j.Write.TotalIOs,
+		iops:      r.IOPS(),
+		bw:        r.BW(),
+		ios:       r.IOs(),
 		memberOps: after.memberOps - before.memberOps,
 		cpu:       after.cpu - before.cpu,
 		syscalls:  after.syscalls - before.syscalls,
 		requests:  after.requests - before.requests,
 		pipe:      pipe,
-	}
-	if s.ios == 0 {
-		t.Fatalf("fio %s on %s: no I/O completed", c.name, dev)
 	}
 	t.Logf("%s on %s: %.0f IOPS, %.1f MB/s, %.2f member ops, %.2f requests, %.0f us CPU and %.1f syscalls per I/O",
 		c.name, dev, s.iops, s.bw/1e6, s.memberOps/s.ios, s.requests/s.ios, s.cpu/s.ios*1e6, s.syscalls/s.ios)
@@ -259,9 +217,7 @@ func straceCount(t *testing.T, dev string, c fioCase, requests func() uint64) fl
 	if _, err := exec.LookPath("strace"); err != nil || requests == nil {
 		return 0
 	}
-	fio := exec.Command("fio", "--name=strace", "--filename="+dev, "--ioengine=libaio", "--direct=1",
-		"--rw="+c.rw, "--bs="+c.bs, "--iodepth="+strconv.Itoa(c.qd), "--time_based",
-		"--runtime=12", "--size=512M", "--randrepeat=0")
+	fio := exec.Command("fio", c.job("strace", dev, "512M", "--runtime=12").Args()...)
 	if err := fio.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -329,19 +285,10 @@ func pipeCopy(t *testing.T) float64 {
 	t.Helper()
 	const mib = 64
 	start := time.Now()
-	sh(t, "sh", "-c", fmt.Sprintf("dd if=/dev/zero bs=1M count=%d status=none | dd of=/dev/null bs=1M iflag=fullblock status=none", mib))
+	vm.Sh(t, "sh", "-c", fmt.Sprintf("dd if=/dev/zero bs=1M count=%d status=none | dd of=/dev/null bs=1M iflag=fullblock status=none", mib))
 	bw := mib << 20 / time.Since(start).Seconds()
 	t.Logf("pipe copy: %.1f MB/s", bw/1e6)
 	return bw
-}
-
-func sh(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
 
 // TestPerfInGuest is the guest half of BenchmarkVM.
@@ -359,14 +306,12 @@ func TestPerfInGuest(t *testing.T) {
 	results := map[string]map[string]sample{} // target -> case -> sample
 
 	// md raid10, near-2, 512 KiB chunks, no bitmap, over the disks.
-	sh(t, "mdadm", append([]string{"--create", "/dev/md0", "--level=10", "--layout=n2", "--chunk=512",
-		"--raid-devices=4", "--bitmap=none", "--assume-clean", "--run", "--quiet"}, devs...)...)
+	stopMD := vm.CreateMD(t, "/dev/md0", devs, "--layout=n2", "--chunk=512", "--bitmap=none")
 	results["md"] = map[string]sample{}
 	for _, c := range cases {
 		results["md"][c.name] = runFio(t, "/dev/md0", c, nvme, nil, "")
 	}
-	sh(t, "mdadm", "--stop", "/dev/md0")
-	sh(t, "mdadm", append([]string{"--zero-superblock"}, devs...)...)
+	stopMD()
 
 	for _, f := range frontends {
 		results[f.name] = measureFrontend(t, f, devs, nvme, outDir)
@@ -384,18 +329,7 @@ func TestPerfInGuest(t *testing.T) {
 func measureFrontend(t *testing.T, f frontend, devs, nvme []string, outDir string) map[string]sample {
 	t.Helper()
 	res := map[string]sample{}
-	var members []raid10.Member
-	for _, d := range devs {
-		m, err := raid10.OpenFileMember(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		members = append(members, m)
-	}
-	arr, err := raid10.Create(members, raid10.CreateOptions{AssumeClean: true, ChunkSize: 512 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	arr := vm.CreateArray(t, devs, raid10.CreateOptions{AssumeClean: true, ChunkSize: 512 << 10})
 	defer arr.Close()
 	att, err := f.attach(t, arr)
 	if errors.Is(err, errUnavailable) {

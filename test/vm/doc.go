@@ -46,6 +46,25 @@
 // with restrict=on, whose only way out are the guestfwd commands (one host process per guest
 // connection). test/cluster uses both for its Kubernetes node.
 //
+// # Rigs shared by the in-guest tests
+//
+// The in-guest halves of test/diskfault, test/perf and the frontends' packages build
+// their rigs from these, a file per concern:
+//
+//   - exec.go: Sh (run a command, log it with its duration, fail on error),
+//     RequireTools, LogDmesg, NoKernelWarning.
+//   - disks.go: SparseFile(s), LoopDevices, DMDisk (a device-mapper member whose table
+//     a test swaps: Linear, Delayed, WithErrors, Dead), BlockSize, QueueAttr, MkfsExt4,
+//     Mount.
+//   - fio.go: FioJob (libaio, O_DIRECT, optional crc32c verification), FioVerify, RunFio
+//     with its JSON report (ParseFio), and FioUnderKills: fio writing with verification
+//     while the serving process is killed and started again, the restart test of every
+//     frontend.
+//   - proc.go: StartSelf, the test binary run again as a serving process that prints
+//     READY, and Proc's Kill (a crash) and Stop (SIGTERM).
+//   - bench.go: md raid10 (CreateMD) against the engine (CreateArray) over the same
+//     disks in one boot, CPUProfile in the guest and PprofTop on the host.
+//
 // # How it works
 //
 //   - Kernel: the newest /boot/vmlinuz-<kver> of DefaultKernelSeries (6.1, Debian 12's)

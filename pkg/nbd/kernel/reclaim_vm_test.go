@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
 // leakHelper connects a device for the volume named by NBD_HELPER_VOLUME and exits without
@@ -132,7 +133,7 @@ func TestInKernelReclaim(t *testing.T) {
 	if !d.Reattached || d.Index != leaked {
 		t.Fatalf("Attach after Reclaim: %s reattached=%v, want nbd%d reattached", d.Path(), d.Reattached, leaked)
 	}
-	fioVerify(t, d.Path(), "8M")
+	vm.FioVerify(t, verifyJob(d.Path(), "8M"))
 	if err := a.Detach("vol-leaked"); err != nil {
 		t.Fatal(err)
 	}

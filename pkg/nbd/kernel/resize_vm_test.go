@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"unsafe"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
 // growingFile is a file backend whose visible size a test raises, as a RAID10 array's
@@ -25,21 +24,6 @@ type growingFile struct {
 }
 
 func (g *growingFile) Size() int64 { return g.size.Load() }
-
-// blkGetSize64 is the device's size as the block layer reports it to user space.
-func blkGetSize64(t *testing.T, dev string) int64 {
-	t.Helper()
-	f, err := os.Open(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var n uint64
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&n))); e != 0 {
-		t.Fatalf("BLKGETSIZE64 %s: %v", dev, e)
-	}
-	return int64(n)
-}
 
 // TestInKernelResize grows an attached device under a mounted ext4 while a writer fsyncs:
 // Attacher.Resize (NBD_CMD_RECONFIGURE with NBD_ATTR_SIZE_BYTES) must change the device's
@@ -76,7 +60,7 @@ func TestInKernelResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = a.Detach("vol-resize") }()
-	if got := blkGetSize64(t, d.Path()); got != small {
+	if got := vm.BlockSize(t, d.Path()); got != small {
 		t.Fatalf("attached %s has %d bytes, want %d", d.Path(), got, small)
 	}
 	if _, err := a.Resize("vol-other"); !errors.Is(err, ErrNotAttached) {
@@ -87,9 +71,9 @@ func TestInKernelResize(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sh(t, "mkfs.ext4", "-q", "-F", d.Path())
-	sh(t, "mount", d.Path(), mnt)
-	defer sh(t, "umount", mnt)
+	vm.Sh(t, "mkfs.ext4", "-q", "-F", d.Path())
+	vm.Sh(t, "mount", d.Path(), mnt)
+	defer vm.Sh(t, "umount", mnt)
 	data := make([]byte, 8<<20)
 	_, _ = rand.Read(data)
 	if err := os.WriteFile(filepath.Join(mnt, "before"), data, 0o644); err != nil {
@@ -140,13 +124,13 @@ func TestInKernelResize(t *testing.T) {
 	if got != large {
 		t.Fatalf("Resize reports %d bytes, want %d", got, large)
 	}
-	if n := blkGetSize64(t, d.Path()); n != large {
+	if n := vm.BlockSize(t, d.Path()); n != large {
 		t.Fatalf("BLKGETSIZE64 after the resize: %d, want %d", n, large)
 	}
 	if again, err := a.Resize("vol-resize"); err != nil || again != large {
 		t.Fatalf("second Resize: %d %v, want %d (no-op)", again, err, large)
 	}
-	sh(t, "resize2fs", d.Path())
+	vm.Sh(t, "resize2fs", d.Path())
 	close(stop)
 	if err := <-werr; err != nil {
 		t.Fatalf("writer across the resize: %v", err)
@@ -166,8 +150,8 @@ func TestInKernelResize(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mnt, "after"), big, 0o644); err != nil {
 		t.Fatalf("write 120 MiB into the grown filesystem: %v", err)
 	}
-	sh(t, "sync")
-	sh(t, "sh", "-c", "echo 3 > /proc/sys/vm/drop_caches")
+	vm.Sh(t, "sync")
+	vm.Sh(t, "sh", "-c", "echo 3 > /proc/sys/vm/drop_caches")
 	for name, want := range map[string][]byte{"before": data, "after": big} {
 		b, err := os.ReadFile(filepath.Join(mnt, name))
 		if err != nil || !bytes.Equal(b, want) {

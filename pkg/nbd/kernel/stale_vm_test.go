@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
 // TestInKernelStaleRecord: after a node reboot the state file still records each volume's
@@ -65,7 +66,7 @@ func TestInKernelStaleRecord(t *testing.T) {
 	if id, err := BackendOf(taken); err != nil || id != BackendID("vol-b") {
 		t.Fatalf("nbd%d now has backend %q (%v), want vol-b's", taken, id, err)
 	}
-	fioVerify(t, d.Path(), "8M")
+	vm.FioVerify(t, verifyJob(d.Path(), "8M"))
 	if err := a.Detach("vol-a"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,10 @@
 package kernel
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -82,27 +79,9 @@ func (b *countingBackend) WriteAtFUA(p []byte, off int64) (int, error) {
 	return b.FileBackend.WriteAtFUA(p, off)
 }
 
-func sh(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	start := time.Now()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	t.Logf("%s %s (%s)", name, strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-func fioVerify(t *testing.T, file, size string, extra ...string) string {
-	t.Helper()
-	args := append([]string{"--name=verify", "--filename=" + file, "--size=" + size, "--bs=4k",
-		"--rw=randwrite", "--ioengine=libaio", "--iodepth=16", "--direct=1",
-		"--verify=crc32c", "--verify_state_save=0", "--do_verify=1", "--verify_fatal=1"}, extra...)
-	out := sh(t, "fio", args...)
-	if !strings.Contains(out, "err= 0") {
-		t.Fatalf("fio reported errors:\n%s", out)
-	}
-	return out
+// verifyJob is fio writing size bytes of file with verification.
+func verifyJob(file, size string, extra ...string) vm.FioJob {
+	return vm.FioJob{Name: "verify", File: file, Size: size, Extra: extra}
 }
 
 // TestInKernelAttach attaches a file over netlink with two connections, puts ext4 and xfs on
@@ -154,14 +133,14 @@ func TestInKernelAttach(t *testing.T) {
 
 	t.Run("a 1 MiB request arrives whole", func(t *testing.T) {
 		q := fmt.Sprintf("/sys/block/nbd%d/queue/", d.Index)
-		if got := strings.TrimSpace(sh(t, "cat", q+"max_sectors_kb")); got != strconv.Itoa(DefaultMaxRequestKiB) {
+		if got := strings.TrimSpace(vm.Sh(t, "cat", q+"max_sectors_kb")); got != strconv.Itoa(DefaultMaxRequestKiB) {
 			t.Fatalf("max_sectors_kb %s, want %d", got, DefaultMaxRequestKiB)
 		}
-		if got := sh(t, "cat", q+"scheduler"); !strings.Contains(got, "[none]") {
+		if got := vm.Sh(t, "cat", q+"scheduler"); !strings.Contains(got, "[none]") {
 			t.Fatalf("scheduler %q, want none", got)
 		}
-		sh(t, "dd", "if=/dev/urandom", "of="+d.Path(), "bs=1M", "count=4", "oflag=direct", "status=none")
-		sh(t, "dd", "if="+d.Path(), "of=/dev/null", "bs=1M", "count=4", "iflag=direct", "status=none")
+		vm.Sh(t, "dd", "if=/dev/urandom", "of="+d.Path(), "bs=1M", "count=4", "oflag=direct", "status=none")
+		vm.Sh(t, "dd", "if="+d.Path(), "of=/dev/null", "bs=1M", "count=4", "iflag=direct", "status=none")
 		if r, w := cb.maxRead.Load(), cb.maxWrite.Load(); r != 1<<20 || w != 1<<20 {
 			t.Fatalf("largest request the server saw: read %d, write %d bytes; want 1 MiB each", r, w)
 		}
@@ -190,13 +169,13 @@ func TestInKernelAttach(t *testing.T) {
 	}
 	for _, fs := range []struct{ name, mkfs, force string }{{"ext4", "mkfs.ext4", "-F"}, {"xfs", "mkfs.xfs", "-f"}} {
 		t.Run(fs.name, func(t *testing.T) {
-			sh(t, fs.mkfs, "-q", fs.force, d.Path())
-			sh(t, "mount", d.Path(), mnt)
-			defer sh(t, "umount", mnt)
-			fioVerify(t, filepath.Join(mnt, "fio.dat"), "16M")
+			vm.Sh(t, fs.mkfs, "-q", fs.force, d.Path())
+			vm.Sh(t, "mount", d.Path(), mnt)
+			defer vm.Sh(t, "umount", mnt)
+			vm.FioVerify(t, verifyJob(filepath.Join(mnt, "fio.dat"), "16M"))
 
 			before := cb.flushes.Load()
-			sh(t, "dd", "if=/dev/zero", "of="+filepath.Join(mnt, "x"), "bs=4k", "count=16", "conv=fsync", "status=none")
+			vm.Sh(t, "dd", "if=/dev/zero", "of="+filepath.Join(mnt, "x"), "bs=4k", "count=16", "conv=fsync", "status=none")
 			if cb.flushes.Load() == before {
 				t.Fatal("fsync did not reach the backend as FLUSH")
 			}
@@ -204,8 +183,8 @@ func TestInKernelAttach(t *testing.T) {
 			if err := os.Remove(filepath.Join(mnt, "fio.dat")); err != nil {
 				t.Fatal(err)
 			}
-			sh(t, "sync")
-			sh(t, "fstrim", "-v", mnt)
+			vm.Sh(t, "sync")
+			vm.Sh(t, "fstrim", "-v", mnt)
 			if cb.discards.Load() == before {
 				t.Fatal("fstrim did not reach the backend as TRIM")
 			}
@@ -221,7 +200,7 @@ func TestInKernelAttach(t *testing.T) {
 			break
 		}
 		d.mu.Unlock()
-		fioVerify(t, d.Path(), "8M")
+		vm.FioVerify(t, verifyJob(d.Path(), "8M"))
 		deadline := time.Now().Add(30 * time.Second)
 		for d.Reconnects() == 0 && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
@@ -235,7 +214,7 @@ func TestInKernelAttach(t *testing.T) {
 		if n != 2 {
 			t.Fatalf("%d connections served after the replacement", n)
 		}
-		fioVerify(t, d.Path(), "8M", "--offset=16M")
+		vm.FioVerify(t, verifyJob(d.Path(), "8M", "--offset=16M"))
 	})
 
 	if err := a.Detach("vol-attach"); err != nil {
@@ -253,54 +232,14 @@ func TestInKernelAttach(t *testing.T) {
 	}
 }
 
-// helper is the serving process of TestInKernelKill9, the test binary run again.
-type helper struct {
-	cmd    *exec.Cmd
-	device string
-	reatt  bool
-	lines  chan string
-}
-
-func startHelper(t *testing.T, dir string) *helper {
+// startHelper starts the serving process of TestInKernelKill9 (the test binary run again)
+// and returns it with its device and whether it reattached that device.
+func startHelper(t *testing.T, dir string) (p *vm.Proc, dev string, reattached bool) {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), helperEnv+"=serve", "NBD_HELPER_DIR="+dir)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &helper{cmd: cmd, lines: make(chan string, 16)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			h.lines <- sc.Text()
-		}
-		close(h.lines)
-	}()
-	select {
-	case l, ok := <-h.lines:
-		var re string
-		if !ok || !strings.HasPrefix(l, "READY ") {
-			t.Fatalf("helper said %q", l)
-		}
-		fmt.Sscanf(l, "READY %s %s", &h.device, &re)
-		h.reatt = re == "reattached"
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("helper not ready after 60s")
-	}
-	t.Logf("helper pid %d serving %s (%s) after %s", cmd.Process.Pid, h.device,
-		map[bool]string{true: "reattached", false: "attached"}[h.reatt], time.Since(start).Round(time.Millisecond))
-	return h
+	p = vm.StartSelf(t, 60*time.Second, helperEnv+"=serve", "NBD_HELPER_DIR="+dir)
+	var how string
+	fmt.Sscanf(p.Ready, "READY %s %s", &dev, &how)
+	return p, dev, how == "reattached"
 }
 
 // serveHelper serves a file on a device for TestInKernelKill9 until SIGTERM, then detaches.
@@ -360,95 +299,34 @@ func TestInKernelKill9(t *testing.T) {
 	inGuest(t)
 	const kills = 4
 	dir := t.TempDir()
-	if f, err := os.Create(filepath.Join(dir, "disk.img")); err != nil {
-		t.Fatal(err)
-	} else {
-		f.Truncate(128 << 20)
-		f.Close()
-	}
-	h := startHelper(t, dir)
-	defer func() {
-		if h.cmd.ProcessState == nil {
-			h.cmd.Process.Kill()
-			h.cmd.Wait()
-		}
-	}()
-	if h.reatt {
+	vm.SparseFile(t, filepath.Join(dir, "disk.img"), 128<<20)
+	h, dev, reattached := startHelper(t, dir)
+	t.Cleanup(func() { h.Kill() })
+	if reattached {
 		t.Fatal("first start reported a reattach")
 	}
-	dev := h.device
 	mnt := filepath.Join(dir, "mnt")
-	os.Mkdir(mnt, 0o755)
-	sh(t, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev)
-	sh(t, "mount", dev, mnt)
-	mounted := true
-	defer func() {
-		if mounted {
-			exec.Command("umount", "-l", mnt).Run()
-		}
-	}()
+	vm.MkfsExt4(t, dev)
+	umount := vm.Mount(t, dev, mnt)
 
 	// 24 MiB at a bounded rate: about 12 s of writes, then the verification reads.
-	fio := exec.Command("fio", "--name=kill9", "--filename="+filepath.Join(mnt, "fio.dat"),
-		"--size=24M", "--bs=4k", "--rw=randwrite", "--ioengine=libaio", "--iodepth=8",
-		"--direct=1", "--rate_iops=500", "--verify=crc32c", "--verify_state_save=0", "--do_verify=1", "--verify_fatal=1")
-	var fioOut strings.Builder
-	fio.Stdout, fio.Stderr = &fioOut, &fioOut
-	start := time.Now()
-	if err := fio.Start(); err != nil {
-		t.Fatal(err)
-	}
-	fioDone := make(chan error, 1)
-	go func() { fioDone <- fio.Wait() }()
-
-	during := 0
-	for i := 0; i < kills; i++ {
-		time.Sleep(2 * time.Second)
-		select {
-		case err := <-fioDone:
-			fioDone <- err
-			t.Logf("fio ended before kill %d", i+1)
-		default:
-			during++
+	job := vm.FioJob{Name: "kill9", File: filepath.Join(mnt, "fio.dat"), Size: "24M", IODepth: 8, RateIOPS: 500}
+	vm.FioUnderKills(t, job, kills, 2*time.Second, func(i int, into time.Duration) {
+		h.Kill()
+		t.Logf("kill %d: SIGKILL at %s into fio", i+1, into)
+		var again string
+		h, again, reattached = startHelper(t, dir)
+		if !reattached || again != dev {
+			t.Fatalf("restart %d: %s reattached=%v, want %s reattached", i+1, again, reattached, dev)
 		}
-		killAt := time.Now()
-		h.cmd.Process.Signal(syscall.SIGKILL)
-		h.cmd.Wait()
-		t.Logf("kill %d: SIGKILL at %s into fio", i+1, killAt.Sub(start).Round(time.Millisecond))
-		h = startHelper(t, dir)
-		if !h.reatt || h.device != dev {
-			t.Fatalf("restart %d: %s reattached=%v, want %s reattached", i+1, h.device, h.reatt, dev)
-		}
-	}
-	var ferr error
-	select {
-	case ferr = <-fioDone:
-	case <-time.After(4 * time.Minute):
-		fio.Process.Kill()
-		t.Fatalf("fio hangs:\n%s", fioOut.String())
-	}
-	t.Logf("fio took %s, %d of %d kills while it wrote", time.Since(start).Round(time.Millisecond), during, kills)
-	if ferr != nil || !strings.Contains(fioOut.String(), "err= 0") || strings.Contains(fioOut.String(), "verify:") {
-		t.Fatalf("fio failed across restarts: %v\n%s", ferr, fioOut.String())
-	}
-	if during < kills-1 {
-		t.Fatalf("only %d kills happened while fio wrote", during)
-	}
-	sh(t, "umount", mnt)
-	mounted = false
-	sh(t, "e2fsck", "-fn", dev)
-	if out, _ := exec.Command("dmesg").Output(); len(out) > 0 {
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "nbd") || strings.Contains(l, "I/O error") || strings.Contains(l, "EXT4-fs error") {
-				t.Log("dmesg: " + l)
-			}
-		}
-	}
+	})
+	umount()
+	vm.Sh(t, "e2fsck", "-fn", dev)
+	vm.LogDmesg(t, "nbd", "I/O error", "EXT4-fs error")
 
 	// Clean detach: the helper disconnects on SIGTERM.
-	h.cmd.Process.Signal(syscall.SIGTERM)
-	rest, _ := io.ReadAll(chanReader(h.lines))
-	if err := h.cmd.Wait(); err != nil || !strings.Contains(string(rest), "DETACHED") {
+	rest, err := h.Stop()
+	if err != nil || !strings.Contains(strings.Join(rest, "\n"), "DETACHED") {
 		t.Fatalf("helper detach: %v %q", err, rest)
 	}
 	nl, err := Dial()
@@ -461,24 +339,4 @@ func TestInKernelKill9(t *testing.T) {
 	if s, err := nl.Status(int(idx)); err != nil || len(s) != 1 || s[0].Connected {
 		t.Fatalf("after detach: %+v %v", s, err)
 	}
-}
-
-type chanReaderT struct {
-	c   <-chan string
-	buf []byte
-}
-
-func chanReader(c <-chan string) io.Reader { return &chanReaderT{c: c} }
-
-func (r *chanReaderT) Read(p []byte) (int, error) {
-	for len(r.buf) == 0 {
-		l, ok := <-r.c
-		if !ok {
-			return 0, io.EOF
-		}
-		r.buf = append(r.buf, l+"\n"...)
-	}
-	n := copy(p, r.buf)
-	r.buf = r.buf[n:]
-	return n, nil
 }

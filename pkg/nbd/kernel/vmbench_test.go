@@ -1,12 +1,10 @@
 package kernel
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -37,39 +35,18 @@ func BenchmarkKernelVM(b *testing.B) {
 	if res, err := os.ReadFile(filepath.Join(out, "result.txt")); err == nil {
 		b.Log("\n" + string(res))
 	}
-	// The profile carries its symbols: the guest's test binary is gone by now.
-	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25",
-		filepath.Join(out, "server.cpu")).CombinedOutput()
-	if err == nil {
-		b.Log("CPU profile of the server in the guest during the raid10-csi runs:\n" + string(top))
+	if top, err := vm.PprofTop(filepath.Join(out, "server.cpu")); err == nil {
+		b.Log("CPU profile of the server in the guest during the raid10-csi runs:\n" + top)
 	}
 }
 
+// guestFio runs 8 s of 4 KiB rw (randread, randwrite) at QD32 on dev and returns the IOPS.
 func guestFio(t *testing.T, dev, rw string) float64 {
 	t.Helper()
-	out, err := exec.Command("fio", "--name=b", "--filename="+dev, "--ioengine=libaio", "--direct=1",
-		"--rw="+rw, "--bs=4k", "--iodepth=32", "--time_based", "--runtime=8", "--ramp_time=1",
-		"--size=200M", "--output-format=json").Output()
-	if err != nil {
-		t.Fatalf("fio %s %s: %v\n%s", rw, dev, err, out)
-	}
-	js := string(out)
-	if i := strings.Index(js, "{"); i > 0 {
-		js = js[i:]
-	}
-	var r struct {
-		Jobs []struct {
-			Read, Write struct {
-				IOPS float64 `json:"iops"`
-			}
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal([]byte(js), &r); err != nil || len(r.Jobs) == 0 {
-		t.Fatalf("fio output: %v\n%s", err, out)
-	}
-	v := r.Jobs[0].Read.IOPS + r.Jobs[0].Write.IOPS
-	t.Logf("%s %s: %.0f IOPS", dev, rw, v)
-	return v
+	r := vm.RunFio(t, vm.FioJob{Name: "b", File: dev, RW: rw, IODepth: 32, Size: "200M",
+		Extra: []string{"--time_based", "--runtime=8", "--ramp_time=1"}})
+	t.Logf("%s %s: %.0f IOPS", dev, rw, r.IOPS())
+	return r.IOPS()
 }
 
 // TestInKernelBench is the guest half of BenchmarkKernelVM.
@@ -83,27 +60,14 @@ func TestInKernelBench(t *testing.T) {
 	iops := map[string]float64{}
 
 	// md raid10 over the ramdisks.
-	sh(t, "mdadm", append([]string{"--create", "/dev/md0", "--level=10", "--raid-devices=4",
-		"--run", "--assume-clean", "--quiet"}, rams...)...)
+	stopMD := vm.CreateMD(t, "/dev/md0", rams)
 	for _, rw := range []string{"randread", "randwrite"} {
 		iops["md/"+rw] = guestFio(t, "/dev/md0", rw)
 	}
-	sh(t, "mdadm", "--stop", "/dev/md0")
-	sh(t, "mdadm", append([]string{"--zero-superblock"}, rams...)...)
+	stopMD()
 
 	// This server with the RAID10 engine over the same ramdisks.
-	var members []raid10.Member
-	for _, r := range rams {
-		m, err := raid10.OpenFileMember(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		members = append(members, m)
-	}
-	arr, err := raid10.Create(members, raid10.CreateOptions{AssumeClean: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	arr := vm.CreateArray(t, rams, raid10.CreateOptions{AssumeClean: true})
 	srv, err := nbd.NewServer(nbd.Options{MinBlockSize: raid10.BlockSize}, nbd.Export{Name: "r10", Backend: arr})
 	if err != nil {
 		t.Fatal(err)
@@ -122,18 +86,11 @@ func TestInKernelBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prof, err := os.Create(filepath.Join(outDir, "server.cpu"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pprof.StartCPUProfile(prof); err != nil {
-		t.Fatal(err)
-	}
+	stopProfile := vm.CPUProfile(t, filepath.Join(outDir, "server.cpu"))
 	for _, rw := range []string{"randread", "randwrite"} {
 		iops["raid10-csi/"+rw] = guestFio(t, d.Path(), rw)
 	}
-	pprof.StopCPUProfile()
-	prof.Close()
+	stopProfile()
 	if err := a.Detach("bench"); err != nil {
 		t.Fatal(err)
 	}
@@ -155,11 +112,11 @@ func TestInKernelBench(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond)
 	kdev := fmt.Sprintf("/dev/nbd%d", d.Index+1)
-	sh(t, "nbd-client", "-N", "", "-u", sock, kdev, "-b", "4096", "-C", "2")
+	vm.Sh(t, "nbd-client", "-N", "", "-u", sock, kdev, "-b", "4096", "-C", "2")
 	for _, rw := range []string{"randread", "randwrite"} {
 		iops["nbdkit/"+rw] = guestFio(t, kdev, rw)
 	}
-	sh(t, "nbd-client", "-d", kdev)
+	vm.Sh(t, "nbd-client", "-d", kdev)
 
 	var r strings.Builder
 	fmt.Fprintf(&r, "fio libaio 4k QD32 in the VM (TCG), 2 NBD connections\n")
