@@ -82,9 +82,9 @@ type Array struct {
 	geo  geometry
 	size atomic.Int64
 	// reserved is the tail of the array kept out of Size: a copy record
-	// (copy.go) lives there, reached only by the raw internal I/O.
+	// (copy_record.go) lives there, reached only by the raw internal I/O.
 	reserved atomic.Int64
-	// Copy hooks (copy.go): cow holds the copies whose source this array is
+	// Copy hooks (copy_hooks.go): cow holds the copies whose source this array is
 	// (every write first copies an uncopied region into them); hydrate is
 	// the copy whose target this array is (every read or write of an
 	// uncopied region first copies it in). nil when none: then the hooks
