@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
+	"github.com/raid10-csi/raid10-csi/internal/atomicfile"
 )
 
 // DisksFileName is the name the plugin gives Config.DisksFile in its state directory.
@@ -68,8 +68,8 @@ func loadDisksFile(path string) ([]diskRecord, error) {
 	return f.Disks, nil
 }
 
-// saveRecords writes recs to Config.DisksFile atomically (temporary file, fsync, rename,
-// fsync of the directory). Caller holds p.mu.
+// saveRecords writes recs to Config.DisksFile atomically (atomicfile.Write: a crash leaves
+// the old or the new file). Caller holds p.mu.
 func (p *Pool) saveRecords(recs []diskRecord) error {
 	if recs == nil {
 		recs = []diskRecord{}
@@ -81,7 +81,7 @@ func (p *Pool) saveRecords(recs []diskRecord) error {
 	if err := os.MkdirAll(filepath.Dir(p.cfg.DisksFile), 0o700); err != nil {
 		return fmt.Errorf("pool: disksFile: %w", err)
 	}
-	if err := kernel.WriteFileAtomic(p.cfg.DisksFile, append(b, '\n')); err != nil {
+	if err := atomicfile.Write(p.cfg.DisksFile, append(b, '\n')); err != nil {
 		return fmt.Errorf("pool: disksFile: %w", err)
 	}
 	p.records = recs

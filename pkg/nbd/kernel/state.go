@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
+
+	"github.com/raid10-csi/raid10-csi/internal/atomicfile"
 )
 
 // stateVersion is the version of the state file format; a file of another version is
@@ -111,47 +112,17 @@ func (s *State) Delete(volumeID string) error {
 	return nil
 }
 
-// writeLocked replaces the file atomically: temporary file, fsync, rename, fsync of the
-// directory. A crash leaves the old or the new file, never a torn one.
+// writeLocked replaces the file atomically (atomicfile.Write): a crash leaves the old or the
+// new file, never a torn one.
 func (s *State) writeLocked() error {
 	b, err := json.MarshalIndent(stateFile{Version: stateVersion, Devices: s.recs}, "", "  ")
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(s.path, b)
+	return atomicfile.Write(s.path, b)
 }
 
-// WriteFileAtomic replaces the file at path with data: a temporary file beside it, fsync,
-// rename, fsync of the directory. A crash leaves the old or the new file, never a torn one.
-// Also the driver's standalone volume records use it.
-func WriteFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("kernel: write %s: %w", path, err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // after a successful rename this finds nothing
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("kernel: write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("kernel: sync %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("kernel: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("kernel: rename to %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("kernel: sync directory %s: %w", dir, err)
-	}
-	defer func() { _ = d.Close() }()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("kernel: sync directory %s: %w", dir, err)
-	}
-	return nil
-}
+// WriteFileAtomic replaces the file at path with data so that a crash leaves the old or the
+// new file, never a torn one (atomicfile.Write). It stays for the driver's standalone volume
+// records, which still call it here.
+func WriteFileAtomic(path string, data []byte) error { return atomicfile.Write(path, data) }
