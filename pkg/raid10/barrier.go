@@ -93,3 +93,35 @@ func (a *Array) lower(bk *bucket) {
 		a.barrierMu.Unlock()
 	}
 }
+
+// freeze raises the barrier of every bucket and waits until no request is
+// inside any; thaw lowers them. Like raise, it holds raiseMu throughout.
+func (a *Array) freeze() {
+	a.raiseMu.Lock()
+	for i := range a.buckets {
+		a.buckets[i].barrier.Add(1)
+	}
+	t := time.NewTimer(time.Millisecond)
+	defer t.Stop()
+	for i := range a.buckets {
+		for a.buckets[i].pending.Load() != 0 {
+			select {
+			case <-a.syncWake:
+			case <-t.C:
+				t.Reset(time.Millisecond)
+			}
+		}
+	}
+}
+
+func (a *Array) thaw() {
+	for i := range a.buckets {
+		a.buckets[i].barrier.Add(-1)
+	}
+	a.raiseMu.Unlock()
+	if a.barrierWaiters.Load() > 0 {
+		a.barrierMu.Lock()
+		a.barrierCond.Broadcast()
+		a.barrierMu.Unlock()
+	}
+}

@@ -3,7 +3,6 @@ package raid10
 import (
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -179,36 +178,4 @@ func (a *Array) Grow(newSize int64) error {
 
 func (a *Array) setSizes(g geometry) {
 	a.geo.dataSize, a.geo.size, a.geo.chunks, a.geo.regions, a.geo.bmBytes = g.dataSize, g.size, g.chunks, g.regions, g.bmBytes
-}
-
-// freeze raises the barrier of every bucket and waits until no request is
-// inside any; thaw lowers them. Like raise, it holds raiseMu throughout.
-func (a *Array) freeze() {
-	a.raiseMu.Lock()
-	for i := range a.buckets {
-		a.buckets[i].barrier.Add(1)
-	}
-	t := time.NewTimer(time.Millisecond)
-	defer t.Stop()
-	for i := range a.buckets {
-		for a.buckets[i].pending.Load() != 0 {
-			select {
-			case <-a.syncWake:
-			case <-t.C:
-				t.Reset(time.Millisecond)
-			}
-		}
-	}
-}
-
-func (a *Array) thaw() {
-	for i := range a.buckets {
-		a.buckets[i].barrier.Add(-1)
-	}
-	a.raiseMu.Unlock()
-	if a.barrierWaiters.Load() > 0 {
-		a.barrierMu.Lock()
-		a.barrierCond.Broadcast()
-		a.barrierMu.Unlock()
-	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+
+	"k8s.io/klog/v2"
 )
 
 // On-disk constants. The layout is documented in doc.go and
@@ -284,4 +286,127 @@ func unmarshalBitmapBlock(b []byte, idx uint32) ([]byte, error) {
 		return nil, fmt.Errorf("%w %d: holds index %d", ErrCorruptBitmap, idx, got)
 	}
 	return b[bmHeader:sbCRCOffset], nil
+}
+
+// writeSuperblocksLocked writes the superblock of every live member (the
+// copy the member's sequence number selects, A or B alternately) and then
+// flushes each: the durability order is data, bitmap, superblock. Slots
+// marked failing are recorded as faulty and get no superblock; a member
+// whose write or flush fails becomes failing and the others are written
+// again. Only when the table is durable do failing slots turn Faulty (and
+// writes stop going to them). Caller holds metaMu.
+func (a *Array) writeSuperblocksLocked(bump, clean bool) {
+	if bump {
+		a.events++
+	}
+	recorded := false // the table reached some member durably
+	for attempt := 0; attempt <= len(a.slots); attempt++ {
+		failed := false
+		var sb superblock
+		sb.clean = clean
+		sb.arrayUUID = a.uuid
+		sb.raidDisks = uint32(a.geo.n)
+		sb.layout = nearCopies
+		sb.chunkSize = uint32(a.geo.chunk)
+		sb.dataOffset = uint64(a.geo.dataOffset)
+		sb.dataSize = uint64(a.geo.dataSize)
+		sb.arraySize = uint64(a.geo.size)
+		sb.events = a.events
+		sb.bitmapOffset = bitmapOffset
+		sb.bitmapBytes = uint64(a.geo.bmBytes)
+		sb.regionSize = uint64(a.geo.region)
+		sb.eventsCleared = a.eventsCleared
+		sb.liveCopies, sb.copyGen = a.liveCopies, a.copyGen
+		sb.ctime = a.ctime
+		for i, s := range a.slots {
+			switch {
+			case s.failing.Load():
+				sb.slots[i] = slotFaulty
+			case MemberState(s.state.Load()) == MemberInSync:
+				sb.slots[i] = slotActive
+			case MemberState(s.state.Load()) == MemberRecovering:
+				sb.slots[i] = slotRecovering
+			case MemberState(s.state.Load()) == MemberFaulty:
+				sb.slots[i] = slotFaulty
+			default:
+				sb.slots[i] = slotMissing
+			}
+		}
+		fail := func(s *slot, what string, err error) {
+			klog.ErrorS(err, "raid10: superblock "+what+" failed", "member", s.idx)
+			s.writeErrs.Add(1)
+			if a.canFailLocked(s) {
+				s.failing.Store(true)
+				failed = true
+			} else {
+				s.broken.Store(true)
+			}
+		}
+		var written [MaxMembers]*memberRef
+		for i, s := range a.slots {
+			r := s.live()
+			if r == nil || s.failing.Load() {
+				continue
+			}
+			sb.role = uint32(i)
+			sb.memberUUID = r.uuid
+			sb.recoveryOff = recoveryDone
+			sb.partial = false
+			if MemberState(s.state.Load()) != MemberInSync {
+				sb.recoveryOff = uint64(s.recovered)
+				sb.partial = !s.fullSync
+			}
+			sb.bad = r.bad.Load().ranges()
+			s.sbSeq++
+			sb.seq = s.sbSeq
+			buf := AlignedBuffer(sbSize) // not shared: an abandoned write may still read it
+			sb.marshal(buf)
+			off := int64(sbCopyA)
+			if s.sbSeq&1 == 1 {
+				off = sbCopyB
+			}
+			if err := a.metaIO(r, func() error { _, err := r.m.WriteAt(buf, off); return err }); err != nil {
+				fail(s, "write", err)
+				continue
+			}
+			written[i] = r
+		}
+		for i, s := range a.slots {
+			if written[i] == nil {
+				continue
+			}
+			r := written[i]
+			if err := a.metaIO(r, r.m.Flush); err != nil {
+				fail(s, "flush", err)
+			}
+		}
+		durable := false
+		for i := range a.slots {
+			if written[i] != nil && !a.slots[i].failing.Load() && !a.slots[i].broken.Load() {
+				durable = true
+			}
+		}
+		if !failed || !durable {
+			recorded = durable
+			break
+		}
+		a.events++
+	}
+	for _, s := range a.slots {
+		if !s.failing.Load() {
+			continue
+		}
+		if recorded {
+			s.state.Store(int32(MemberFaulty))
+			s.broken.Store(false) // out of the array now: nothing of it counts
+			if r := s.ref.Load(); r != nil {
+				r.kill() // waiters on its calls give up on it
+			}
+		} else {
+			// No member holds the record: after a crash this member would
+			// come back in sync, so it must stay in the array, broken.
+			s.broken.Store(true)
+		}
+		s.failing.Store(false)
+	}
 }

@@ -1,0 +1,258 @@
+package raid10
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Assemble: an existing array started from its members' superblocks.
+
+// readSuperblocks reads every member's superblock at once and waits up to
+// deadline (for ever if it is negative). hung marks the members that did
+// not answer by then; their reads go on, each into a buffer of its own.
+func readSuperblocks(members []Member, deadline time.Duration) ([]*superblock, []error, []bool) {
+	type result struct {
+		i   int
+		sb  *superblock
+		err error
+	}
+	sbs, errs, hung := make([]*superblock, len(members)), make([]error, len(members)), make([]bool, len(members))
+	ch := make(chan result, len(members))
+	waiting := 0
+	for i, m := range members {
+		if m == nil {
+			continue
+		}
+		waiting++
+		hung[i] = true
+		go func() {
+			sb, err := readSuperblock(m)
+			ch <- result{i, sb, err}
+		}()
+	}
+	var timeout <-chan time.Time
+	if deadline > 0 {
+		t := time.NewTimer(deadline)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for ; waiting > 0; waiting-- {
+		select {
+		case r := <-ch:
+			sbs[r.i], errs[r.i], hung[r.i] = r.sb, r.err, false
+		case <-timeout:
+			for i := range hung {
+				if hung[i] {
+					klog.ErrorS(errTimedOut, "raid10: member did not answer its superblock read", "member", i, "deadline", deadline)
+				}
+			}
+			return sbs, errs, hung
+		}
+	}
+	return sbs, errs, hung
+}
+
+type assembleCand struct {
+	pos int
+	m   Member
+	sb  *superblock
+}
+
+// Assemble starts an existing array from its members, in any order (nil
+// entries are skipped; a missing slot starts the array degraded). It
+// validates the superblocks, lets the freshest event counter decide the
+// array's view, starts a stale member's recovery (bitmap-based when its
+// events allow) and, after an unclean shutdown, resyncs the regions the
+// bitmap marks dirty.
+//
+// Member I/O is bounded by the member deadline (Options.MemberTimeout) from
+// the start. A member whose superblock read does not answer in time is left
+// out only if the freshest superblock that was read shows every active or
+// recovering slot held by a member that answered with that same event
+// count: then the hung member is no live member of the array, and none of
+// those that answered can have been failed by an update only it got.
+// Otherwise Assemble fails with a MemberError (errno EIO) naming it: leaving
+// it out could trust a stale member. A member that hangs on a later
+// metadata read or write is failed as at run time (deadline.go).
+func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
+	deadline := opts.MemberTimeout
+	if deadline == 0 {
+		deadline = DefaultMemberTimeout
+	}
+	sbs, errs, hung := readSuperblocks(members, deadline)
+	var cands []assembleCand
+	for i, m := range members {
+		if m == nil || hung[i] {
+			continue
+		}
+		if errs[i] != nil {
+			return nil, &MemberError{Member: i, Op: "read superblock", Err: errs[i]}
+		}
+		cands = append(cands, assembleCand{pos: i, m: m, sb: sbs[i]})
+	}
+	hungErr := func(i int, why string) error {
+		return &MemberError{Member: i, Op: "read superblock", Err: fmt.Errorf("%w: no answer within %v; %s", errTimedOut, deadline, why)}
+	}
+	for i := range hung {
+		if hung[i] && len(cands) == 0 {
+			return nil, hungErr(i, "no other member answered")
+		}
+	}
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("%w: no members given", ErrTooFewMembers)
+	}
+	uuid := cands[0].sb.arrayUUID
+	if opts.UUID != ([16]byte{}) {
+		uuid = opts.UUID
+	}
+	ref := cands[0].sb
+	for _, c := range cands {
+		if c.sb.arrayUUID != uuid {
+			return nil, fmt.Errorf("%w: member %d is in array %x, member %d in %x", ErrMixedArrays, c.pos, c.sb.arrayUUID, cands[0].pos, uuid)
+		}
+		if c.sb.events > ref.events {
+			ref = c.sb
+		}
+	}
+	for _, c := range cands {
+		s := c.sb
+		// A member whose superblock is older may predate a Grow that a
+		// crash interrupted: its sizes may then be smaller than the
+		// freshest view's, never larger (Grow zeroes the new range on
+		// every member before any superblock records it).
+		sameSizes := s.dataSize == ref.dataSize && s.arraySize == ref.arraySize && s.bitmapBytes == ref.bitmapBytes
+		grown := s.events < ref.events && s.dataSize <= ref.dataSize && s.arraySize <= ref.arraySize && s.bitmapBytes <= ref.bitmapBytes
+		if s.raidDisks != ref.raidDisks || s.chunkSize != ref.chunkSize || s.dataOffset != ref.dataOffset ||
+			s.regionSize != ref.regionSize || s.layout != ref.layout || !sameSizes && !grown {
+			return nil, fmt.Errorf("%w: member %d", ErrGeometryMismatch, c.pos)
+		}
+		if c.m.Size() < int64(ref.dataOffset+ref.dataSize) {
+			return nil, fmt.Errorf("%w: member %d has %d bytes, the array needs %d", ErrMemberTooSmall, c.pos, c.m.Size(), ref.dataOffset+ref.dataSize)
+		}
+	}
+	n := int(ref.raidDisks)
+	for i := range hung {
+		if !hung[i] {
+			continue
+		}
+		for slot := range n {
+			if st := ref.slots[slot]; st != slotActive && st != slotRecovering {
+				continue
+			}
+			held := false
+			for _, c := range cands {
+				held = held || int(c.sb.role) == slot && c.sb.events == ref.events
+			}
+			if !held {
+				return nil, hungErr(i, fmt.Sprintf("live slot %d has no member that answered with the latest events, and the hung member may be the only one that knows of a later failure", slot))
+			}
+		}
+		klog.InfoS("raid10: member did not answer its superblock read in time; left out, every live slot is held by members that answered", "member", i, "deadline", deadline)
+	}
+	bySlot := make([]*assembleCand, n)
+	for i := range cands {
+		c := &cands[i]
+		prev := bySlot[c.sb.role]
+		switch {
+		case prev == nil || c.sb.events > prev.sb.events:
+			bySlot[c.sb.role] = c
+		case c.sb.events == prev.sb.events:
+			return nil, fmt.Errorf("%w: members %d and %d both claim slot %d", ErrDuplicateRole, prev.pos, c.pos, c.sb.role)
+		}
+	}
+	geo := newGeometry(n, int64(ref.chunkSize), int64(ref.dataOffset), int64(ref.dataSize), int64(ref.arraySize), int64(ref.regionSize), int64(ref.bitmapBytes))
+	a := newArray(geo, uuid, opts.Options)
+	a.ctime = ref.ctime
+	a.events = ref.events
+	a.eventsCleared = ref.eventsCleared
+	a.liveCopies, a.copyGen = ref.liveCopies, ref.copyGen
+	for i, c := range bySlot {
+		if c == nil {
+			continue
+		}
+		s := a.slots[i]
+		mr := newRef(c.m, c.sb.memberUUID)
+		mr.bad.Store(newBadList(c.sb.bad))
+		s.ref.Store(mr)
+		s.sbSeq = c.sb.seq
+		// The freshest slot table decides: a member it calls active got
+		// every acknowledged write (a failure to write it would have failed
+		// it, or, for a last copy, failed the write), even if it missed the
+		// last superblock updates. Copies that may differ are in dirty
+		// bitmap regions, which an unclean start resyncs.
+		fresh := c.sb.recoveryOff == recoveryDone && ref.slots[i] == slotActive
+		switch {
+		case fresh:
+			s.state.Store(int32(MemberInSync))
+			if c.sb.events != ref.events {
+				klog.InfoS("raid10: member missed superblock updates but is in sync", "member", i, "events", c.sb.events, "arrayEvents", ref.events)
+			}
+		case c.sb.recoveryOff != recoveryDone && ref.slots[i] == slotRecovering && c.sb.events == ref.events:
+			// A recovery that was running to the end: it resumes where its
+			// last checkpoint says; after an unclean stop it also redoes
+			// the dirty regions it had done (writes in flight at the crash
+			// may have reached only one copy).
+			s.fullSync = !c.sb.partial
+			s.recovered = int64(min(c.sb.recoveryOff, c.sb.dataSize))
+			s.redoDirty = !ref.clean
+			s.state.Store(int32(MemberRecovering))
+			klog.InfoS("raid10: interrupted recovery resumes", "member", i, "rebuiltBytes", s.recovered, "full", s.fullSync)
+		default:
+			s.fullSync = c.sb.recoveryOff != recoveryDone || c.sb.events < ref.eventsCleared
+			if s.fullSync {
+				mr.bad.Store(nil) // every block is rewritten or recorded again
+			}
+			s.state.Store(int32(MemberRecovering))
+			klog.InfoS("raid10: stale member needs recovery", "member", i, "events", c.sb.events, "arrayEvents", ref.events, "full", s.fullSync)
+		}
+	}
+	var missing []int
+	for _, p := range geo.pairs() {
+		if a.slots[p[0]].inSync() == nil && a.slots[p[1]].inSync() == nil {
+			missing = append(missing, p[0], p[1])
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: no in-sync member among slots %v", ErrTooFewMembers, missing)
+	}
+	// From here on a member that hangs is failed at the deadline, as at
+	// run time: the monitor runs before the bitmap is read.
+	a.startMonitor()
+	bad := 0
+	for _, s := range a.slots {
+		if r := s.inSync(); r != nil {
+			bad += a.bm.load(r)
+		}
+	}
+	if bad > 0 {
+		klog.InfoS("raid10: corrupt bitmap blocks treated as dirty", "blocks", bad)
+	}
+	// Every live member gets the merged bitmap, so that any of them can
+	// later be the one an assembly reads it from.
+	a.bm.mu.Lock()
+	if err := a.bm.writeAll(); err != nil {
+		klog.ErrorS(err, "raid10: writing the merged bitmap at assembly failed")
+	}
+	a.bm.mu.Unlock()
+	if !ref.clean {
+		dirty := a.bm.dirtyRegions()
+		for _, r := range dirty {
+			a.resyncNeed()[r>>6].Or(1 << (r & 63))
+		}
+		if len(dirty) > 0 {
+			a.resyncActive.Store(true)
+			klog.InfoS("raid10: unclean shutdown, resyncing dirty regions", "regions", len(dirty))
+		}
+	}
+	a.metaMu.Lock()
+	a.writeSuperblocksLocked(true, false)
+	a.metaMu.Unlock()
+	if a.stateLocked() == ArrayFailed {
+		a.abandonStart()
+		return nil, fmt.Errorf("%w: members failed while assembling", ErrTooFewMembers)
+	}
+	a.start()
+	return a, nil
+}
