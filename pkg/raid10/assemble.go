@@ -82,6 +82,57 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 		deadline = DefaultMemberTimeout
 	}
 	sbs, errs, hung := readSuperblocks(members, deadline)
+	cands, err := assembleCandidates(members, sbs, errs, hung, deadline)
+	if err != nil {
+		return nil, err
+	}
+	uuid, ref, err := freshestView(cands, opts.UUID)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkGeometries(cands, ref); err != nil {
+		return nil, err
+	}
+	if err := checkHungLeftOut(cands, ref, hung, deadline); err != nil {
+		return nil, err
+	}
+	bySlot, err := assignSlots(cands, int(ref.raidDisks))
+	if err != nil {
+		return nil, err
+	}
+	a := newAssembledArray(ref, uuid, opts.Options)
+	a.adoptMembers(bySlot, ref)
+	if err := a.checkEveryChunkInSync(); err != nil {
+		return nil, err
+	}
+	// From here on a member that hangs is failed at the deadline, as at
+	// run time: the monitor runs before the bitmap is read.
+	a.startMonitor()
+	a.mergeBitmaps()
+	if !ref.clean {
+		a.resyncDirtyRegions()
+	}
+	a.metaMu.Lock()
+	a.writeSuperblocksLocked(true, false)
+	a.metaMu.Unlock()
+	if a.stateLocked() == ArrayFailed {
+		a.abandonStart()
+		return nil, fmt.Errorf("%w: members failed while assembling", ErrTooFewMembers)
+	}
+	a.start()
+	return a, nil
+}
+
+// hungMemberError is the error of an assembly refused because member i
+// did not answer its superblock read within deadline.
+func hungMemberError(i int, deadline time.Duration, why string) error {
+	return &MemberError{Member: i, Op: "read superblock", Err: fmt.Errorf("%w: no answer within %v; %s", errTimedOut, deadline, why)}
+}
+
+// assembleCandidates pairs every member that answered with its superblock;
+// a member whose superblock could not be read fails the assembly, and so
+// does a hung one when no member answered.
+func assembleCandidates(members []Member, sbs []*superblock, errs []error, hung []bool, deadline time.Duration) ([]assembleCand, error) {
 	var cands []assembleCand
 	for i, m := range members {
 		if m == nil || hung[i] {
@@ -92,30 +143,40 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 		}
 		cands = append(cands, assembleCand{pos: i, m: m, sb: sbs[i]})
 	}
-	hungErr := func(i int, why string) error {
-		return &MemberError{Member: i, Op: "read superblock", Err: fmt.Errorf("%w: no answer within %v; %s", errTimedOut, deadline, why)}
-	}
 	for i := range hung {
 		if hung[i] && len(cands) == 0 {
-			return nil, hungErr(i, "no other member answered")
+			return nil, hungMemberError(i, deadline, "no other member answered")
 		}
 	}
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("%w: no members given", ErrTooFewMembers)
 	}
+	return cands, nil
+}
+
+// freshestView returns the array's UUID (want, if set, else the first
+// candidate's) and the superblock with the highest event count, which
+// decides the array's view; every candidate must be of that array.
+func freshestView(cands []assembleCand, want [16]byte) ([16]byte, *superblock, error) {
 	uuid := cands[0].sb.arrayUUID
-	if opts.UUID != ([16]byte{}) {
-		uuid = opts.UUID
+	if want != ([16]byte{}) {
+		uuid = want
 	}
 	ref := cands[0].sb
 	for _, c := range cands {
 		if c.sb.arrayUUID != uuid {
-			return nil, fmt.Errorf("%w: member %d is in array %x, member %d in %x", ErrMixedArrays, c.pos, c.sb.arrayUUID, cands[0].pos, uuid)
+			return uuid, nil, fmt.Errorf("%w: member %d is in array %x, member %d in %x", ErrMixedArrays, c.pos, c.sb.arrayUUID, cands[0].pos, uuid)
 		}
 		if c.sb.events > ref.events {
 			ref = c.sb
 		}
 	}
+	return uuid, ref, nil
+}
+
+// checkGeometries checks every candidate's geometry against the freshest
+// view's, and that each member is large enough for it.
+func checkGeometries(cands []assembleCand, ref *superblock) error {
 	for _, c := range cands {
 		s := c.sb
 		// A member whose superblock is older may predate a Grow that a
@@ -126,18 +187,24 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 		grown := s.events < ref.events && s.dataSize <= ref.dataSize && s.arraySize <= ref.arraySize && s.bitmapBytes <= ref.bitmapBytes
 		if s.raidDisks != ref.raidDisks || s.chunkSize != ref.chunkSize || s.dataOffset != ref.dataOffset ||
 			s.regionSize != ref.regionSize || s.layout != ref.layout || !sameSizes && !grown {
-			return nil, fmt.Errorf("%w: member %d", ErrGeometryMismatch, c.pos)
+			return fmt.Errorf("%w: member %d", ErrGeometryMismatch, c.pos)
 		}
 		if c.m.Size() < int64(ref.dataOffset+ref.dataSize) {
-			return nil, fmt.Errorf("%w: member %d has %d bytes, the array needs %d", ErrMemberTooSmall, c.pos, c.m.Size(), ref.dataOffset+ref.dataSize)
+			return fmt.Errorf("%w: member %d has %d bytes, the array needs %d", ErrMemberTooSmall, c.pos, c.m.Size(), ref.dataOffset+ref.dataSize)
 		}
 	}
-	n := int(ref.raidDisks)
+	return nil
+}
+
+// checkHungLeftOut lets the assembly go on without the hung members only
+// if every active or recovering slot of the freshest view is held by a
+// member that answered with the latest event count (see Assemble).
+func checkHungLeftOut(cands []assembleCand, ref *superblock, hung []bool, deadline time.Duration) error {
 	for i := range hung {
 		if !hung[i] {
 			continue
 		}
-		for slot := range n {
+		for slot := range int(ref.raidDisks) {
 			if st := ref.slots[slot]; st != slotActive && st != slotRecovering {
 				continue
 			}
@@ -146,11 +213,18 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 				held = held || int(c.sb.role) == slot && c.sb.events == ref.events
 			}
 			if !held {
-				return nil, hungErr(i, fmt.Sprintf("live slot %d has no member that answered with the latest events, and the hung member may be the only one that knows of a later failure", slot))
+				return hungMemberError(i, deadline, fmt.Sprintf("live slot %d has no member that answered with the latest events, and the hung member may be the only one that knows of a later failure", slot))
 			}
 		}
 		klog.InfoS("raid10: member did not answer its superblock read in time; left out, every live slot is held by members that answered", "member", i, "deadline", deadline)
 	}
+	return nil
+}
+
+// assignSlots gives each of the n slots the candidate with the freshest
+// superblock claiming it (nil: none); two with the same event count for
+// one slot fail the assembly.
+func assignSlots(cands []assembleCand, n int) ([]*assembleCand, error) {
 	bySlot := make([]*assembleCand, n)
 	for i := range cands {
 		c := &cands[i]
@@ -162,12 +236,23 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 			return nil, fmt.Errorf("%w: members %d and %d both claim slot %d", ErrDuplicateRole, prev.pos, c.pos, c.sb.role)
 		}
 	}
-	geo := newGeometry(n, int64(ref.chunkSize), int64(ref.dataOffset), int64(ref.dataSize), int64(ref.arraySize), int64(ref.regionSize), int64(ref.bitmapBytes))
-	a := newArray(geo, uuid, opts.Options)
+	return bySlot, nil
+}
+
+// newAssembledArray is the (not yet started) array of the freshest view.
+func newAssembledArray(ref *superblock, uuid [16]byte, opts Options) *Array {
+	geo := newGeometry(int(ref.raidDisks), int64(ref.chunkSize), int64(ref.dataOffset), int64(ref.dataSize), int64(ref.arraySize), int64(ref.regionSize), int64(ref.bitmapBytes))
+	a := newArray(geo, uuid, opts)
 	a.ctime = ref.ctime
 	a.events = ref.events
 	a.eventsCleared = ref.eventsCleared
 	a.liveCopies, a.copyGen = ref.liveCopies, ref.copyGen
+	return a
+}
+
+// adoptMembers puts each slot's member in, in sync or recovering as the
+// freshest view and its own superblock say.
+func (a *Array) adoptMembers(bySlot []*assembleCand, ref *superblock) {
 	for i, c := range bySlot {
 		if c == nil {
 			continue
@@ -208,18 +293,26 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 			klog.InfoS("raid10: stale member needs recovery", "member", i, "events", c.sb.events, "arrayEvents", ref.events, "full", s.fullSync)
 		}
 	}
+}
+
+// checkEveryChunkInSync fails the assembly if some pair of slots has no
+// in-sync member: its chunks have no copy.
+func (a *Array) checkEveryChunkInSync() error {
 	var missing []int
-	for _, p := range geo.pairs() {
+	for _, p := range a.geo.pairs() {
 		if a.slots[p[0]].inSync() == nil && a.slots[p[1]].inSync() == nil {
 			missing = append(missing, p[0], p[1])
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: no in-sync member among slots %v", ErrTooFewMembers, missing)
+		return fmt.Errorf("%w: no in-sync member among slots %v", ErrTooFewMembers, missing)
 	}
-	// From here on a member that hangs is failed at the deadline, as at
-	// run time: the monitor runs before the bitmap is read.
-	a.startMonitor()
+	return nil
+}
+
+// mergeBitmaps loads the bitmap of every in-sync member (the union of
+// their dirty regions) and writes the merged one to every live member.
+func (a *Array) mergeBitmaps() {
 	bad := 0
 	for _, s := range a.slots {
 		if r := s.inSync(); r != nil {
@@ -236,23 +329,17 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 		klog.ErrorS(err, "raid10: writing the merged bitmap at assembly failed")
 	}
 	a.bm.mu.Unlock()
-	if !ref.clean {
-		dirty := a.bm.dirtyRegions()
-		for _, r := range dirty {
-			a.resyncNeed()[r>>6].Or(1 << (r & 63))
-		}
-		if len(dirty) > 0 {
-			a.resyncActive.Store(true)
-			klog.InfoS("raid10: unclean shutdown, resyncing dirty regions", "regions", len(dirty))
-		}
+}
+
+// resyncDirtyRegions marks every dirty bitmap region for resync, after an
+// unclean shutdown.
+func (a *Array) resyncDirtyRegions() {
+	dirty := a.bm.dirtyRegions()
+	for _, r := range dirty {
+		a.resyncNeed()[r>>6].Or(1 << (r & 63))
 	}
-	a.metaMu.Lock()
-	a.writeSuperblocksLocked(true, false)
-	a.metaMu.Unlock()
-	if a.stateLocked() == ArrayFailed {
-		a.abandonStart()
-		return nil, fmt.Errorf("%w: members failed while assembling", ErrTooFewMembers)
+	if len(dirty) > 0 {
+		a.resyncActive.Store(true)
+		klog.InfoS("raid10: unclean shutdown, resyncing dirty regions", "regions", len(dirty))
 	}
-	a.start()
-	return a, nil
 }

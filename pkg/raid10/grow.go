@@ -64,6 +64,44 @@ func (a *Array) Grow(newSize int64) error {
 	if a.resyncActive.Load() || !a.allInSync() || a.State() == ArrayFailed {
 		return fmt.Errorf("%w: cannot grow an array that is not optimal (resync pending, degraded or recovering)", ErrBusy)
 	}
+	geo, err := grownGeometry(old, newSize)
+	if err != nil {
+		return err
+	}
+	refs, err := a.growMembers(geo)
+	if err != nil {
+		return err
+	}
+	// 1. Zero the new range on both copies. Nothing reads or writes it yet:
+	// I/O is checked against the old size, and syncs are held off.
+	if err := zeroGrownRange(old, geo, refs); err != nil {
+		return err
+	}
+
+	// 2.-4. with every bucket drained.
+	a.freeze()
+	defer a.thaw()
+	b := a.bm
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.idle()
+	if err := b.growBlocks(geo.regions); err != nil {
+		return err
+	}
+	a.metaMu.Lock()
+	defer a.metaMu.Unlock()
+	if err := a.recordGrowLocked(old, geo); err != nil {
+		return err
+	}
+	a.publishGrow(geo)
+	klog.V(1).InfoS("raid10: grown", "size", newSize, "oldSize", old.size, "dataSize", geo.dataSize, "regions", geo.regions)
+	return nil
+}
+
+// grownGeometry is old grown to newSize bytes: rows appended to every
+// member, and the bitmap blocks the new regions need, which must fit
+// between the bitmap offset and the data offset.
+func grownGeometry(old geometry, newSize int64) (geometry, error) {
 	chunk := old.chunk
 	chunks := (newSize + chunk - 1) / chunk
 	oldDevChunks := old.dataSize / chunk
@@ -72,24 +110,32 @@ func (a *Array) Grow(newSize int64) error {
 	regions := (newSize + old.region - 1) / old.region
 	bmBytes := max(old.bmBytes, (regions+bmBitsPerBlock-1)/bmBitsPerBlock*sbSize)
 	if bitmapOffset+bmBytes > old.dataOffset {
-		return invalidf("grow to %d bytes: the bitmap for %d regions needs %d bytes, only %d are reserved before the data offset %d",
+		return geometry{}, invalidf("grow to %d bytes: the bitmap for %d regions needs %d bytes, only %d are reserved before the data offset %d",
 			newSize, regions, bmBytes, old.dataOffset-bitmapOffset, old.dataOffset)
 	}
-	need := old.dataOffset + dataSize
+	return newGeometry(old.n, chunk, old.dataOffset, dataSize, newSize, old.region, bmBytes), nil
+}
+
+// growMembers returns every slot's live member, each large enough for geo.
+func (a *Array) growMembers(geo geometry) ([]*memberRef, error) {
+	need := geo.dataOffset + geo.dataSize
 	refs := make([]*memberRef, len(a.slots))
 	for i, s := range a.slots {
 		refs[i] = s.live()
 		if refs[i] == nil {
-			return fmt.Errorf("%w: slot %d has no member", ErrBusy, i)
+			return nil, fmt.Errorf("%w: slot %d has no member", ErrBusy, i)
 		}
 		if sz := refs[i].m.Size(); sz < need {
-			return fmt.Errorf("%w: member in slot %d has %d bytes, growing to %d needs %d", ErrMemberTooSmall, i, sz, newSize, need)
+			return nil, fmt.Errorf("%w: member in slot %d has %d bytes, growing to %d needs %d", ErrMemberTooSmall, i, sz, geo.size, need)
 		}
 	}
-	geo := newGeometry(old.n, chunk, old.dataOffset, dataSize, newSize, old.region, bmBytes)
+	return refs, nil
+}
 
-	// 1. Zero the new range on both copies. Nothing reads or writes it yet:
-	// I/O is checked against the old size, and syncs are held off.
+// zeroGrownRange zeroes what geo adds to old on both copies (the tail of
+// the last old rows, then the new rows of every member) and flushes the
+// members.
+func zeroGrownRange(old, geo geometry, refs []*memberRef) error {
 	zero := func(slot int, off, length int64) error {
 		if length <= 0 {
 			return nil
@@ -99,6 +145,9 @@ func (a *Array) Grow(newSize int64) error {
 		}
 		return nil
 	}
+	chunk, newSize := old.chunk, geo.size
+	chunks := (newSize + chunk - 1) / chunk
+	oldDevChunks := old.dataSize / chunk
 	for c := old.size / chunk; c < chunks && c*nearCopies/int64(old.n) < oldDevChunks; c++ {
 		from := max(old.size, c*chunk) - c*chunk
 		to := min(chunk, newSize-c*chunk)
@@ -110,8 +159,8 @@ func (a *Array) Grow(newSize int64) error {
 			return err
 		}
 	}
-	for i := range a.slots {
-		if err := zero(i, old.dataOffset+old.dataSize, dataSize-old.dataSize); err != nil {
+	for i := range refs {
+		if err := zero(i, old.dataOffset+old.dataSize, geo.dataSize-old.dataSize); err != nil {
 			return err
 		}
 	}
@@ -120,28 +169,32 @@ func (a *Array) Grow(newSize int64) error {
 			return fmt.Errorf("%w: %w", ErrIO, &MemberError{Member: i, Op: "grow: flush", Err: err})
 		}
 	}
+	return nil
+}
 
-	// 2.-4. with every bucket drained.
-	a.freeze()
-	defer a.thaw()
-	b := a.bm
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.idle()
+// growBlocks appends the clear bitmap blocks that regions need and writes
+// them to every live member (step 2 of Grow). Caller holds b.mu, idle.
+func (b *bitmap) growBlocks(regions int64) error {
 	oldBlocks := int64(len(b.image)) * 8 / bmBitsPerBlock
 	newBlocks := (regions + bmBitsPerBlock - 1) / bmBitsPerBlock
-	if newBlocks > oldBlocks {
-		b.image = append(b.image, make([]byte, (newBlocks-oldBlocks)*bmBitsPerBlock/8)...)
-		blocks := make(map[int64]bool)
-		for blk := oldBlocks; blk < newBlocks; blk++ {
-			blocks[blk] = true
-		}
-		if err := b.writeBlocks(blocks); err != nil {
-			return fmt.Errorf("grow: write bitmap: %w", err)
-		}
+	if newBlocks <= oldBlocks {
+		return nil
 	}
-	a.metaMu.Lock()
-	defer a.metaMu.Unlock()
+	b.image = append(b.image, make([]byte, (newBlocks-oldBlocks)*bmBitsPerBlock/8)...)
+	blocks := make(map[int64]bool)
+	for blk := oldBlocks; blk < newBlocks; blk++ {
+		blocks[blk] = true
+	}
+	if err := b.writeBlocks(blocks); err != nil {
+		return fmt.Errorf("grow: write bitmap: %w", err)
+	}
+	return nil
+}
+
+// recordGrowLocked writes the superblocks with the new geometry (step 3 of
+// Grow); on failure the array keeps its old sizes. Caller holds metaMu,
+// with every bucket drained.
+func (a *Array) recordGrowLocked(old, geo geometry) error {
 	// A member that failed meanwhile may have missed the zeroing: it must
 	// not come back by a bitmap re-add into a grown array. Nothing is
 	// recorded yet; the caller retries once the array is optimal.
@@ -157,13 +210,22 @@ func (a *Array) Grow(newSize int64) error {
 		a.setSizes(old)
 		return fmt.Errorf("%w: grow: the new geometry could not be recorded", ErrIO)
 	}
+	return nil
+}
+
+// publishGrow gives the bitmap states and the resync bits their new
+// regions and then publishes the new size to the fast path (step 4 of
+// Grow). Caller holds the bitmap lock and metaMu, with every bucket
+// drained.
+func (a *Array) publishGrow(geo geometry) {
+	b := a.bm
 	oldSt := b.states()
-	st := make([]atomic.Uint32, regions)
+	st := make([]atomic.Uint32, geo.regions)
 	for r := range oldSt {
 		st[r].Store(oldSt[r].Load())
 	}
 	b.stp.Store(&st)
-	if w := (regions + 63) / 64; w > int64(len(a.resyncNeed())) {
+	if w := (geo.regions + 63) / 64; w > int64(len(a.resyncNeed())) {
 		rn := make([]atomic.Uint64, w)
 		need := a.resyncNeed()
 		for i := range need {
@@ -171,9 +233,7 @@ func (a *Array) Grow(newSize int64) error {
 		}
 		a.resyncNeedP.Store(&rn)
 	}
-	a.size.Store(newSize)
-	klog.V(1).InfoS("raid10: grown", "size", newSize, "oldSize", old.size, "dataSize", dataSize, "regions", regions)
-	return nil
+	a.size.Store(geo.size)
 }
 
 func (a *Array) setSizes(g geometry) {

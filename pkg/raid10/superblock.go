@@ -301,97 +301,119 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 	}
 	recorded := false // the table reached some member durably
 	for attempt := 0; attempt <= len(a.slots); attempt++ {
-		failed := false
-		var sb superblock
-		sb.clean = clean
-		sb.arrayUUID = a.uuid
-		sb.raidDisks = uint32(a.geo.n)
-		sb.layout = nearCopies
-		sb.chunkSize = uint32(a.geo.chunk)
-		sb.dataOffset = uint64(a.geo.dataOffset)
-		sb.dataSize = uint64(a.geo.dataSize)
-		sb.arraySize = uint64(a.geo.size)
-		sb.events = a.events
-		sb.bitmapOffset = bitmapOffset
-		sb.bitmapBytes = uint64(a.geo.bmBytes)
-		sb.regionSize = uint64(a.geo.region)
-		sb.eventsCleared = a.eventsCleared
-		sb.liveCopies, sb.copyGen = a.liveCopies, a.copyGen
-		sb.ctime = a.ctime
-		for i, s := range a.slots {
-			switch {
-			case s.failing.Load():
-				sb.slots[i] = slotFaulty
-			case MemberState(s.state.Load()) == MemberInSync:
-				sb.slots[i] = slotActive
-			case MemberState(s.state.Load()) == MemberRecovering:
-				sb.slots[i] = slotRecovering
-			case MemberState(s.state.Load()) == MemberFaulty:
-				sb.slots[i] = slotFaulty
-			default:
-				sb.slots[i] = slotMissing
-			}
-		}
-		fail := func(s *slot, what string, err error) {
-			klog.ErrorS(err, "raid10: superblock "+what+" failed", "member", s.idx)
-			s.writeErrs.Add(1)
-			if a.canFailLocked(s) {
-				s.failing.Store(true)
-				failed = true
-			} else {
-				s.broken.Store(true)
-			}
-		}
-		var written [MaxMembers]*memberRef
-		for i, s := range a.slots {
-			r := s.live()
-			if r == nil || s.failing.Load() {
-				continue
-			}
-			sb.role = uint32(i)
-			sb.memberUUID = r.uuid
-			sb.recoveryOff = recoveryDone
-			sb.partial = false
-			if MemberState(s.state.Load()) != MemberInSync {
-				sb.recoveryOff = uint64(s.recovered)
-				sb.partial = !s.fullSync
-			}
-			sb.bad = r.bad.Load().ranges()
-			s.sbSeq++
-			sb.seq = s.sbSeq
-			buf := AlignedBuffer(sbSize) // not shared: an abandoned write may still read it
-			sb.marshal(buf)
-			off := int64(sbCopyA)
-			if s.sbSeq&1 == 1 {
-				off = sbCopyB
-			}
-			if err := a.metaIO(r, func() error { _, err := r.m.WriteAt(buf, off); return err }); err != nil {
-				fail(s, "write", err)
-				continue
-			}
-			written[i] = r
-		}
-		for i, s := range a.slots {
-			if written[i] == nil {
-				continue
-			}
-			r := written[i]
-			if err := a.metaIO(r, r.m.Flush); err != nil {
-				fail(s, "flush", err)
-			}
-		}
-		durable := false
-		for i := range a.slots {
-			if written[i] != nil && !a.slots[i].failing.Load() && !a.slots[i].broken.Load() {
-				durable = true
-			}
-		}
+		sb := a.superblockLocked(clean)
+		durable, failed := a.writeSuperblockRoundLocked(&sb)
 		if !failed || !durable {
 			recorded = durable
 			break
 		}
 		a.events++
 	}
+	a.settleFailingLocked(recorded)
+}
+
+// superblockLocked is the superblock of the array as it is now, with its
+// slot table; the member fields are filled in per member. Caller holds
+// metaMu.
+func (a *Array) superblockLocked(clean bool) superblock {
+	var sb superblock
+	sb.clean = clean
+	sb.arrayUUID = a.uuid
+	sb.raidDisks = uint32(a.geo.n)
+	sb.layout = nearCopies
+	sb.chunkSize = uint32(a.geo.chunk)
+	sb.dataOffset = uint64(a.geo.dataOffset)
+	sb.dataSize = uint64(a.geo.dataSize)
+	sb.arraySize = uint64(a.geo.size)
+	sb.events = a.events
+	sb.bitmapOffset = bitmapOffset
+	sb.bitmapBytes = uint64(a.geo.bmBytes)
+	sb.regionSize = uint64(a.geo.region)
+	sb.eventsCleared = a.eventsCleared
+	sb.liveCopies, sb.copyGen = a.liveCopies, a.copyGen
+	sb.ctime = a.ctime
+	for i, s := range a.slots {
+		switch {
+		case s.failing.Load():
+			sb.slots[i] = slotFaulty
+		case MemberState(s.state.Load()) == MemberInSync:
+			sb.slots[i] = slotActive
+		case MemberState(s.state.Load()) == MemberRecovering:
+			sb.slots[i] = slotRecovering
+		case MemberState(s.state.Load()) == MemberFaulty:
+			sb.slots[i] = slotFaulty
+		default:
+			sb.slots[i] = slotMissing
+		}
+	}
+	return sb
+}
+
+// writeSuperblockRoundLocked writes sb to every live member that is not
+// failing, then flushes each. It reports whether some member that stays
+// in the array holds it durably, and whether a member became failing (the
+// table must then be written again). Caller holds metaMu.
+func (a *Array) writeSuperblockRoundLocked(sb *superblock) (durable, failed bool) {
+	fail := func(s *slot, what string, err error) {
+		klog.ErrorS(err, "raid10: superblock "+what+" failed", "member", s.idx)
+		s.writeErrs.Add(1)
+		if a.canFailLocked(s) {
+			s.failing.Store(true)
+			failed = true
+		} else {
+			s.broken.Store(true)
+		}
+	}
+	var written [MaxMembers]*memberRef
+	for i, s := range a.slots {
+		r := s.live()
+		if r == nil || s.failing.Load() {
+			continue
+		}
+		sb.role = uint32(i)
+		sb.memberUUID = r.uuid
+		sb.recoveryOff = recoveryDone
+		sb.partial = false
+		if MemberState(s.state.Load()) != MemberInSync {
+			sb.recoveryOff = uint64(s.recovered)
+			sb.partial = !s.fullSync
+		}
+		sb.bad = r.bad.Load().ranges()
+		s.sbSeq++
+		sb.seq = s.sbSeq
+		buf := AlignedBuffer(sbSize) // not shared: an abandoned write may still read it
+		sb.marshal(buf)
+		off := int64(sbCopyA)
+		if s.sbSeq&1 == 1 {
+			off = sbCopyB
+		}
+		if err := a.metaIO(r, func() error { _, err := r.m.WriteAt(buf, off); return err }); err != nil {
+			fail(s, "write", err)
+			continue
+		}
+		written[i] = r
+	}
+	for i, s := range a.slots {
+		if written[i] == nil {
+			continue
+		}
+		r := written[i]
+		if err := a.metaIO(r, r.m.Flush); err != nil {
+			fail(s, "flush", err)
+		}
+	}
+	for i := range a.slots {
+		if written[i] != nil && !a.slots[i].failing.Load() && !a.slots[i].broken.Load() {
+			durable = true
+		}
+	}
+	return durable, failed
+}
+
+// settleFailingLocked ends the failing state of every failing slot: Faulty
+// (out of the array, writes stop going to it) if the table recording it
+// reached some member durably, else broken. Caller holds metaMu.
+func (a *Array) settleFailingLocked(recorded bool) {
 	for _, s := range a.slots {
 		if !s.failing.Load() {
 			continue

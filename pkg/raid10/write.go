@@ -60,11 +60,49 @@ func (a *Array) write(op opKind, p []byte, off, length int64, fua, raw bool) (in
 	return int(done), nil
 }
 
+// writePiece writes one chunk piece to every live copy: admitted into its
+// bucket after the copy hooks, under the region's bitmap bit, and
+// acknowledged only as acknowledged says.
 func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua, raw bool) error {
 	c := aoff >> a.geo.chunkShift
-	bk, err := a.enter(c)
+	bk, err := a.enterWrite(c, aoff, length, raw)
 	if err != nil {
 		return err
+	}
+	defer a.exit(bk)
+	bk.wOps.Add(1)
+	bk.wBytes.Add(uint64(length))
+	region := aoff / a.geo.region
+	if err := a.bm.startWrite(region); err != nil {
+		return err
+	}
+	defer a.bm.endWrite(region)
+	cp := a.pieceCopies(c, aoff)
+	a.writeCopies(&cp, op, p, length, fua)
+	if !a.acknowledged(&cp, length) {
+		// The copies may differ now: make them equal again (the region's
+		// bit stays set until then, and an unclean Close keeps it).
+		a.markResync(region)
+		return fmt.Errorf("%w: chunk %d: no in-sync copy took the write, or a copy that missed it could not be failed", ErrIO, c)
+	}
+	// A write that put data on a copy's bad blocks makes them good there
+	// (a discard does not: it leaves the contents unspecified).
+	if op != opDiscard {
+		for k := range cp {
+			if x := &cp[k]; x.r != nil && x.err == nil && x.r.bad.Load().overlaps(x.off/BlockSize, length/BlockSize) {
+				a.clearBad(x.s, x.r, x.off, length)
+			}
+		}
+	}
+	return nil
+}
+
+// enterWrite admits a write piece of [aoff, aoff+length) of chunk c into
+// its bucket.
+func (a *Array) enterWrite(c, aoff, length int64, raw bool) (*bucket, error) {
+	bk, err := a.enter(c)
+	if err != nil {
+		return nil, err
 	}
 	// The copy hooks, checked inside the bucket (see readPiece): each region
 	// of the piece whose bit is clear is copied first, outside the bucket,
@@ -76,61 +114,79 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua, raw boo
 		}
 		a.exit(bk)
 		if err := h.ensure(r, (aoff+length-1)>>h.shift, target); err != nil {
-			return err
+			return nil, err
 		}
 		if bk, err = a.enter(c); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	defer a.exit(bk)
-	bk.wOps.Add(1)
-	bk.wBytes.Add(uint64(length))
-	region := aoff / a.geo.region
-	if err := a.bm.startWrite(region); err != nil {
-		return err
-	}
-	defer a.bm.endWrite(region)
+	return bk, nil
+}
+
+// pieceCopy is one copy of a write piece.
+type pieceCopy struct {
+	s    *slot
+	r    *memberRef // the live member at submission, nil: none
+	off  int64      // member byte offset
+	sync bool       // in sync (at submission; see acknowledged)
+	err  error
+}
+
+// pieceCopies returns the two copies of the piece at aoff of chunk c.
+func (a *Array) pieceCopies(c, aoff int64) [2]pieceCopy {
 	within := aoff & (a.geo.chunk - 1)
 	d0, d1, o0, o1 := a.geo.mapChunk(c)
-	s0, s1 := a.slots[d0], a.slots[d1]
-	o0 += within
-	o1 += within
-	r0, r1 := s0.live(), s1.live()
+	cp := [2]pieceCopy{{s: a.slots[d0], off: o0 + within}, {s: a.slots[d1], off: o1 + within}}
+	for k := range cp {
+		cp[k].r = cp[k].s.live()
+	}
 	// in-sync status at submission: only those copies count for the ack.
-	sync0 := r0 != nil && MemberState(s0.state.Load()) == MemberInSync
-	sync1 := r1 != nil && MemberState(s1.state.Load()) == MemberInSync
-	// Copies go to workers where the member deadline can abandon them
-	// (deadline.go), and the second copy also when few requests are in
-	// flight on members with device latency, so both are written at once.
-	// With a queue already, the submitters themselves give the parallelism,
-	// and a write that completes in memory (tmpfs, page cache) costs less
-	// than the hand-off, so the submitter then writes both in turn.
-	ss, rs, os := [2]*slot{s0, s1}, [2]*memberRef{r0, r1}, [2]int64{o0, o1}
-	par := r0 != nil && r1 != nil && s0.inflight.Load()+s1.inflight.Load() < a.handoffBelow &&
+	for k := range cp {
+		cp[k].sync = cp[k].r != nil && MemberState(cp[k].s.state.Load()) == MemberInSync
+	}
+	return cp
+}
+
+// writeCopies writes the piece to every live copy and records each
+// copy's error.
+//
+// Copies go to workers where the member deadline can abandon them
+// (deadline.go), and the second copy also when few requests are in
+// flight on members with device latency, so both are written at once.
+// With a queue already, the submitters themselves give the parallelism,
+// and a write that completes in memory (tmpfs, page cache) costs less
+// than the hand-off, so the submitter then writes both in turn.
+func (a *Array) writeCopies(cp *[2]pieceCopy, op opKind, p []byte, length int64, fua bool) {
+	s0, s1 := cp[0].s, cp[1].s
+	par := cp[0].r != nil && cp[1].r != nil && s0.inflight.Load()+s1.inflight.Load() < a.handoffBelow &&
 		min(s0.wlat.Load(), s1.wlat.Load()) >= int64(handoffLatency)
 	var reqs [2]*wreq
-	var es [2]error
-	for k := range rs {
-		if rs[k] == nil || !a.rescue(ss[k]) && (k != 1 || !par) {
+	for k := range cp {
+		x := &cp[k]
+		if x.r == nil || !a.rescue(x.s) && (k != 1 || !par) {
 			continue
 		}
 		if req := a.reqs.pop(); req != nil {
-			req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = ss[k], rs[k], op, p, os[k], length, fua
+			req.s, req.ref, req.op, req.p, req.off, req.length, req.fua = x.s, x.r, op, p, x.off, length, fua
 			a.submit(req)
 			reqs[k] = req
 		}
 	}
-	for k := range rs {
-		if rs[k] != nil && reqs[k] == nil {
-			es[k] = a.memberWrite(ss[k], rs[k], op, p, os[k], length, fua)
+	for k := range cp {
+		if x := &cp[k]; x.r != nil && reqs[k] == nil {
+			x.err = a.memberWrite(x.s, x.r, op, p, x.off, length, fua)
 		}
 	}
-	for k := range rs {
+	for k := range cp {
 		if reqs[k] != nil {
-			es[k] = a.await(reqs[k])
+			cp[k].err = a.await(reqs[k])
 		}
 	}
-	e0, e1 := es[0], es[1]
+}
+
+// acknowledged reports whether the written piece may be acknowledged; it
+// fails (or records bad) the copies that missed it.
+func (a *Array) acknowledged(cp *[2]pieceCopy, length int64) bool {
 	// A copy that was recovering at submission counts as well if it is in
 	// sync now, before the bucket is left (md's rule: In_sync at completion).
 	// The recovery cannot copy this chunk while the write holds the bucket, so
@@ -138,48 +194,28 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua, raw boo
 	// holds the write. (Found by TestModel: a recovery ended during a write
 	// whose only in-sync copy failed; the write was refused though the
 	// recovered copy had taken it.)
-	if r0 != nil && e0 == nil && !sync0 {
-		sync0 = s0.inSync() == r0
-	}
-	if r1 != nil && e1 == nil && !sync1 {
-		sync1 = s1.inSync() == r1
+	for k := range cp {
+		if x := &cp[k]; x.r != nil && x.err == nil && !x.sync {
+			x.sync = x.s.inSync() == x.r
+		}
 	}
 	// Acknowledge only if some in-sync copy took the write and every copy
 	// that did not is durably failed: a copy that errored but could not be
 	// failed (the last one of some chunk: broken) still counts as in sync
 	// on disk, and a resync after a crash could copy its stale data back.
 	ok, lost := false, false
-	if r0 != nil {
-		if e0 != nil {
-			lost = lost || !a.failed(s0, r0, e0, o0, length)
-		} else if sync0 {
+	for k := range cp {
+		x := &cp[k]
+		if x.r == nil {
+			continue
+		}
+		if x.err != nil {
+			lost = lost || !a.failed(x.s, x.r, x.err, x.off, length)
+		} else if x.sync {
 			ok = true
 		}
 	}
-	if r1 != nil {
-		if e1 != nil {
-			lost = lost || !a.failed(s1, r1, e1, o1, length)
-		} else if sync1 {
-			ok = true
-		}
-	}
-	if !ok || lost {
-		// The copies may differ now: make them equal again (the region's
-		// bit stays set until then, and an unclean Close keeps it).
-		a.markResync(region)
-		return fmt.Errorf("%w: chunk %d: no in-sync copy took the write, or a copy that missed it could not be failed", ErrIO, c)
-	}
-	// A write that put data on a copy's bad blocks makes them good there
-	// (a discard does not: it leaves the contents unspecified).
-	if op != opDiscard {
-		if r0 != nil && e0 == nil && r0.bad.Load().overlaps(o0/BlockSize, length/BlockSize) {
-			a.clearBad(s0, r0, o0, length)
-		}
-		if r1 != nil && e1 == nil && r1.bad.Load().overlaps(o1/BlockSize, length/BlockSize) {
-			a.clearBad(s1, r1, o1, length)
-		}
-	}
-	return nil
+	return ok && !lost
 }
 
 func (a *Array) memberWrite(s *slot, r *memberRef, op opKind, p []byte, off, length int64, fua bool) error {
