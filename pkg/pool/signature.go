@@ -59,106 +59,150 @@ var bcacheMagic = []byte{0xc6, 0x85, 0x73, 0xf6, 0x4e, 0x1a, 0x45, 0xca, 0x82, 0
 //	bcache          its 16-byte magic at 4096+24
 //	iso9660         "CD001" at 32769
 func DetectSignatures(r io.ReaderAt, size int64) ([]Signature, error) {
+	b, err := readHeadTail(r, size)
+	if err != nil {
+		return nil, err
+	}
+	d := &detector{diskBytes: b}
+	d.partitionTables()
+	d.filesystems()
+	d.volumeLayers()
+	if d.is(32769, "CD001") {
+		d.add("iso9660 filesystem", 32769)
+	}
+	return d.found, nil
+}
+
+// diskBytes is the head and the tail of a disk as DetectSignatures read them.
+type diskBytes struct {
+	head, tail    []byte
+	tailOff, size int64
+}
+
+// readHeadTail reads the first probeHead and the last probeTail bytes of a disk of size
+// bytes.
+func readHeadTail(r io.ReaderAt, size int64) (diskBytes, error) {
 	head := make([]byte, min(size, probeHead))
 	if _, err := r.ReadAt(head, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("pool: read disk head: %w", err)
+		return diskBytes{}, fmt.Errorf("pool: read disk head: %w", err)
 	}
 	tailOff := max(0, size-probeTail)
 	tail := make([]byte, size-tailOff)
 	if _, err := r.ReadAt(tail, tailOff); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("pool: read disk tail: %w", err)
+		return diskBytes{}, fmt.Errorf("pool: read disk tail: %w", err)
 	}
-	// at returns n bytes at absolute offset off, or nil when they were not read.
-	at := func(off int64, n int) []byte {
-		if off >= 0 && off+int64(n) <= int64(len(head)) {
-			return head[off : off+int64(n)]
-		}
-		if off >= tailOff && off+int64(n) <= size {
-			return tail[off-tailOff : off-tailOff+int64(n)]
-		}
-		return nil
-	}
-	is := func(off int64, magic string) bool { return bytes.Equal(at(off, len(magic)), []byte(magic)) }
-	var found []Signature
-	add := func(name string, off int64) { found = append(found, Signature{Name: name, Offset: off}) }
+	return diskBytes{head: head, tail: tail, tailOff: tailOff, size: size}, nil
+}
 
+// at returns n bytes at absolute offset off, or nil when they were not read.
+func (b diskBytes) at(off int64, n int) []byte {
+	if off >= 0 && off+int64(n) <= int64(len(b.head)) {
+		return b.head[off : off+int64(n)]
+	}
+	if off >= b.tailOff && off+int64(n) <= b.size {
+		return b.tail[off-b.tailOff : off-b.tailOff+int64(n)]
+	}
+	return nil
+}
+
+// is reports whether magic stands at off.
+func (b diskBytes) is(off int64, magic string) bool {
+	return bytes.Equal(b.at(off, len(magic)), []byte(magic))
+}
+
+// md reports whether the md superblock magic stands at off in the byte order o.
+func (b diskBytes) md(off int64, o binary.ByteOrder) bool {
+	m := b.at(off, 4)
+	return m != nil && o.Uint32(m) == mdMagic
+}
+
+// detector collects the signatures found, in the order of the checks.
+type detector struct {
+	diskBytes
+	found []Signature
+}
+
+func (d *detector) add(name string, off int64) {
+	d.found = append(d.found, Signature{Name: name, Offset: off})
+}
+
+// partitionTables checks for GPT, for the boot sectors of ntfs, exfat and vfat, and for an
+// MBR where none of those is found.
+func (d *detector) partitionTables() {
 	for _, off := range []int64{512, 4096} {
-		if is(off, "EFI PART") {
-			add("GPT partition table", off)
+		if d.is(off, "EFI PART") {
+			d.add("GPT partition table", off)
 			break
 		}
 	}
 	bootSector := false
 	switch {
-	case is(3, "NTFS    "):
-		add("ntfs filesystem", 3)
+	case d.is(3, "NTFS    "):
+		d.add("ntfs filesystem", 3)
 		bootSector = true
-	case is(3, "EXFAT   "):
-		add("exfat filesystem", 3)
+	case d.is(3, "EXFAT   "):
+		d.add("exfat filesystem", 3)
 		bootSector = true
-	case is(510, "\x55\xaa") && (is(54, "FAT12   ") || is(54, "FAT16   ")):
-		add("vfat filesystem", 54)
+	case d.is(510, "\x55\xaa") && (d.is(54, "FAT12   ") || d.is(54, "FAT16   ")):
+		d.add("vfat filesystem", 54)
 		bootSector = true
-	case is(510, "\x55\xaa") && is(82, "FAT32   "):
-		add("vfat filesystem", 82)
+	case d.is(510, "\x55\xaa") && d.is(82, "FAT32   "):
+		d.add("vfat filesystem", 82)
 		bootSector = true
 	}
-	if !bootSector && is(510, "\x55\xaa") && len(found) == 0 {
-		add("MBR (DOS) partition table", 510)
+	if !bootSector && d.is(510, "\x55\xaa") && len(d.found) == 0 {
+		d.add("MBR (DOS) partition table", 510)
 	}
-	if is(1024+56, "\x53\xef") {
-		add(extName(at(1024, 1024)), 1024+56)
+}
+
+// filesystems checks for ext2/3/4, xfs, btrfs and swap.
+func (d *detector) filesystems() {
+	if d.is(1024+56, "\x53\xef") {
+		d.add(extName(d.at(1024, 1024)), 1024+56)
 	}
-	if is(0, "XFSB") {
-		add("xfs filesystem", 0)
+	if d.is(0, "XFSB") {
+		d.add("xfs filesystem", 0)
 	}
-	if is(65536+64, "_BHRfS_M") {
-		add("btrfs filesystem", 65536+64)
+	if d.is(65536+64, "_BHRfS_M") {
+		d.add("btrfs filesystem", 65536+64)
 	}
 	for _, ps := range []int64{4096, 8192, 16384, 65536} {
-		if is(ps-10, "SWAPSPACE2") || is(ps-10, "SWAP-SPACE") {
-			add("swap space", ps-10)
+		if d.is(ps-10, "SWAPSPACE2") || d.is(ps-10, "SWAP-SPACE") {
+			d.add("swap space", ps-10)
 			break
 		}
 	}
+}
+
+// volumeLayers checks for what stacks block devices: LVM2, md RAID, LUKS and bcache.
+func (d *detector) volumeLayers() {
 	for s := int64(0); s < 4; s++ {
-		if is(s*512, "LABELONE") && is(s*512+24, "LVM2 001") {
-			add("LVM2 physical volume", s*512)
+		if d.is(s*512, "LABELONE") && d.is(s*512+24, "LVM2 001") {
+			d.add("LVM2 physical volume", s*512)
 			break
 		}
 	}
-	mdLE := func(off int64) bool {
-		b := at(off, 4)
-		return b != nil && binary.LittleEndian.Uint32(b) == mdMagic
-	}
-	mdBE := func(off int64) bool {
-		b := at(off, 4)
-		return b != nil && binary.BigEndian.Uint32(b) == mdMagic
-	}
+	le, be := binary.LittleEndian, binary.BigEndian
 	switch {
-	case mdLE(0):
-		add("md RAID superblock 1.1", 0)
-	case mdLE(4096):
-		add("md RAID superblock 1.2", 4096)
+	case d.md(0, le):
+		d.add("md RAID superblock 1.1", 0)
+	case d.md(4096, le):
+		d.add("md RAID superblock 1.2", 4096)
 	}
-	if sectors := size / 512; sectors >= 2*128 {
-		if off := ((sectors - 16) &^ 7) * 512; mdLE(off) {
-			add("md RAID superblock 1.0", off)
+	if sectors := d.size / 512; sectors >= 2*128 {
+		if off := ((sectors - 16) &^ 7) * 512; d.md(off, le) {
+			d.add("md RAID superblock 1.0", off)
 		}
-		if off := ((sectors &^ 127) - 128) * 512; mdLE(off) || mdBE(off) {
-			add("md RAID superblock 0.90", off)
+		if off := ((sectors &^ 127) - 128) * 512; d.md(off, le) || d.md(off, be) {
+			d.add("md RAID superblock 0.90", off)
 		}
 	}
-	if is(0, "LUKS\xba\xbe") {
-		add("LUKS encrypted volume", 0)
+	if d.is(0, "LUKS\xba\xbe") {
+		d.add("LUKS encrypted volume", 0)
 	}
-	if bytes.Equal(at(4096+24, len(bcacheMagic)), bcacheMagic) {
-		add("bcache superblock", 4096+24)
+	if bytes.Equal(d.at(4096+24, len(bcacheMagic)), bcacheMagic) {
+		d.add("bcache superblock", 4096+24)
 	}
-	if is(32769, "CD001") {
-		add("iso9660 filesystem", 32769)
-	}
-	return found, nil
 }
 
 // extName tells ext2, ext3 and ext4 apart from the superblock's feature flags the way

@@ -77,31 +77,6 @@ func (p *Pool) CreateSnapshot(name, source string) (SnapshotInfo, error) {
 	return p.snapshotInfo(v), nil
 }
 
-// DeleteSnapshot deletes a snapshot and frees its extents; a missing one is not an error. A
-// snapshot being restored (the source of a volume whose copy runs) is ErrFailedPrecondition.
-// A snapshot whose own copy runs is deleted: the copy stops and its hook leaves the volume.
-func (p *Pool) DeleteSnapshot(name string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	v := p.snaps[name]
-	if v == nil {
-		return nil
-	}
-	if t := p.copyFromLocked(v); t != nil {
-		return fmt.Errorf("%w: snapshot %q is the source of %s, whose copy is running (%d of %d bytes); delete it once that copy is done",
-			ErrFailedPrecondition, name, t.kindName(), t.copy.Copied(), t.size)
-	}
-	if err := p.deleteLocked(v); err != nil {
-		return fmt.Errorf("pool: delete snapshot %q: %w", name, err)
-	}
-	delete(p.snaps, name)
-	klog.InfoS("Snapshot deleted", "snapshot", name, "snapshotUUID", v.uuid)
-	return nil
-}
-
 // Snapshot describes one snapshot.
 func (p *Pool) Snapshot(name string) (SnapshotInfo, error) {
 	p.mu.Lock()
@@ -125,12 +100,16 @@ func (p *Pool) Snapshots() []SnapshotInfo {
 	return out
 }
 
-func (v *volume) kindName() string {
+// kind is "snapshot" or "volume", for messages.
+func (v *volume) kind() string {
 	if v.snap {
-		return fmt.Sprintf("snapshot %q", v.name)
+		return "snapshot"
 	}
-	return fmt.Sprintf("volume %q", v.name)
+	return "volume"
 }
+
+// kindName is v's kind and name, for messages: snapshot "x", volume "y".
+func (v *volume) kindName() string { return fmt.Sprintf("%s %q", v.kind(), v.name) }
 
 // copying reports whether the copy into v has not finished.
 func (v *volume) copying() bool {
@@ -246,24 +225,8 @@ func (p *Pool) startCopyLocked(v, src *volume, live bool) error {
 // setFlags updates v's flags in the labels of its present disks. Caller holds p.mu.
 func (p *Pool) setFlags(v *volume, set, clear uint32) error {
 	var first error
-	for _, d := range p.disks {
-		if !d.present || d.label == nil {
-			continue
-		}
-		has := false
-		for _, x := range d.label.Extents {
-			has = has || x.Volume == v.uuid
-		}
-		if !has {
-			continue
-		}
-		if err := p.writeLabel(d, func(l *Label) {
-			for i := range l.Extents {
-				if l.Extents[i].Volume == v.uuid {
-					l.Extents[i].Flags = l.Extents[i].Flags&^clear | set
-				}
-			}
-		}); err != nil && first == nil {
+	for _, d := range p.holdersOf(v.uuid) {
+		if err := p.writeLabel(d, flagExtents(v.uuid, set, clear)); err != nil && first == nil {
 			first = err
 		}
 	}
