@@ -5,7 +5,9 @@ BIN := bin
 CACHE ?= $(HOME)/.cache/raid10-csi
 export RAID10_CACHE := $(CACHE)
 
-GOLANGCI_VERSION ?= v2.15.0
+# Every tool version (GOLANGCI_VERSION here), one table with hack/: NAME=value lines that the
+# scripts source and make reads. Override one on the command line: make lint GOLANGCI_VERSION=...
+include hack/versions.sh
 
 .DEFAULT_GOAL := help
 

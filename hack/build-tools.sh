@@ -16,23 +16,21 @@
 #   RAID10_CSI_SNAPSHOTTER  the external-snapshotter sidecar, csi-snapshotter (test/e2e)
 #   RAID10_SNAPSHOT_CONTROLLER  the external-snapshotter's snapshot-controller (test/e2e)
 #
-# To add a tool, add one build_go_tool call (and, if the tests need it, an env_export line)
-# in main below. Usage: hack/build-tools.sh  (set RAID10_CACHE to move the cache)
+# To add a tool, pin its version in hack/versions.sh and add one build_go_tool call (and, if
+# the tests need it, an env_export line) in main below.
+# Usage: hack/build-tools.sh  (set RAID10_CACHE to move the cache)
 #
 # kube-scheduler, kubelet and kubectl (test/cluster, the story on a real kubelet) come from
 # the same k8s.io/kubernetes module as kube-apiserver, after it, so most packages come from
 # the Go build cache.
 set -euo pipefail
 
-KUBE_VERSION=v1.37.2    # k8s.io/kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl
-STAGING_VERSION=v0.37.2 # the k8s.io/<staging> modules released with KUBE_VERSION
-ETCD_VERSION=v3.6.5     # go.etcd.io/etcd/server/v3
-# The CSI sidecars, at the versions of the images in charts/raid10-csi/values.yaml.
-PROVISIONER_VERSION=v5.3.0 # github.com/kubernetes-csi/external-provisioner/v5: csi-provisioner
-RESIZER_VERSION=v1.14.0    # github.com/kubernetes-csi/external-resizer: csi-resizer
-# github.com/kubernetes-csi/external-snapshotter/v8: csi-snapshotter and snapshot-controller;
-# the snapshot CRDs come from its client/v8 module at the same version (test/e2e, the chart).
-SNAPSHOTTER_VERSION=v8.7.0
+# The versions (KUBE_VERSION, ETCD_VERSION, PROVISIONER_VERSION, RESIZER_VERSION,
+# SNAPSHOTTER_VERSION) and why each is pinned: hack/versions.sh.
+# shellcheck source=hack/versions.sh
+source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
+# The k8s.io/<staging> modules released with KUBE_VERSION: v1.X.Y is published as v0.X.Y.
+STAGING_VERSION=v0.${KUBE_VERSION#v1.}
 
 CACHE=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
 mkdir -p "$CACHE"

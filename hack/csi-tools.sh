@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The pinned Go-built tools of the CSI layer: controller-gen (CRDs, deepcopy), helm (renders
 # the chart into deploy/) and kubeconform (validates the rendered manifests). Each is built
-# with `go install` into the tool cache, keyed by version, so a second run skips it.
+# with `go install` into the tool cache, keyed by its version in hack/versions.sh, so a second
+# run skips it.
 #
 #   bash hack/csi-tools.sh              # builds all three
 #   source hack/csi-tools.sh; csi_tool helm   # prints the binary's path, building it if missing
 set -euo pipefail
 
 CSI_TOOLS_CACHE=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
-CONTROLLER_GEN_VERSION=v0.23.0
-HELM_VERSION=v3.22.0
-KUBECONFORM_VERSION=v0.8.0
+# CONTROLLER_GEN_VERSION, HELM_VERSION, KUBECONFORM_VERSION.
+# shellcheck source=hack/versions.sh
+source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
 
 # csi_tool NAME prints the path of the pinned NAME binary, installing it first if needed.
 csi_tool() {

@@ -5,6 +5,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=${1:-$here/..}
+# shellcheck source=hack/versions.sh
+source "$here/versions.sh"
 # shellcheck source=hack/csi-tools.sh
 source "$here/csi-tools.sh"
 cg=$(csi_tool controller-gen)
@@ -15,9 +17,8 @@ rm -f charts/raid10-csi/crds/*.yaml
 
 # The snapshot.storage.k8s.io CRDs the chart installs with snapshots.installCRDs (and the
 # e2e tests install), from external-snapshotter's client/v8 module at the version of
-# csi-snapshotter in hack/build-tools.sh (SNAPSHOTTER_VERSION), read from the module cache.
-SNAPSHOTTER_VERSION=$(sed -n 's/^SNAPSHOTTER_VERSION=\(v[0-9.]*\).*/\1/p' "$here/build-tools.sh")
-[[ -n $SNAPSHOTTER_VERSION ]] || { echo "update-codegen: no SNAPSHOTTER_VERSION in hack/build-tools.sh" >&2; exit 1; }
+# csi-snapshotter (SNAPSHOTTER_VERSION of hack/versions.sh), read from the module
+# cache.
 snapdir=$(cd "$(mktemp -d)" && GOWORK=off GOFLAGS=-mod=mod go mod download -json \
   "github.com/kubernetes-csi/external-snapshotter/client/v8@$SNAPSHOTTER_VERSION" |
   sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
