@@ -32,12 +32,8 @@ func readSuperblocks(members []Member, deadline time.Duration) ([]*superblock, [
 			ch <- result{i, sb, err}
 		}()
 	}
-	var timeout <-chan time.Time
-	if deadline > 0 {
-		t := time.NewTimer(deadline)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stop := deadlineTimer(deadline)
+	defer stop()
 	for ; waiting > 0; waiting-- {
 		select {
 		case r := <-ch:

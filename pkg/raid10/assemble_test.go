@@ -12,6 +12,16 @@ import (
 
 // newMemArray creates an array over n in-memory members, closes it cleanly
 // and returns the members for Assemble.
+// mustAssemble assembles ms with testOpts, failing the test if it cannot.
+func mustAssemble(t *testing.T, ms ...Member) *Array {
+	t.Helper()
+	a, err := Assemble(ms, AssembleOptions{Options: testOpts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func newMemArray(t *testing.T, n int, opts CreateOptions) []*MemMember {
 	t.Helper()
 	ms := make([]Member, n)

@@ -195,10 +195,7 @@ func TestUnreadableSourceDuringRecovery(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Assemble([]Member{r.bases[0], fresh}, AssembleOptions{Options: testOpts()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAssemble(t, r.bases[0], fresh)
 	defer b.Close()
 	if st := b.Status(); st.LostBlocks != 1 || st.State != ArrayDegraded {
 		t.Fatalf("after assemble: %+v", st)
@@ -328,10 +325,7 @@ func TestRecoveryResumes(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Assemble([]Member{r.bases[0], fresh}, AssembleOptions{Options: testOpts()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAssemble(t, r.bases[0], fresh)
 	defer b.Close()
 	if err := b.WaitSync(t.Context()); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -23,12 +22,11 @@ type cutWrite struct {
 
 // cutHist is one block's history: what the snapshot may hold (its value
 // before the cut, or a write that overlapped the cut) and what the source
-// may hold after a crash (durable + since, as in TestCrash).
+// may hold after a crash (the crash-history model, as in TestCrash).
 type cutHist struct {
+	blockHistory
 	initial []byte
 	writes  []cutWrite
-	durable []byte
-	since   [][]byte
 }
 
 // snapAllowed is what the snapshot may hold for the block: the last value
@@ -46,15 +44,6 @@ func (h *cutHist) snapAllowed() [][]byte {
 		}
 	}
 	return append(out, last)
-}
-
-func oneOf(g []byte, vs [][]byte) bool {
-	for _, v := range vs {
-		if bytes.Equal(g, v) {
-			return true
-		}
-	}
-	return false
 }
 
 // copyRig is a source and a target array over in-memory members with
@@ -111,75 +100,26 @@ func newCopyRig(t *testing.T, rng *rand.Rand, volatile bool) *copyRig {
 	return r
 }
 
-// writers runs w writers over disjoint sections of the source until stop,
-// recording every write in hist. phase is the cut phase.
+// runCutWriters runs writers over disjoint sections of the source until
+// stop, recording every write in hist, with the cut phase (phase) at its
+// start and at its end.
 func runCutWriters(a *Array, seed uint64, hist []cutHist, phase *atomic.Int32, stop *atomic.Bool, wg *sync.WaitGroup) {
-	const writers = 4
-	nblocks := int64(len(hist))
-	per := nblocks / writers
-	for w := range writers {
-		wrng := rand.New(rand.NewPCG(seed, uint64(w)+7))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lo := int64(w) * per
-			var touched []int64
-			for !stop.Load() {
-				if wrng.IntN(8) == 0 {
-					snap := make([][]byte, len(touched))
-					for i, b := range touched {
-						if k := len(hist[b].since); k > 0 {
-							snap[i] = hist[b].since[k-1]
-						}
-					}
-					if err := a.Flush(); err != nil {
-						return
-					}
-					for i, b := range touched {
-						if snap[i] != nil {
-							hist[b].durable = snap[i]
-							hist[b].since = hist[b].since[:0]
-						}
-					}
-					touched = touched[:0]
-					continue
-				}
-				b := lo + wrng.Int64N(per)
-				l := min(lo+per-b, 1+wrng.Int64N(8))
-				p := make([]byte, l*BlockSize)
-				fillRand(wrng, p)
-				ps := phase.Load()
-				for i := range l {
-					hist[b+i].since = append(hist[b+i].since, p[i*BlockSize:(i+1)*BlockSize])
-				}
-				fua := wrng.IntN(5) == 0
-				var err error
-				if fua {
-					_, err = a.WriteAtFUA(p, b*BlockSize)
-				} else {
-					_, err = a.WriteAt(p, b*BlockSize)
-				}
+	w := histWriters{a: a, model: cutModel(hist), blocks: int64(len(hist)), writers: 4, seed: seed, stream: 7, flushOneIn: 8, pauseOneIn: 4,
+		around: func(b, l int64, p []byte) func(error) {
+			ps := phase.Load()
+			return func(err error) {
 				pe := phase.Load()
 				for i := range l {
 					hist[b+i].writes = append(hist[b+i].writes, cutWrite{val: p[i*BlockSize : (i+1)*BlockSize], ps: ps, pe: pe, acked: err == nil})
 				}
-				if err != nil {
-					return
-				}
-				for i := range l {
-					if fua {
-						hist[b+i].durable = p[i*BlockSize : (i+1)*BlockSize]
-						hist[b+i].since = hist[b+i].since[:0]
-					} else {
-						touched = append(touched, b+i)
-					}
-				}
-				if wrng.IntN(4) == 0 {
-					time.Sleep(time.Duration(wrng.IntN(200)) * time.Microsecond)
-				}
 			}
-		}()
-	}
+		}}
+	w.start(stop, wg)
+}
+
+// cutModel is the source's crash-history model held in hist.
+func cutModel(hist []cutHist) histModel {
+	return func(b int64) *blockHistory { return &hist[b].blockHistory }
 }
 
 // prefill writes random data over the whole source and flushes it.
@@ -196,7 +136,9 @@ func prefill(t *testing.T, a *Array, rng *rand.Rand) []cutHist {
 	hist := make([]cutHist, a.Size()/BlockSize)
 	for i := range hist {
 		v := p[int64(i)*BlockSize : int64(i+1)*BlockSize]
-		hist[i].initial, hist[i].durable = v, v
+		hist[i].initial = v
+		hist[i].issue(v)
+		hist[i].done(v, nil, true) // durable: flushed above
 	}
 	return hist
 }
@@ -235,35 +177,7 @@ func checkSnapshot(t *testing.T, tgt *Array, hist []cutHist, lostOK func(b int) 
 // runs random ones for that long; RAID10_SEED=<seed> replays one (the
 // subtest's name).
 func TestCopyCrash(t *testing.T) {
-	var seeds []uint64
-	switch {
-	case os.Getenv("RAID10_SEED") != "":
-		seeds = []uint64{testSeed(t)}
-	case os.Getenv("RAID10_SOAK") != "":
-		d, err := time.ParseDuration(os.Getenv("RAID10_SOAK"))
-		if err != nil {
-			t.Fatalf("RAID10_SOAK: %v", err)
-		}
-		end := time.Now().Add(d)
-		base := uint64(time.Now().UnixNano())
-		for i := uint64(0); time.Now().Before(end); i++ {
-			s := base + i
-			if !t.Run(fmt.Sprint(s), func(t *testing.T) { copyCrashRound(t, s) }) {
-				break
-			}
-		}
-	default:
-		n := 10
-		if testing.Short() {
-			n = 5
-		}
-		for i := 1; i <= n; i++ {
-			seeds = append(seeds, uint64(i)*0x9e3779b97f4a7c15+0xc0)
-		}
-	}
-	for _, s := range seeds {
-		t.Run(fmt.Sprint(s), func(t *testing.T) { copyCrashRound(t, s) })
-	}
+	runSeeds(t, 10, 0xc0, copyCrashRound)
 }
 
 func copyCrashRound(t *testing.T, seed uint64) {
@@ -363,19 +277,7 @@ func copyCrashRound(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	// The source: every acknowledged write (before any new write).
-	got := make([]byte, src.Size())
-	if _, err := src.ReadAt(got, 0); err != nil {
-		t.Fatal(err)
-	}
-	for i := range hist {
-		g := got[int64(i)*BlockSize : int64(i+1)*BlockSize]
-		if !bytes.Equal(g, hist[i].durable) && !oneOf(g, hist[i].since) {
-			t.Fatalf("source block %d holds data never written there", i)
-		}
-		if len(hist[i].since) == 0 && !bytes.Equal(g, hist[i].durable) {
-			t.Fatalf("source block %d lost a flushed write", i)
-		}
-	}
+	checkCrashed(t, "source", src, cutModel(hist))
 	rec := c2.Record()
 	resumed := c2.Copied()
 	if invalid.Load() || rec.State == CopyFailed {

@@ -175,12 +175,8 @@ func wipeSuperblocks(members []Member, skip []bool, deadline time.Duration) {
 			}
 		}()
 	}
-	var timeout <-chan time.Time
-	if deadline > 0 {
-		t := time.NewTimer(deadline)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stop := deadlineTimer(deadline)
+	defer stop()
 	for ; waiting > 0; waiting-- {
 		select {
 		case <-ch:

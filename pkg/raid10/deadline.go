@@ -290,3 +290,13 @@ func (a *Array) zombieCount(m Member) int {
 	defer a.zombieMu.Unlock()
 	return a.zombies[zombieKey(m)]
 }
+
+// deadlineTimer returns a channel that receives once d has passed (nil,
+// never, if d is not positive) and the function that stops its timer.
+func deadlineTimer(d time.Duration) (<-chan time.Time, func()) {
+	if d <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTimer(d)
+	return t.C, func() { t.Stop() }
+}

@@ -84,8 +84,7 @@ func TestCrashModelDiscard(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var m mblock
-	m.curIdx, m.durIdx = -1, -1
+	m := &newHistory(1)[0]
 	v1, v2 := bytes.Repeat([]byte{1}, BlockSize), bytes.Repeat([]byte{2}, BlockSize)
 	m.issue(v1)
 	_, err = a.WriteAt(v1, 0)
@@ -114,10 +113,7 @@ func TestCrashModelDiscard(t *testing.T) {
 		f.Crash(nil) // the unflushed write is lost on both copies
 		f.Reappear()
 	}
-	b, err := Assemble([]Member{fs[0], fs[1]}, AssembleOptions{Options: testOpts()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAssemble(t, fs[0], fs[1])
 	defer b.Close()
 	if err := b.WaitSync(t.Context()); err != nil {
 		t.Fatal(err)
@@ -228,10 +224,7 @@ func TestSourceGoneDuringRecovery(t *testing.T) {
 	}
 	fs[0].Reappear()
 	_ = a.Close()
-	b, err := Assemble([]Member{fs[0], spare}, AssembleOptions{Options: testOpts()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAssemble(t, fs[0], spare)
 	defer b.Close()
 	if err := b.WaitSync(t.Context()); err != nil {
 		t.Fatal(err)
@@ -324,10 +317,7 @@ func TestFailedWriteOnRecoveredChunk(t *testing.T) {
 	}
 
 	fs[0].ClearFaults()
-	b, err := Assemble([]Member{fs[0], spare}, AssembleOptions{Options: testOpts()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAssemble(t, fs[0], spare)
 	defer b.Close()
 	if err := b.WaitSync(t.Context()); err != nil {
 		t.Fatal(err)

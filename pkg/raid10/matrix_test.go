@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"sort"
@@ -90,35 +89,7 @@ func TestFaultMatrix(t *testing.T) {
 		}
 		tot.stepsPer = k
 	}
-	var seeds []uint64
-	switch {
-	case os.Getenv("RAID10_SEED") != "":
-		seeds = []uint64{testSeed(t)}
-	case os.Getenv("RAID10_SOAK") != "":
-		d, err := time.ParseDuration(os.Getenv("RAID10_SOAK"))
-		if err != nil {
-			t.Fatalf("RAID10_SOAK: %v", err)
-		}
-		end := time.Now().Add(d)
-		base := uint64(time.Now().UnixNano())
-		for i := uint64(0); time.Now().Before(end); i++ {
-			s := base + i
-			if !t.Run(fmt.Sprint(s), func(t *testing.T) { matrixRound(t, s, tot) }) {
-				break
-			}
-		}
-	default:
-		n := 12
-		if testing.Short() {
-			n = 6
-		}
-		for i := 1; i <= n; i++ {
-			seeds = append(seeds, uint64(i)*0x9e3779b97f4a7c15)
-		}
-	}
-	for _, s := range seeds {
-		t.Run(fmt.Sprint(s), func(t *testing.T) { matrixRound(t, s, tot) })
-	}
+	runSeeds(t, 12, 0, func(t *testing.T, s uint64) { matrixRound(t, s, tot) })
 	var b strings.Builder
 	kinds := make([]string, 0, len(tot.faults))
 	for k := range tot.faults {
@@ -141,115 +112,6 @@ func TestFaultMatrix(t *testing.T) {
 	if tot.wrong != 0 {
 		t.Fatalf("%d reads returned wrong data", tot.wrong)
 	}
-}
-
-// mblock is the model of one array block.
-type mblock struct {
-	cur     []byte   // last acknowledged value; nil = zeroes
-	durable []byte   // value at the last flush that covered it (crash rounds)
-	since   [][]byte // values written since (acknowledged or not)
-	indet   bool     // a failed write or a discard: any value, or EIO
-	// discarded: a discard since the last flush or FUA write that
-	// covered a later write: after a crash the block may hold whatever
-	// the discard left (it may have reached the medium, the writes after
-	// it not).
-	discarded bool
-	// For the report of a wrong block: a hash of every value written
-	// (in order), and the positions of the acknowledged and durable ones
-	// in it (-1: zeroes, before any write).
-	hist           []uint64
-	curIdx, durIdx int
-}
-
-func blockHash(p []byte) uint64 {
-	if p == nil || isZero(p) {
-		return 0
-	}
-	h := fnv.New64a()
-	h.Write(p)
-	return h.Sum64() | 1
-}
-
-// explain says which write of the block's history p holds.
-func (b *mblock) explain(p []byte) string {
-	h := blockHash(p)
-	if h == 0 {
-		return fmt.Sprintf("zeroes (acked #%d, durable #%d of %d)", b.curIdx, b.durIdx, len(b.hist))
-	}
-	for i := len(b.hist) - 1; i >= 0; i-- {
-		if b.hist[i] == h {
-			return fmt.Sprintf("write #%d (acked #%d, durable #%d of %d)", i, b.curIdx, b.durIdx, len(b.hist))
-		}
-	}
-	return fmt.Sprintf("never written (acked #%d, durable #%d of %d)", b.curIdx, b.durIdx, len(b.hist))
-}
-
-// issue records a write of v (nil: zeroes) about to be made.
-func (b *mblock) issue(v []byte) {
-	b.since = append(b.since, v)
-	b.hist = append(b.hist, blockHash(v))
-}
-
-// done records the outcome of the write issue recorded last and reports
-// whether it was acknowledged.
-func (b *mblock) done(v []byte, err error, fua bool) bool {
-	if err != nil {
-		b.indet = true
-		return false
-	}
-	b.cur, b.indet = v, false
-	b.curIdx = len(b.hist) - 1
-	if fua {
-		b.durable, b.since, b.discarded = v, b.since[:0], false
-		b.durIdx = b.curIdx
-	}
-	return true
-}
-
-// discard records a discard: the contents are unspecified from now on,
-// and after a crash until a flush covers a later write.
-func (b *mblock) discard() { b.indet, b.discarded = true, true }
-
-// flushed records a successful flush after the block was acknowledged
-// holding snap.
-func (b *mblock) flushed(snap []byte) {
-	if !b.indet && bytes.Equal(b.cur, snap) {
-		b.durable, b.since, b.discarded = snap, b.since[:0], false
-		b.durIdx = b.curIdx
-	}
-}
-
-func (b *mblock) matches(p []byte, crashed bool) bool {
-	if b.indet {
-		return true
-	}
-	eq := func(v []byte) bool {
-		if v == nil {
-			return isZero(p)
-		}
-		return bytes.Equal(p, v)
-	}
-	if !crashed {
-		return eq(b.cur)
-	}
-	if eq(b.durable) || b.discarded {
-		return true
-	}
-	for _, v := range b.since {
-		if eq(v) {
-			return true
-		}
-	}
-	return false
-}
-
-func isZero(p []byte) bool {
-	for _, c := range p {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // arrayBlockOf maps member d's member block mb to the array block it holds
@@ -297,10 +159,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 		}
 	}
 	geo := a.geo
-	model := make([]mblock, maxSize/BlockSize)
-	for i := range model {
-		model[i].curIdx, model[i].durIdx = -1, -1
-	}
+	model := newHistory(maxSize / BlockSize)
 	var poisonMu sync.Mutex
 	poison := map[int64]bool{} // array blocks a fault may have left without a good copy
 	poisonMember := func(d int, off, length int64) {
@@ -809,7 +668,7 @@ type restartEnv struct {
 	ms           []Member
 	opts         Options
 	geo          *geometry
-	model        []mblock
+	model        []blockHistory
 	crashed      bool
 	poisonMember func(d int, off, length int64) // EIO allowed to the end
 	poisoned     func(b int64) bool

@@ -27,6 +27,41 @@ func testSeed(t *testing.T) uint64 {
 	return uint64(time.Now().UnixNano())
 }
 
+// runSeeds runs round as one subtest per seed: RAID10_SEED=<seed> replays
+// one; RAID10_SOAK=<duration> runs fresh seeds for that long, until one
+// fails; otherwise the fixed set i*0x9e3779b97f4a7c15+add for i = 1..n
+// (n/2 with -short).
+func runSeeds(t *testing.T, n int, add uint64, round func(t *testing.T, seed uint64)) {
+	var seeds []uint64
+	switch {
+	case os.Getenv("RAID10_SEED") != "":
+		seeds = []uint64{testSeed(t)}
+	case os.Getenv("RAID10_SOAK") != "":
+		d, err := time.ParseDuration(os.Getenv("RAID10_SOAK"))
+		if err != nil {
+			t.Fatalf("RAID10_SOAK: %v", err)
+		}
+		end := time.Now().Add(d)
+		base := uint64(time.Now().UnixNano())
+		for i := uint64(0); time.Now().Before(end); i++ {
+			s := base + i
+			if !t.Run(fmt.Sprint(s), func(t *testing.T) { round(t, s) }) {
+				break
+			}
+		}
+	default:
+		if testing.Short() {
+			n /= 2
+		}
+		for i := 1; i <= n; i++ {
+			seeds = append(seeds, uint64(i)*0x9e3779b97f4a7c15+add)
+		}
+	}
+	for _, s := range seeds {
+		t.Run(fmt.Sprint(s), func(t *testing.T) { round(t, s) })
+	}
+}
+
 // TestModel drives the array from many goroutines against an in-memory
 // reference while a chaos goroutine fails members (injected write or read
 // errors, FailMember, disappearing), brings them back (bitmap re-add) or
