@@ -24,12 +24,6 @@ func (s *stallOnWrite) WriteAt(p []byte, off int64) (int, error) {
 	return s.faultyExtent.WriteAt(p, off)
 }
 
-// TestCreateVolumeHungDisk: a disk that hangs while a volume is created (zeroing its
-// extent, or in the engine's metadata writes) makes CreateVolume fail within the member
-// deadline with an error matching EIO, instead of hanging with the pool's lock held; the
-// disk is failed (no new extent goes to it while its abandoned writes may land), no
-// extent of the volume is left in any label, and the name can be created again on the
-// other disks. Without the bounds CreateVolume hangs until the disk answers.
 // inflight counts the calls inside a member, so that the test can wait for the calls a
 // failed create abandoned before it closes the pool's files.
 type inflight struct {
@@ -55,6 +49,12 @@ func (c *inflight) Flush() error {
 	return c.Member.Flush()
 }
 
+// TestCreateVolumeHungDisk: a disk that hangs while a volume is created (zeroing its
+// extent, or in the engine's metadata writes) makes CreateVolume fail within the member
+// deadline with an error matching EIO, instead of hanging with the pool's lock held; the
+// disk is failed (no new extent goes to it while its abandoned writes may land), no
+// extent of the volume is left in any label, and the name can be created again on the
+// other disks. Without the bounds CreateVolume hangs until the disk answers.
 func TestCreateVolumeHungDisk(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

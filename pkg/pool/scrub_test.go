@@ -329,9 +329,9 @@ func TestScrubSchedule(t *testing.T) {
 }
 
 // TestScrubScheduleSkipsNewVolumes: a volume created in the current cycle is not checked in
-// its windows (both copies were written from the start); the next cycle checks it. Before,
-// every volume a test created between 01:00 and 07:00 (the default window) was scrubbed a
-// minute later, so tests behaved differently at night.
+// its windows (both copies were written from the start); the next cycle checks it. Otherwise
+// every volume a test creates between 01:00 and 07:00 (the default window) would be scrubbed
+// a minute later, and tests would behave differently at night.
 func TestScrubScheduleSkipsNewVolumes(t *testing.T) {
 	p, _, _ := scrubPool(t, nil)
 	c := ScrubConfig{}.withDefaults()
@@ -462,9 +462,8 @@ func TestScrubBacksOffUnderIO(t *testing.T) {
 	busy := check()
 	close(stop)
 	n := <-writes
-	// A figure, not a pass/fail: speed on a shared machine is no test (the
-	// ratio moved from 0.1 to 0.6 between runs under load). The back-off
-	// itself is the engine's throttle.
+	// A figure, not a pass/fail: speed on a shared machine is no test (under load the
+	// ratio varies severalfold between runs). The back-off itself is the engine's throttle.
 	t.Logf("check of 64 MiB: idle %.0f MiB/s, under %d foreground writes %.0f MiB/s (ratio %.2f; floor %d KiB/s)", idle, n, busy, busy/idle, 1000)
 	if n == 0 {
 		t.Fatal("no foreground write completed during the check")

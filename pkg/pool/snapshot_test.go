@@ -11,7 +11,7 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
-// readAll reads n bytes from the start of a volume's or snapshot's array.
+// readArray reads n bytes from the start of a volume's or snapshot's array.
 func readArray(t *testing.T, a *raid10.Array, n int64) []byte {
 	t.Helper()
 	b := make([]byte, n)

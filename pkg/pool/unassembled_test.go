@@ -11,7 +11,7 @@ import (
 // TestSpareSkipsUnassembledVolume: a disk of a volume whose assembly was refused (the
 // state raid10.Assemble leaves when a member does not answer in time, TestAssembleHungMember;
 // set here directly) is failed with a hot spare configured. The spare takes no role of
-// that volume: moved onto an extent without a superblock, the role made every later
+// that volume: moved onto an extent without a superblock, the role would make every later
 // assembly refuse the volume ("no superblock"), Failed for good. The role stays on the
 // failed disk, Missing after a restart, and the volume assembles Degraded from the other
 // member with its data.
