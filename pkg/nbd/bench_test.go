@@ -15,6 +15,8 @@ import (
 
 	gonbdbackend "github.com/pojntfx/go-nbd/pkg/backend"
 	gonbdserver "github.com/pojntfx/go-nbd/pkg/server"
+
+	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 )
 
 // BenchmarkFioNBD measures this server against nbdkit (C, file plugin) and go-nbd's server
@@ -79,7 +81,7 @@ func benchFio(b *testing.B, delay time.Duration, depths []int) {
 		b.Fatal(err)
 	}
 	defer fb.Close()
-	var backend Backend = fb
+	var backend blockdev.Backend = fb
 	if delay > 0 {
 		backend = delayBackend{fb, delay}
 	}
@@ -199,7 +201,7 @@ func benchFio(b *testing.B, delay time.Duration, depths []int) {
 
 // delayBackend is a Backend whose reads and writes take d longer: a device with latency.
 type delayBackend struct {
-	Backend
+	blockdev.Backend
 	d time.Duration
 }
 

@@ -582,7 +582,7 @@ func (c *conn) execute(r *request) {
 // with the requests queued behind it that hold the pool's buffers.
 var zeroPage = make([]byte, zeroChunk)
 
-// writeZeroes zeroes a range of a backend that has no ZeroWriter.
+// writeZeroes zeroes a range of a backend that is no blockdev.ZeroWriter.
 func (c *conn) writeZeroes(off, length int64) error {
 	for length > 0 {
 		n := min(length, zeroChunk)

@@ -1,6 +1,6 @@
 // Package nbd is the data path of a volume: a Network Block Device server that serves a
-// Backend (the RAID10 engine, or a plain file in tests) over a unix socket, to the kernel's
-// nbd driver or to any userspace NBD client.
+// blockdev.Backend (the RAID10 engine, or a plain file in tests) over a unix socket, to the
+// kernel's nbd driver or to any userspace NBD client.
 //
 // # Wire format
 //
@@ -68,8 +68,8 @@
 // up. Only a broken framing (bad request magic, a short read) closes the connection.
 //
 // Every export advertises FLUSH, FUA, TRIM, WRITE_ZEROES and CAN_MULTI_CONN: all
-// connections of an export share one Backend, and FLUSH calls Backend.Flush, which makes
-// durable every write the Backend has completed, whichever connection it came from.
+// connections of an export share one backend, and FLUSH calls its Flush, which makes
+// durable every write the backend has completed, whichever connection it came from.
 //
 // Shutdown stops accepting, stops reading new requests, lets every request in flight finish
 // and its reply reach the socket, then closes the connections.

@@ -5,9 +5,11 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 )
 
-// FileBackend serves a regular file (or a block device node) as a Backend. It is meant for
+// FileBackend serves a regular file (or a block device node) as a blockdev.Backend. It is meant for
 // tests and benchmarks, and as the reference against which the RAID10 engine is measured.
 // Discard punches holes, WriteZeroes zeroes a range with fallocate, Flush is fdatasync and
 // FUA writes use pwritev2 with RWF_DSYNC.
@@ -17,10 +19,10 @@ type FileBackend struct {
 }
 
 var (
-	_ Backend    = (*FileBackend)(nil)
-	_ FUAWriter  = (*FileBackend)(nil)
-	_ Discarder  = (*FileBackend)(nil)
-	_ ZeroWriter = (*FileBackend)(nil)
+	_ blockdev.Backend    = (*FileBackend)(nil)
+	_ blockdev.FUAWriter  = (*FileBackend)(nil)
+	_ blockdev.Discarder  = (*FileBackend)(nil)
+	_ blockdev.ZeroWriter = (*FileBackend)(nil)
 )
 
 // OpenFileBackend opens path read-write. When size is positive the file is created if
@@ -44,19 +46,19 @@ func OpenFileBackend(path string, size int64) (*FileBackend, error) {
 	return &FileBackend{f: f, size: end}, nil
 }
 
-// ReadAt implements Backend.
+// ReadAt implements blockdev.Backend.
 func (b *FileBackend) ReadAt(p []byte, off int64) (int, error) { return b.f.ReadAt(p, off) }
 
-// WriteAt implements Backend.
+// WriteAt implements blockdev.Backend.
 func (b *FileBackend) WriteAt(p []byte, off int64) (int, error) { return b.f.WriteAt(p, off) }
 
-// Size implements Backend.
+// Size implements blockdev.Backend.
 func (b *FileBackend) Size() int64 { return b.size }
 
-// Flush implements Backend.
+// Flush implements blockdev.Backend.
 func (b *FileBackend) Flush() error { return unix.Fdatasync(int(b.f.Fd())) }
 
-// WriteAtFUA implements FUAWriter.
+// WriteAtFUA implements blockdev.FUAWriter.
 func (b *FileBackend) WriteAtFUA(p []byte, off int64) (int, error) {
 	n, err := unix.Pwritev2(int(b.f.Fd()), [][]byte{p}, off, unix.RWF_DSYNC)
 	if err == nil && n < len(p) {
@@ -65,7 +67,7 @@ func (b *FileBackend) WriteAtFUA(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// Discard implements Discarder.
+// Discard implements blockdev.Discarder.
 func (b *FileBackend) Discard(off, length int64) error {
 	err := unix.Fallocate(int(b.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length)
 	if err == unix.EOPNOTSUPP {
@@ -74,7 +76,7 @@ func (b *FileBackend) Discard(off, length int64) error {
 	return err
 }
 
-// WriteZeroes implements ZeroWriter.
+// WriteZeroes implements blockdev.ZeroWriter.
 func (b *FileBackend) WriteZeroes(off, length int64) error {
 	err := unix.Fallocate(int(b.f.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, length)
 	if err == unix.EOPNOTSUPP {

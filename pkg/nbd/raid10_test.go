@@ -8,15 +8,16 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // The RAID10 engine is the Backend this server exists for.
 var (
-	_ Backend    = (*raid10.Array)(nil)
-	_ FUAWriter  = (*raid10.Array)(nil)
-	_ Discarder  = (*raid10.Array)(nil)
-	_ ZeroWriter = (*raid10.Array)(nil)
+	_ blockdev.Backend    = (*raid10.Array)(nil)
+	_ blockdev.FUAWriter  = (*raid10.Array)(nil)
+	_ blockdev.Discarder  = (*raid10.Array)(nil)
+	_ blockdev.ZeroWriter = (*raid10.Array)(nil)
 )
 
 // TestRAID10Backend serves a RAID10 array over 4 file members and drives it with real

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 )
 
 // Sentinel errors of the package.
@@ -46,7 +48,7 @@ type Export struct {
 	// Description is shown by nbdinfo and OPT_LIST.
 	Description string
 	// Backend serves the data.
-	Backend Backend
+	Backend blockdev.Backend
 	// ReadOnly refuses writes, trims and zeroes with EPERM and advertises READ_ONLY.
 	ReadOnly bool
 }
@@ -143,9 +145,9 @@ type Server struct {
 type export struct {
 	Export
 	flags TransmissionFlags
-	fua   FUAWriter
-	disc  Discarder
-	zero  ZeroWriter
+	fua   blockdev.FUAWriter
+	disc  blockdev.Discarder
+	zero  blockdev.ZeroWriter
 	ended Stats // of the connections that ended; under Server.mu
 	fence fence // orders writes after the writes of connections whose peer is gone
 }
@@ -169,9 +171,9 @@ func NewServer(opts Options, exports ...Export) (*Server, error) {
 		}
 		x := &export{Export: e}
 		x.fence.cond.L = &x.fence.mu
-		x.fua, _ = e.Backend.(FUAWriter)
-		x.disc, _ = e.Backend.(Discarder)
-		x.zero, _ = e.Backend.(ZeroWriter)
+		x.fua, _ = e.Backend.(blockdev.FUAWriter)
+		x.disc, _ = e.Backend.(blockdev.Discarder)
+		x.zero, _ = e.Backend.(blockdev.ZeroWriter)
 		x.flags = FlagHasFlags | FlagSendFlush | FlagSendFUA | FlagSendTrim |
 			FlagSendWriteZeroes | FlagCanMultiConn
 		if e.ReadOnly {

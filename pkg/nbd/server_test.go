@@ -201,6 +201,7 @@ func TestErrnoMapping(t *testing.T) {
 		{"EINVAL", syscall.EINVAL, ErrnoInval},
 		{"EPERM", syscall.EPERM, ErrnoPerm},
 		{"EROFS", syscall.EROFS, ErrnoPerm},
+		{"EOPNOTSUPP has no NBD meaning", syscall.EOPNOTSUPP, ErrnoIO},
 		{"other", syscall.EBADMSG, ErrnoIO},
 		{"text is not matched", errString("no space left on device"), ErrnoIO},
 	}

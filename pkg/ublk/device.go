@@ -13,13 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
-	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 )
-
-// Backend is the block device a ublk device serves: the same interface the NBD server
-// serves (the RAID10 engine implements it), with the same optional nbd.FUAWriter,
-// nbd.Discarder and nbd.ZeroWriter.
-type Backend = nbd.Backend
 
 // Defaults and limits of Options.
 const (
@@ -82,7 +77,7 @@ func (o Options) withDefaults() (Options, error) {
 type Device struct {
 	id      int
 	info    DevInfo
-	backend Backend
+	backend blockdev.Backend
 	char    *os.File
 	queues  []*queue
 	wg      sync.WaitGroup
@@ -103,7 +98,7 @@ func (d *Device) Info() DevInfo { return d.info }
 // Create adds a device of b's size, sets its parameters, starts one serving thread per
 // queue and starts the device; /dev/ublkbN exists when it returns. With user recovery (the
 // default), if this process dies the device waits, I/O queued, for Recover in a new one.
-func Create(ctx context.Context, b Backend, opts Options) (*Device, error) {
+func Create(ctx context.Context, b blockdev.Backend, opts Options) (*Device, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -172,8 +167,8 @@ func (d *Device) params(size int64, blockSize int) params {
 		maxSectors:      d.info.MaxIOBufBytes >> sectorShift,
 		devSectors:      uint64(size) >> sectorShift,
 	}
-	_, canDiscard := d.backend.(nbd.Discarder)
-	_, canZero := d.backend.(nbd.ZeroWriter)
+	_, canDiscard := d.backend.(blockdev.Discarder)
+	_, canZero := d.backend.(blockdev.ZeroWriter)
 	if canDiscard || canZero {
 		p.types |= paramTypeDiscard
 		p.discardGranularity = pageSize
@@ -191,7 +186,7 @@ func (d *Device) params(size int64, blockSize int) params {
 // Recover takes over device id, left by a server that exited (killed or detached): it waits
 // for the kernel to quiesce the device, starts this process's queues and ends the recovery;
 // the requests the old server had not completed are issued again to this one.
-func Recover(ctx context.Context, id int, b Backend) (*Device, error) {
+func Recover(ctx context.Context, id int, b blockdev.Backend) (*Device, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
-// Package ublk serves a Backend (the RAID10 engine; the same interface as the NBD server's)
-// as a Linux ublk block device, /dev/ublkbN: the kernel queues block requests in shared
-// memory and hands them over io_uring (package uring), one ring and one thread per hardware
-// queue, with no socket and no protocol in between. ublk is in Linux 6.0+ (ublk_drv);
+// Package ublk serves a blockdev.Backend (the RAID10 engine; the NBD server serves the same
+// interface) as a Linux ublk block device, /dev/ublkbN: the kernel queues block requests in
+// shared memory and hands them over io_uring (package uring), one ring and one thread per
+// hardware queue, with no socket and no protocol in between. ublk is in Linux 6.0+ (ublk_drv);
 // Debian 12's 6.1 kernel is built without it, its 6.12 kernel has it.
 //
 // # Control
@@ -30,9 +30,9 @@
 // the request on the backend and the thread sends COMMIT_AND_FETCH_REQ with the result
 // (bytes, or -errno) and the buffer, which completes the request and fetches the tag's next.
 // res -ENODEV (UBLK_IO_RES_ABORT) means the tag is finished (the device is stopping).
-// REQ_OP_FLUSH becomes Backend.Flush, FUA writes nbd.FUAWriter (or a write and a flush),
-// discard and write-zeroes the backend's nbd.Discarder and nbd.ZeroWriter (advertised only
-// when present). The kernel binds a queue to the thread that fetched for it, so each queue
+// REQ_OP_FLUSH becomes the backend's Flush, FUA writes blockdev.FUAWriter (or a write and a
+// flush), discard and write-zeroes the backend's blockdev.Discarder and blockdev.ZeroWriter
+// (advertised only when present); errors reach the kernel as blockdev.Errno. The kernel binds a queue to the thread that fetched for it, so each queue
 // goroutine stays locked to its OS thread and that thread ends with it.
 //
 // # Restart

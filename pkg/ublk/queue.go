@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
-	"github.com/raid10-csi/raid10-csi/pkg/nbd"
+	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 	"github.com/raid10-csi/raid10-csi/pkg/uring"
 )
 
@@ -321,7 +321,7 @@ func (q *queue) serve(tag uint16) {
 		q.stats.bytesRead.Add(uint64(n))
 	case opWrite:
 		p := q.buf(tag)[:n]
-		if fw, ok := b.(nbd.FUAWriter); ok && flags&ioFlagFUA != 0 {
+		if fw, ok := b.(blockdev.FUAWriter); ok && flags&ioFlagFUA != 0 {
 			_, err = fw.WriteAtFUA(p, off)
 		} else if _, err = b.WriteAt(p, off); err == nil && flags&ioFlagFUA != 0 {
 			err = b.Flush()
@@ -333,12 +333,12 @@ func (q *queue) serve(tag uint16) {
 		err = b.Flush()
 		q.stats.flushes.Add(1)
 	case opDiscard:
-		if dc, ok := b.(nbd.Discarder); ok {
+		if dc, ok := b.(blockdev.Discarder); ok {
 			err = dc.Discard(off, n)
 		}
 		q.stats.discards.Add(1)
 	case opWriteZeroes:
-		if zw, ok := b.(nbd.ZeroWriter); ok {
+		if zw, ok := b.(blockdev.ZeroWriter); ok {
 			err = zw.WriteZeroes(off, n)
 		} else {
 			err = syscall.EOPNOTSUPP
@@ -347,20 +347,9 @@ func (q *queue) serve(tag uint16) {
 		err = syscall.EOPNOTSUPP
 	}
 	if err != nil {
-		res = -int32(errnoOf(err))
+		res = -int32(blockdev.Errno(err))
 		q.stats.errors.Add(1)
 		klog.V(2).InfoS("ublk request failed", "device", q.d.id, "op", op, "offset", off, "length", n, "err", err)
 	}
 	q.complete(tag, res)
-}
-
-// errnoOf maps a backend error to the errno the block layer gets: the few it gives a
-// meaning, else EIO.
-func errnoOf(err error) syscall.Errno {
-	for _, e := range []syscall.Errno{syscall.ENOSPC, syscall.EOPNOTSUPP, syscall.EROFS, syscall.EINVAL} {
-		if errors.Is(err, e) {
-			return e
-		}
-	}
-	return syscall.EIO
 }

@@ -44,7 +44,7 @@
 // device grows in place, under a mounted filesystem, with its connections and queued
 // requests untouched; /sys/block/nbdX/size shows the new size at once and resize2fs or
 // xfs_growfs can follow. Shrinking is never asked for. The export advertises the new size to
-// any later handshake too (nbd.Backend.Size is read each time).
+// any later handshake too (blockdev.Backend.Size is read each time).
 //
 // # Ownership
 //

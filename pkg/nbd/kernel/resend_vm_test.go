@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/test/vm"
 )
@@ -49,7 +50,7 @@ func TestKernelResendVM(t *testing.T) {
 }
 
 // attachStalling serves b on a device with two connections and the short request timeout.
-func attachStalling(t *testing.T, b nbd.Backend) (*Device, func()) {
+func attachStalling(t *testing.T, b blockdev.Backend) (*Device, func()) {
 	t.Helper()
 	// SlowWrite at a quarter of the timeout, as the 1 s default is to the attach's timeout.
 	srv, err := nbd.NewServer(nbd.Options{SlowWrite: resendTimeout / 4}, nbd.Export{Name: "vol", Backend: b})

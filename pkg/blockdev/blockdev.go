@@ -1,21 +1,21 @@
-package nbd
+package blockdev
 
 import (
 	"errors"
 	"syscall"
 )
 
-// Backend is the block device an export serves. The RAID10 engine implements it; so does
-// FileBackend. Its methods are called concurrently, from every connection of the export.
+// Backend is the block device a frontend serves. Its methods are called concurrently; the
+// package comment states each method's contract.
 type Backend interface {
 	// ReadAt fills p from offset off. A short read is an error.
 	ReadAt(p []byte, off int64) (int, error)
 	// WriteAt writes p at offset off. When it returns, the data is visible to every later
 	// ReadAt, though not necessarily durable.
 	WriteAt(p []byte, off int64) (int, error)
-	// Size is the size of the device in bytes. It may grow while the export is served (an
-	// online expansion): the server reads it at every handshake and for every range check,
-	// so it must be cheap (an atomic load). It never shrinks.
+	// Size is the size of the device in bytes. It may grow while the device is served (an
+	// online expansion) and never shrinks. Frontends read it for every range check, so it
+	// must be cheap (an atomic load).
 	Size() int64
 	// Flush makes durable every write that has completed before Flush was called.
 	Flush() error
@@ -29,7 +29,7 @@ type FUAWriter interface {
 }
 
 // Discarder is implemented by a Backend that can drop the contents of a range. Without it,
-// NBD_CMD_TRIM is accepted and does nothing (TRIM is advisory).
+// a discard (TRIM) is accepted and does nothing: it is advisory.
 type Discarder interface {
 	// Discard tells the backend that the range is unused; later reads return zeroes or the
 	// old data.
@@ -37,25 +37,24 @@ type Discarder interface {
 }
 
 // ZeroWriter is implemented by a Backend that can zero a range without being sent zeroes.
-// Without it, NBD_CMD_WRITE_ZEROES is served by writing a zeroed buffer.
 type ZeroWriter interface {
 	// WriteZeroes sets the range to zeroes; later reads return zeroes.
 	WriteZeroes(off, length int64) error
 }
 
-// errnoOf maps a backend error to the error code of an NBD reply. Only the errors that the
-// protocol gives a meaning are passed through; everything else is EIO.
-func errnoOf(err error) Errno {
-	switch {
-	case err == nil:
-		return ErrnoNone
-	case errors.Is(err, syscall.ENOSPC):
-		return ErrnoNoSpc
-	case errors.Is(err, syscall.EINVAL):
-		return ErrnoInval
-	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EROFS):
-		return ErrnoPerm
-	default:
-		return ErrnoIO
+// meaningful are the errnos a backend error is reduced to, other than EIO.
+var meaningful = []syscall.Errno{syscall.ENOSPC, syscall.EOPNOTSUPP, syscall.EROFS, syscall.EPERM, syscall.EINVAL}
+
+// Errno reduces a backend error to the errno a frontend reports: 0 for nil, the first of
+// ENOSPC, EOPNOTSUPP, EROFS, EPERM and EINVAL that the error wraps, else EIO.
+func Errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
 	}
+	for _, e := range meaningful {
+		if errors.Is(err, e) {
+			return e
+		}
+	}
+	return syscall.EIO
 }
