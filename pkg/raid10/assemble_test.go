@@ -305,8 +305,8 @@ func (c *countReads) ReadAt(p []byte, off int64) (int, error) {
 // fails it with the stacks).
 func TestAssembleHungMember(t *testing.T) {
 	opts := testOpts()
-	// 1 s, not less: on a loaded 2-core machine under -race a healthy member's
-	// call took over 100 ms and was failed too (a flake, not a finding).
+	// 1 s, not less: under -race on a loaded 2-core machine a healthy
+	// member's call can take over 100 ms.
 	opts.MemberTimeout = time.Second
 	// setup is a clean 4-member array (slots 0,1 and 2,3 mirrored) holding
 	// data, with slot 2 failed first if fail2.
@@ -460,8 +460,8 @@ func (c *inflight) Flush() error {
 // watchdog fails it with the stacks).
 func TestCreateHungMember(t *testing.T) {
 	opts := testOpts()
-	// 1 s, not less: on a loaded 2-core machine under -race a healthy member's
-	// call took over 100 ms and was failed too (a flake, not a finding).
+	// 1 s, not less: under -race on a loaded 2-core machine a healthy
+	// member's call can take over 100 ms.
 	opts.MemberTimeout = time.Second
 	for _, tc := range []struct {
 		name string

@@ -413,8 +413,7 @@ func TestMemberTimeout(t *testing.T) {
 // handed off. A write that loaded the member before it was failed but ran
 // after could otherwise land beside an abandoned call still inside the
 // member; no one waits for it, so nothing orders it before the member's
-// re-add (the fault matrix's race detector caught a read and such a write on
-// the same blocks of a failed member: 8 runs in 117 on a loaded machine).
+// re-add.
 func TestNoCallReachesFailedMember(t *testing.T) {
 	opts := testOpts()
 	opts.MemberTimeout = 10 * time.Second
@@ -512,9 +511,8 @@ func TestCheckRangeResumes(t *testing.T) {
 
 // TestCloseDuringScrub: Close while a caller's scrub hands member calls to the
 // workers (device latency) waits for the scrub to stop before it ends the
-// workers; the scrub returns ErrClosed. A clean-clone CI run's race detector
-// caught Close closing the work queue under such a scrub (a send on a closed
-// channel panics).
+// workers; the scrub returns ErrClosed. Closing the work queue under such a
+// scrub would panic (a send on a closed channel).
 func TestCloseDuringScrub(t *testing.T) {
 	r := newBadRig(t, 2, testOpts())
 	a := r.a

@@ -13,13 +13,12 @@ import (
 // media error from a failing device (mediaError) is abandoned when its
 // member hangs past the deadline; the call still reads into its buffer
 // when the member comes back. That buffer must not be handed to other
-// requests meanwhile: it was a pooled bounce buffer, which the next
-// handed-off read took and returned to its caller (or a resync wrote to
+// requests meanwhile: a pooled bounce buffer would be taken by the next
+// handed-off read and returned to its caller (or written by a resync to
 // the other copy) holding the superblock's bytes, a value never written
-// there. Found by the fault matrix's race detector; the pool gives a
-// buffer back to the same processor first, so draining it after the
-// abandoned probe finds the buffer in nearly every try before the fix
-// (the race detector drops one Put in four: several tries).
+// there. The pool gives a buffer back to the same processor first, so
+// draining it after the abandoned probe finds a shared buffer in nearly
+// every try (the race detector drops one Put in four: several tries).
 func TestAbandonedProbeKeepsItsBuffer(t *testing.T) {
 	opts := testOpts()
 	opts.MemberTimeout = 40 * time.Millisecond
@@ -55,19 +54,17 @@ func TestAbandonedProbeKeepsItsBuffer(t *testing.T) {
 	}
 }
 
-// TestCrashModelDiscard is the sequence behind the fault matrix's "value
-// never written" after a crash (seeds 8709371129873690708 and
-// 1663341875487337577 of the fixed set): a discard, a flush that makes
-// it durable (any member flush does: a bitmap or superblock update, or
-// Array.Flush, which flushes the members even when it reports a broken
-// member), then a write that is acknowledged but never flushed. Power
-// fails: the write is lost, and the block holds what the discard left
-// (zeroes on these members), which the matrix's model did not allow. The
-// engine is right (a discard leaves the contents unspecified, and an
-// unflushed write may be lost); the model now allows it. Crash rounds
-// with a member broken met it most: the bitmap sweeper, whose flush
-// otherwise makes the last writes durable before the crash, does not run
-// then, nor does a flush succeed.
+// TestCrashModelDiscard: a discard, a flush that makes it durable (any
+// member flush does: a bitmap or superblock update, or Array.Flush, which
+// flushes the members even when it reports a broken member), then a write
+// that is acknowledged but never flushed. Power fails: the write is lost,
+// and the block holds what the discard left (zeroes on these members).
+// The engine is right (a discard leaves the contents unspecified, and an
+// unflushed write may be lost), so the crash-history model must allow it.
+// The fault matrix meets this sequence in crash rounds with a member
+// broken (seeds 8709371129873690708 and 1663341875487337577 of the fixed
+// set): the bitmap sweeper, whose flush otherwise makes the last writes
+// durable before the crash, does not run then, nor does a flush succeed.
 func TestCrashModelDiscard(t *testing.T) {
 	fs := []*FaultyMember{NewFaultyMember(NewMemMember(2 << 20)), NewFaultyMember(NewMemMember(2 << 20))}
 	for _, f := range fs {
@@ -137,7 +134,7 @@ func TestCrashModelDiscard(t *testing.T) {
 // region written while it was out, and again while the other member was
 // out, would then be missing from the bitmap, and the other member's
 // bitmap-based recovery would skip it and come back in sync with stale
-// data (found by the fault matrix as a check mismatch after reassembly).
+// data.
 // So a member added to the array gets the whole bitmap first.
 func TestReaddedMemberCarriesTheBitmap(t *testing.T) {
 	opts := testOpts()
@@ -187,11 +184,10 @@ func TestReaddedMemberCarriesTheBitmap(t *testing.T) {
 // (its reads fail and so does the superblock probe: the device fails as a
 // whole, not some sectors). The target must not get the blocks it could
 // not copy marked bad and be promoted: the source still holds them and is
-// the in-sync copy again after a restart. Before, every block the
-// recovery met while the source was gone was recorded bad on the target
-// (until its list was full), the target was promoted, the source failed,
-// and after the restart those blocks were lost (found by the fault
-// matrix's restarts with a member gone).
+// the in-sync copy again after a restart. Otherwise every block the
+// recovery meets while the source is gone is recorded bad on the target
+// (until its list is full), the target is promoted, the source failed,
+// and after a restart those blocks are lost.
 func TestSourceGoneDuringRecovery(t *testing.T) {
 	opts := testOpts()
 	opts.SyncRateMax = 4 << 20 // the recovery is still running when the source goes
@@ -248,9 +244,9 @@ func TestSourceGoneDuringRecovery(t *testing.T) {
 // then the array stops cleanly while member 0 still fails its writes.
 // After the restart the recovery resumes past c and promotes member 1. The
 // copies must agree then: a check finds no mismatch, and c reads the same
-// twice. Before, the resync skipped a chunk with one in-sync copy and
-// cleared the region, so member 1 was promoted with c different (the
-// soak's seed 1796083767834626106, a check mismatch after reassembly).
+// twice. A resync that skipped a chunk with one in-sync copy and cleared
+// the region would promote member 1 with c different (soak seed
+// 1796083767834626106).
 func TestFailedWriteOnRecoveredChunk(t *testing.T) {
 	opts := testOpts()
 	opts.SyncRateMax, opts.SyncRateMin = BlockSize, BlockSize // the daemon's recovery crawls

@@ -270,9 +270,7 @@ func (rs *rangeSync) settleUnreadable() {
 		// source may still hold (after a crash or restart it is the
 		// in-sync copy again). They are failed instead (as md stops a
 		// recovery without a source); a re-add after the source is
-		// back rebuilds them. (Found by the fault matrix's restarts: a
-		// source gone during a recovery left every block it was asked
-		// for marked bad on a target that was then promoted.)
+		// back rebuilds them (TestSourceGoneDuringRecovery).
 		var why error = errTimedOut
 		if failing {
 			why = errDeviceFailing

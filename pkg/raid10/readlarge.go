@@ -32,8 +32,7 @@ package raid10
 // none is free a part runs on the caller's goroutine. A part on a worker
 // may wait there for a raised barrier whose raiser waits for a member call
 // it handed off: that call has a worker of its own (submit), never one of
-// the waiting parts' (the soak's seed 1796086838133209456 stopped the array
-// when a submitter counted an idle worker a part had already taken).
+// the waiting parts' (TestHandOffWhileWorkersWaitOnBarrier).
 
 const (
 	// splitReadMin is the smallest read within one chunk that is read half

@@ -286,12 +286,12 @@ func watchdog(t *testing.T, what string, fn func(), unstick func()) {
 // barrier, the parts of large reads of that chunk take every worker and wait
 // there for the barrier, and the barrier's holder then reads a member
 // through a worker, as a resync's or a read fix-up's member call does under
-// a slow member (rescuedIO). The soak found the array stopped this way
-// (seed 1796086838133209456): the holder's call queued behind the waiting
-// parts, as the submitter counted a worker idle that had already been
-// handed a part. The call must get a worker of its own. With one P the
-// submitter runs on until it waits, so every part is handed off before any
-// worker runs: without the fix this hangs every time.
+// a slow member (rescuedIO). The call must get a worker of its own: queued
+// behind the waiting parts (a submitter counting a worker idle that was
+// already handed a part), it stops the array (soak seed
+// 1796086838133209456). With one P the submitter runs on until it waits,
+// so every part is handed off before any worker runs: a call without a
+// worker of its own hangs every time.
 func TestHandOffWhileWorkersWaitOnBarrier(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var ms []Member

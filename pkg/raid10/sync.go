@@ -198,8 +198,8 @@ func (a *Array) markResync(r int64) {
 // have reached only the recovering one, in a chunk its recovery had
 // already copied. Left so, a recovery resumed past the chunk after a clean
 // stop (its checkpoint says done, and nothing redoes dirty regions then)
-// would promote the member with the chunk different (found by the fault
-// matrix, seed 1796083767834626106: a check mismatch after reassembly).
+// would promote the member with the chunk different
+// (TestFailedWriteOnRecoveredChunk).
 // Copying a chunk the recovery has not reached yet costs one chunk copy.
 func (a *Array) resyncChunk(c int64, buf []byte) bool {
 	bk := a.raise(c)

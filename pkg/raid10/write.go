@@ -191,9 +191,8 @@ func (a *Array) acknowledged(cp *[2]pieceCopy, length int64) bool {
 	// sync now, before the bucket is left (md's rule: In_sync at completion).
 	// The recovery cannot copy this chunk while the write holds the bucket, so
 	// if it has finished, it copied this chunk before the write, and the copy
-	// holds the write. (Found by TestModel: a recovery ended during a write
-	// whose only in-sync copy failed; the write was refused though the
-	// recovered copy had taken it.)
+	// holds the write; refusing it would fail a write the recovered copy
+	// took, when the only copy in sync at submission failed.
 	for k := range cp {
 		if x := &cp[k]; x.r != nil && x.err == nil && !x.sync {
 			x.sync = x.s.inSync() == x.r
