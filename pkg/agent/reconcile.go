@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -62,13 +63,13 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 	case errors.Is(err, pool.ErrNotFound) && prev.Capacity != nil:
 		// It held data once: never replace it with a blank volume of the same name.
 		msg := "the volume was provisioned but is not in the node's pool (its disks are missing or were replaced)"
-		return a.writeVolumeStatus(ctx, &vol, FailedStatus(prev, &vol, ReasonNotInPool, msg, now))
+		return a.writeVolumeStatus(ctx, &vol, crstatus.FailedStatus(prev, &vol, crstatus.ReasonNotInPool, msg, now))
 	case errors.Is(err, pool.ErrNotFound) && prev.Phase == v1alpha1.VolumePhaseFailed && prev.ObservedGeneration == vol.Generation:
 		return reconcile.Result{}, nil // failed for this spec already; a new spec retries
 	case errors.Is(err, pool.ErrNotFound):
-		info, err = a.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), CreateOptions(&vol))
+		info, err = a.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), crstatus.CreateOptions(&vol))
 		if err != nil {
-			reason, final := CreateFailedReason(err)
+			reason, final := crstatus.CreateFailedReason(err)
 			if !final {
 				// I/O errors, a closed pool: retry with backoff.
 				logger.Error(err, "Creating the volume in the pool")
@@ -76,7 +77,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 			}
 			logger.Error(err, "Volume cannot be provisioned", "reason", reason)
 			a.event(&vol, corev1.EventTypeWarning, EventProvisionFailed, "Provision", "%v", err)
-			return a.writeVolumeStatus(ctx, &vol, FailedStatus(prev, &vol, reason, err.Error(), now))
+			return a.writeVolumeStatus(ctx, &vol, crstatus.FailedStatus(prev, &vol, reason, err.Error(), now))
 		}
 		logger.Info("Volume provisioned", "size", info.Size, "members", len(info.Members), "chunkSize", info.ChunkSize, "source", describeSource(vol.Spec.Source))
 		a.event(&vol, corev1.EventTypeNormal, EventProvisioned, "Provision",
@@ -111,7 +112,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 			logger.Error(err, "Restoring the last scrub's completion")
 		}
 	}
-	st := VolumeStatus(prev, &vol, info, DiskIDs(a.pool.Status().Disks), now)
+	st := crstatus.VolumeStatus(prev, &vol, info, crstatus.DiskIDs(a.pool.Status().Disks), now)
 	if a.devices != nil {
 		st.DevicePath = a.devices.Device(vol.Name)
 		st.Frontend = frontendOf(st.DevicePath)
@@ -125,7 +126,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 		}
 	}
 	if expandMsg != "" {
-		st = ExpandPending(st, expandMsg)
+		st = crstatus.ExpandPending(st, expandMsg)
 	}
 	st = a.requestedScrub(ctx, &vol, st)
 	a.volumeEvents(&vol, prev, st, expandMsg)
@@ -164,7 +165,7 @@ func (a *Agent) volumeEvents(vol *v1alpha1.Raid10Volume, prev, st v1alpha1.Raid1
 		var per []string
 		for _, m := range st.Members {
 			if m.BadBlocks > 0 {
-				per = append(per, fmt.Sprintf("member %d (disk %s): %d", m.Index, orDash(m.Disk), m.BadBlocks))
+				per = append(per, fmt.Sprintf("member %d (disk %s): %d", m.Index, crstatus.OrDash(m.Disk), m.BadBlocks))
 			}
 		}
 		a.event(vol, corev1.EventTypeWarning, EventBadBlocks, "Monitor", "%d bad blocks (was %d), %d lost (was %d)%s",
@@ -191,7 +192,7 @@ func (a *Agent) volumeEvents(vol *v1alpha1.Raid10Volume, prev, st v1alpha1.Raid1
 			}
 		}
 		a.event(vol, corev1.EventTypeNormal, EventRebuildStarted, "Rebuild", "member %d onto disk %s: %d bytes",
-			st.Rebuild.Member, orDash(disk), st.Rebuild.TotalBytes)
+			st.Rebuild.Member, crstatus.OrDash(disk), st.Rebuild.TotalBytes)
 	}
 	if expandMsg != "" && expandMsg != seen.expandMsg {
 		a.event(vol, corev1.EventTypeWarning, EventExpandFailed, "Expand", "%s", expandMsg)
@@ -290,7 +291,7 @@ func (a *Agent) reconcileNode(ctx context.Context, req reconcile.Request) (recon
 	}
 	last := a.replaceDisk(ctx, &n)
 	ps := a.pool.Status()
-	st := NodeStatus(n.Status, ps, a.pool.MemberFree(), time.Now())
+	st := crstatus.NodeStatus(n.Status, ps, a.pool.MemberFree(), time.Now())
 	st.LastDiskReplacement = last
 	a.nodeEvents(&n, st)
 	if equality.Semantic.DeepEqual(n.Status, st) {
@@ -362,16 +363,6 @@ func frontendOf(device string) string {
 		return "nbd"
 	}
 	return ""
-}
-
-// CreateOptions are the pool's options for vol's spec: its layout and, for a restore or a
-// clone, its source (the pool's snapshot and volume names are the objects' names).
-func CreateOptions(vol *v1alpha1.Raid10Volume) pool.CreateOptions {
-	o := pool.CreateOptions{Members: int(vol.Spec.Layout.Members), ChunkSize: vol.Spec.Layout.ChunkSizeBytes}
-	if s := vol.Spec.Source; s != nil {
-		o.Source = &pool.Source{Snapshot: s.Snapshot, Volume: s.Volume}
-	}
-	return o
 }
 
 // describeSource names a volume's source ("snapshot X", "volume Y"), "" for none.

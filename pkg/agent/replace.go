@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -38,7 +39,7 @@ func (a *Agent) replaceDisk(ctx context.Context, n *v1alpha1.Raid10Node) *v1alph
 		Time: metav1.NewTime(time.Now().Truncate(time.Second)),
 	}
 	ps := a.pool.Status()
-	ids := DiskIDs(ps.Disks)
+	ids := crstatus.DiskIDs(ps.Disks)
 	old, found := findPoolDisk(ps.Disks, ids, req.OldDisk)
 	newDisk, newFound := findPoolDisk(ps.Disks, ids, req.NewPath)
 	var err error
@@ -65,7 +66,7 @@ func (a *Agent) replaceDisk(ctx context.Context, n *v1alpha1.Raid10Node) *v1alph
 		return st
 	}
 	st.Result = v1alpha1.DiskReplacementSucceeded
-	st.NewDisk = DiskIDs(a.pool.Status().Disks)[diskKey(newDisk)]
+	st.NewDisk = crstatus.DiskIDs(a.pool.Status().Disks)[crstatus.DiskKey(newDisk)]
 	// Every volume with a member on the new disk rebuilds onto it (a fresh disk holds no
 	// other member). A small volume's rebuild may already be over when the status is read:
 	// it is listed and counted too, with how many are done.
@@ -83,7 +84,7 @@ func (a *Agent) replaceDisk(ctx context.Context, n *v1alpha1.Raid10Node) *v1alph
 		}
 	}
 	st.RebuildingVolumes = rebuilding
-	st.Message = fmt.Sprintf("disk %s replaced by %s (%s); ", req.OldDisk, req.NewPath, orDash(st.NewDisk)) +
+	st.Message = fmt.Sprintf("disk %s replaced by %s (%s); ", req.OldDisk, req.NewPath, crstatus.OrDash(st.NewDisk)) +
 		rebuildMessage(len(rebuilding), done)
 	logger.Info("Disk replaced", "newDisk", st.NewDisk, "rebuilding", len(rebuilding), "alreadyInSync", done)
 	a.event(n, corev1.EventTypeNormal, EventDiskReplaced, "ReplaceDisk", "%s", st.Message)
@@ -112,7 +113,7 @@ func rebuildMessage(n, done int) string {
 func findPoolDisk(disks []pool.DiskInfo, ids map[string]string, ref string) (pool.DiskInfo, bool) {
 	var removed *pool.DiskInfo
 	for i, d := range disks {
-		if ids[diskKey(d)] == ref || (d.UUID != "" && d.UUID == ref) || d.Path == ref || (d.Identity != "" && d.Identity == ref) {
+		if ids[crstatus.DiskKey(d)] == ref || (d.UUID != "" && d.UUID == ref) || d.Path == ref || (d.Identity != "" && d.Identity == ref) {
 			if d.Status != pool.StatusRemoved {
 				return d, true
 			}

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -21,46 +21,6 @@ const (
 	EventScrubMismatches = "ScrubMismatches"
 	EventScrubFailed     = "ScrubFailed"
 )
-
-// scrubStatus is the Raid10Volume's status.scrub for the pool's scrub state in; without
-// one (none since the pool opened) it keeps prev, so the last scrub stays on record across
-// restarts of the agent.
-func scrubStatus(prev *v1alpha1.ScrubStatus, in *pool.ScrubInfo) *v1alpha1.ScrubStatus {
-	if in == nil {
-		return prev.DeepCopy()
-	}
-	t := func(tm time.Time) *metav1.Time {
-		mt := metav1.NewTime(tm.Truncate(time.Second)) // what the API server keeps: no churn
-		return &mt
-	}
-	st := &v1alpha1.ScrubStatus{
-		State: v1alpha1.ScrubState(in.State), Kind: v1alpha1.ScrubKind(in.Kind), Scheduled: in.Scheduled,
-		Percent:    int32(math.Min(100, math.Max(0, math.Floor(in.Percent)))),
-		DoneBytes:  in.Done,
-		TotalBytes: in.Total,
-		Mismatches: in.Mismatches, Repaired: in.Repaired, Lost: in.Lost,
-		StartTime: t(in.Started),
-		Message:   in.Error,
-	}
-	if in.State == pool.ScrubRunning {
-		st.BytesPerSecond = int64(in.Rate)
-		if in.ETA > 0 {
-			eta := int64(math.Ceil(in.ETA.Seconds()))
-			st.ETASeconds = &eta
-		}
-	}
-	if in.Finished != nil {
-		st.FinishTime = t(*in.Finished)
-	}
-	if prev != nil {
-		st.Request = prev.Request
-		st.LastCompletedTime = prev.LastCompletedTime.DeepCopy()
-	}
-	if in.LastCompleted != nil {
-		st.LastCompletedTime = t(*in.LastCompleted)
-	}
-	return st
-}
 
 // requestedScrub starts the scrub spec.scrub asks for when the agent has not acted on that
 // request yet, and returns st with status.scrub answering it: the scrub's state, or Failed
@@ -86,7 +46,7 @@ func (a *Agent) requestedScrub(ctx context.Context, vol *v1alpha1.Raid10Volume, 
 		}
 		st.Scrub = sc
 	} else {
-		st.Scrub = scrubStatus(st.Scrub, &in)
+		st.Scrub = crstatus.ScrubStatus(st.Scrub, &in)
 		a.event(vol, corev1.EventTypeNormal, EventScrubStarted, "Scrub", "%s of %d bytes (request %s)", kind, in.Total, rq.Request)
 	}
 	st.Scrub.Request = rq.Request

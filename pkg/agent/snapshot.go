@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -56,20 +57,20 @@ func (a *Agent) reconcileSnapshot(ctx context.Context, req reconcile.Request) (r
 	switch {
 	case errors.Is(err, pool.ErrNotFound) && prev.CutAt != nil:
 		msg := "the snapshot was cut but is not in the node's pool (its disks are missing or were replaced)"
-		return a.writeSnapshotStatus(ctx, &snap, SnapshotFailedStatus(prev, &snap, ReasonNotInPool, msg, now))
+		return a.writeSnapshotStatus(ctx, &snap, crstatus.SnapshotFailedStatus(prev, &snap, crstatus.ReasonNotInPool, msg, now))
 	case errors.Is(err, pool.ErrNotFound) && prev.Phase == v1alpha1.SnapshotPhaseFailed && prev.ObservedGeneration == snap.Generation:
 		return reconcile.Result{}, nil // refused already; the controller deletes it
 	case errors.Is(err, pool.ErrNotFound):
 		info, err = a.pool.CreateSnapshot(snap.Name, snap.Spec.Source)
 		if err != nil {
-			reason, final := SnapshotCreateFailedReason(err)
+			reason, final := crstatus.SnapshotCreateFailedReason(err)
 			if !final {
 				logger.Error(err, "Cutting the snapshot")
 				return reconcile.Result{}, err
 			}
 			logger.Error(err, "Snapshot cannot be cut", "reason", reason, "source", snap.Spec.Source)
 			a.event(&snap, corev1.EventTypeWarning, EventSnapshotFailed, "Cut", "%v", err)
-			return a.writeSnapshotStatus(ctx, &snap, SnapshotFailedStatus(prev, &snap, reason, err.Error(), now))
+			return a.writeSnapshotStatus(ctx, &snap, crstatus.SnapshotFailedStatus(prev, &snap, reason, err.Error(), now))
 		}
 		logger.Info("Snapshot cut", "source", snap.Spec.Source, "cutAt", info.CutAt, "size", info.Size, "members", info.Members)
 		a.event(&snap, corev1.EventTypeNormal, EventSnapshotCut, "Cut", "volume %s cut at %s: %d bytes over %d members on node %s; copying",
@@ -79,7 +80,7 @@ func (a *Agent) reconcileSnapshot(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 
-	st := SnapshotStatus(prev, &snap, info, now)
+	st := crstatus.SnapshotStatus(prev, &snap, info, now)
 	a.snapshotEvents(&snap, prev, st)
 	r, err := a.writeSnapshotStatus(ctx, &snap, st)
 	if err != nil || r.RequeueAfter > 0 {
@@ -138,7 +139,7 @@ func (a *Agent) deleteSnapshot(ctx context.Context, snap *v1alpha1.Raid10Snapsho
 			if snap.Status.Message != msg {
 				a.event(snap, corev1.EventTypeWarning, EventDeleteWaiting, "Delete", "%s", msg)
 			}
-			if _, werr := a.writeSnapshotStatus(ctx, snap, SnapshotDeleteWaiting(snap.Status, msg)); werr != nil {
+			if _, werr := a.writeSnapshotStatus(ctx, snap, crstatus.SnapshotDeleteWaiting(snap.Status, msg)); werr != nil {
 				return reconcile.Result{}, werr
 			}
 			return reconcile.Result{RequeueAfter: deleteWaitRetry}, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -123,7 +124,7 @@ func TestAgentSnapshotsRealAPIServer(t *testing.T) {
 	if s.Status.Phase != v1alpha1.SnapshotPhaseReady || s.Status.Percent != 100 || s.Status.CopiedBytes != volumeSize || !s.Status.CutAt.Time.Equal(cut) {
 		t.Fatalf("ready snapshot: %+v", s.Status)
 	}
-	if cond := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); cond == nil || cond.Status != "True" || cond.Reason != agent.ReasonCopied {
+	if cond := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); cond == nil || cond.Status != "True" || cond.Reason != crstatus.ReasonCopied {
 		t.Fatalf("Ready condition: %+v", cond)
 	}
 	if len(percents) < 3 {

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/klog/v2"
 
-	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
@@ -37,8 +37,8 @@ const localExpandRetry = 2 * time.Second
 
 // LocalStore is the VolumeStore of the standalone mode (--mode=all, no cluster): the
 // controller's Raid10Volumes live in this process, backed by the node's own pool, and their
-// status is the pool's, translated exactly as the node agent translates it (agent.VolumeStatus,
-// agent.NodeStatus). The controller's create, expand and delete logic therefore runs
+// status is the pool's, translated exactly as the node agent translates it
+// (crstatus.VolumeStatus, crstatus.NodeStatus). The controller's create, expand and delete logic therefore runs
 // unchanged; its waits find the work already done, because the store does it synchronously:
 //
 //   - CreateVolume records the object, creates the pool volume (spec.sizeBytes,
@@ -74,7 +74,7 @@ type LocalStore struct {
 	pool    *pool.Pool
 	nodeID  string
 	path    string
-	devices agent.Devices // nil: no delete guard (UseDevices)
+	devices AttachedDevices // nil: no delete guard (UseDevices)
 
 	// mu serialises every call: the pool serialises its own changes anyway, and a read
 	// may retry an expansion.
@@ -214,7 +214,7 @@ func (s *LocalStore) saveLocked() error {
 	return nil
 }
 
-// refreshLocked updates lv's status from the pool (ids: agent.DiskIDs of the pool's disks)
+// refreshLocked updates lv's status from the pool (ids: crstatus.DiskIDs of the pool's disks)
 // and returns a copy of the object to hand out. A provisioned volume smaller than its spec
 // gets its expansion retried first.
 func (s *LocalStore) refreshLocked(lv *localVolume, ids map[string]string, now time.Time) *v1alpha1.Raid10Volume {
@@ -229,7 +229,7 @@ func (s *LocalStore) refreshLocked(lv *localVolume, ids map[string]string, now t
 	switch {
 	case errors.Is(err, pool.ErrNotFound):
 		msg := "the volume was provisioned but is not in the node's pool (its disks are missing or were replaced)"
-		vol.Status = agent.FailedStatus(vol.Status, vol, agent.ReasonNotInPool, msg, now)
+		vol.Status = crstatus.FailedStatus(vol.Status, vol, crstatus.ReasonNotInPool, msg, now)
 		if vol.Status.Capacity == nil {
 			// Held data once (statuses are not persisted): the controller must not delete
 			// and recreate it blank.
@@ -237,7 +237,7 @@ func (s *LocalStore) refreshLocked(lv *localVolume, ids map[string]string, now t
 		}
 		return vol.DeepCopy()
 	case err != nil:
-		vol.Status = agent.FailedStatus(vol.Status, vol, agent.ReasonArrayFailed, err.Error(), now)
+		vol.Status = crstatus.FailedStatus(vol.Status, vol, crstatus.ReasonArrayFailed, err.Error(), now)
 		return vol.DeepCopy()
 	}
 	expandMsg := ""
@@ -259,9 +259,9 @@ func (s *LocalStore) refreshLocked(lv *localVolume, ids map[string]string, now t
 	if info.Size >= uint64(vol.Spec.SizeBytes) {
 		delete(s.expanded, vol.Name)
 	}
-	st := agent.VolumeStatus(vol.Status, vol, info, ids, now)
+	st := crstatus.VolumeStatus(vol.Status, vol, info, ids, now)
 	if expandMsg != "" {
-		st = agent.ExpandPending(st, expandMsg)
+		st = crstatus.ExpandPending(st, expandMsg)
 	}
 	vol.Status = st
 	return vol.DeepCopy()
@@ -275,14 +275,14 @@ func (s *LocalStore) GetVolume(_ context.Context, name string) (*v1alpha1.Raid10
 	if lv == nil {
 		return nil, fmt.Errorf("raid10volume %q: %w", name, ErrNotFound)
 	}
-	return s.refreshLocked(lv, agent.DiskIDs(s.pool.Disks()), time.Now()), nil
+	return s.refreshLocked(lv, crstatus.DiskIDs(s.pool.Disks()), time.Now()), nil
 }
 
 // ListVolumes implements VolumeStore.
 func (s *LocalStore) ListVolumes(context.Context) ([]v1alpha1.Raid10Volume, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids, now := agent.DiskIDs(s.pool.Disks()), time.Now()
+	ids, now := crstatus.DiskIDs(s.pool.Disks()), time.Now()
 	out := make([]v1alpha1.Raid10Volume, 0, len(s.vols))
 	for _, lv := range s.vols {
 		out = append(out, *s.refreshLocked(lv, ids, now))
@@ -334,9 +334,9 @@ func (s *LocalStore) CreateVolume(_ context.Context, vol *v1alpha1.Raid10Volume)
 		delete(s.vols, vol.Name)
 		return err
 	}
-	info, err := s.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), agent.CreateOptions(vol))
+	info, err := s.pool.CreateVolume(vol.Name, uint64(vol.Spec.SizeBytes), crstatus.CreateOptions(vol))
 	if err != nil {
-		reason, final := agent.CreateFailedReason(err)
+		reason, final := crstatus.CreateFailedReason(err)
 		if !final {
 			// I/O errors, a closed pool: nothing was created; forget the record.
 			delete(s.vols, vol.Name)
@@ -346,7 +346,7 @@ func (s *LocalStore) CreateVolume(_ context.Context, vol *v1alpha1.Raid10Volume)
 			return fmt.Errorf("raid10volume %q: create in the pool: %w", vol.Name, err)
 		}
 		klog.ErrorS(err, "Volume cannot be provisioned", "volumeID", vol.Name, "reason", reason)
-		lv.obj.Status = agent.FailedStatus(lv.obj.Status, lv.obj, reason, err.Error(), now)
+		lv.obj.Status = crstatus.FailedStatus(lv.obj.Status, lv.obj, reason, err.Error(), now)
 	} else {
 		lv.provisioned = true
 		if err := s.saveLocked(); err != nil {
@@ -395,7 +395,7 @@ func (s *LocalStore) UpdateVolume(_ context.Context, vol *v1alpha1.Raid10Volume)
 		return err
 	}
 	delete(s.expanded, vol.Name) // a new size is tried at once
-	s.refreshLocked(lv, agent.DiskIDs(s.pool.Disks()), time.Now())
+	s.refreshLocked(lv, crstatus.DiskIDs(s.pool.Disks()), time.Now())
 	next.ResourceVersion = s.nextVersion()
 	vol.ResourceVersion, vol.Generation = next.ResourceVersion, next.Generation
 	return nil
@@ -443,10 +443,16 @@ func (s *LocalStore) DeleteVolume(_ context.Context, name string) error {
 	return nil
 }
 
+// AttachedDevices is the node's attacher as the local store's delete guard sees it.
+type AttachedDevices interface {
+	// Device returns the device path the volume is attached on, "" when it is not attached.
+	Device(volumeID string) string
+}
+
 // UseDevices makes DeleteVolume refuse, with ErrFailedPrecondition, a volume that d reports
 // attached (staged: a filesystem may be mounted on it), as the node agent waits for the
 // detach in the cluster. Call it before the store is shared.
-func (s *LocalStore) UseDevices(d agent.Devices) { s.devices = d }
+func (s *LocalStore) UseDevices(d AttachedDevices) { s.devices = d }
 
 // GetNode implements VolumeStore: the node ID's Raid10Node, from the pool.
 func (s *LocalStore) GetNode(_ context.Context, name string) (*v1alpha1.Raid10Node, error) {
@@ -455,7 +461,7 @@ func (s *LocalStore) GetNode(_ context.Context, name string) (*v1alpha1.Raid10No
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.node = agent.NodeStatus(s.node, s.pool.Status(), s.pool.MemberFree(), time.Now())
+	s.node = crstatus.NodeStatus(s.node, s.pool.Status(), s.pool.MemberFree(), time.Now())
 	n := &v1alpha1.Raid10Node{Status: *s.node.DeepCopy()}
 	n.Name = s.nodeID
 	return n, nil

@@ -11,15 +11,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
 // The standalone store's snapshots, as its volumes: the Raid10Snapshot objects live in this
 // process, the pool does the work synchronously (pool.CreateSnapshot returns once the cut is
 // durable), and the status is the pool's, translated as the node agent translates it
-// (agent.SnapshotStatus). The records file keeps what the pool cannot (the CSI name and
+// (crstatus.SnapshotStatus). The records file keeps what the pool cannot (the CSI name and
 // VolumeSnapshot annotations, the uid, creation time):
 //
 //	"snapshots": [{"name": "snapshot-…", "uid": "…", "created": "…",
@@ -112,7 +112,7 @@ func (s *LocalStore) refreshSnapshotLocked(ls *localSnapshot, now time.Time) *v1
 	snap := ls.obj
 	if ls.deleting {
 		if err := s.finishSnapshotDeleteLocked(ls); err != nil {
-			snap.Status = agent.SnapshotDeleteWaiting(snap.Status, fmt.Sprintf("delete waits: %v", err))
+			snap.Status = crstatus.SnapshotDeleteWaiting(snap.Status, fmt.Sprintf("delete waits: %v", err))
 		}
 		return snap.DeepCopy()
 	}
@@ -123,11 +123,11 @@ func (s *LocalStore) refreshSnapshotLocked(ls *localSnapshot, now time.Time) *v1
 	switch {
 	case errors.Is(err, pool.ErrNotFound):
 		msg := "the snapshot was cut but is not in the node's pool (its disks are missing or were replaced)"
-		snap.Status = agent.SnapshotFailedStatus(snap.Status, snap, agent.ReasonNotInPool, msg, now)
+		snap.Status = crstatus.SnapshotFailedStatus(snap.Status, snap, crstatus.ReasonNotInPool, msg, now)
 	case err != nil:
-		snap.Status = agent.SnapshotFailedStatus(snap.Status, snap, agent.ReasonArrayFailed, err.Error(), now)
+		snap.Status = crstatus.SnapshotFailedStatus(snap.Status, snap, crstatus.ReasonArrayFailed, err.Error(), now)
 	default:
-		snap.Status = agent.SnapshotStatus(snap.Status, snap, info, now)
+		snap.Status = crstatus.SnapshotStatus(snap.Status, snap, info, now)
 	}
 	return snap.DeepCopy()
 }
@@ -184,7 +184,7 @@ func (s *LocalStore) CreateSnapshot(_ context.Context, snap *v1alpha1.Raid10Snap
 	}
 	info, err := s.pool.CreateSnapshot(snap.Name, snap.Spec.Source)
 	if err != nil {
-		reason, final := agent.SnapshotCreateFailedReason(err)
+		reason, final := crstatus.SnapshotCreateFailedReason(err)
 		if !final {
 			delete(s.snaps, snap.Name)
 			if serr := s.saveLocked(); serr != nil {
@@ -193,7 +193,7 @@ func (s *LocalStore) CreateSnapshot(_ context.Context, snap *v1alpha1.Raid10Snap
 			return fmt.Errorf("raid10snapshot %q: cut in the pool: %w", snap.Name, err)
 		}
 		klog.ErrorS(err, "Snapshot cannot be cut", "snapshotID", snap.Name, "source", snap.Spec.Source, "reason", reason)
-		ls.obj.Status = agent.SnapshotFailedStatus(ls.obj.Status, ls.obj, reason, err.Error(), now)
+		ls.obj.Status = crstatus.SnapshotFailedStatus(ls.obj.Status, ls.obj, reason, err.Error(), now)
 	} else {
 		ls.cut = true
 		if err := s.saveLocked(); err != nil {
@@ -227,7 +227,7 @@ func (s *LocalStore) DeleteSnapshot(_ context.Context, name string) error {
 		}
 	}
 	if err := s.finishSnapshotDeleteLocked(ls); err != nil {
-		ls.obj.Status = agent.SnapshotDeleteWaiting(ls.obj.Status, fmt.Sprintf("delete waits: %v", err))
+		ls.obj.Status = crstatus.SnapshotDeleteWaiting(ls.obj.Status, fmt.Sprintf("delete waits: %v", err))
 		if errors.Is(err, pool.ErrFailedPrecondition) {
 			return nil // deletion asked; the status says why it waits
 		}

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 	mount "k8s.io/mount-utils"
 
-	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -281,7 +281,7 @@ func TestLocalStoreRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	cond := agentReadyReason(gone)
-	if gone.Status.Phase != v1alpha1.VolumePhaseFailed || cond != agent.ReasonNotInPool || gone.Status.Capacity == nil {
+	if gone.Status.Phase != v1alpha1.VolumePhaseFailed || cond != crstatus.ReasonNotInPool || gone.Status.Capacity == nil {
 		t.Fatalf("pvc-gone: phase %s, reason %s, capacity %v: want Failed, NotInPool, a capacity", gone.Status.Phase, cond, gone.Status.Capacity)
 	}
 	_, err = c2.CreateVolume(ctx, createReq("pvc-gone", 16<<20, localNode))
@@ -413,7 +413,7 @@ func TestLocalStoreContract(t *testing.T) {
 	}
 }
 
-// attachedSet is an agent.Devices that reports the volumes it holds as attached.
+// attachedSet is an AttachedDevices that reports the volumes it holds as attached.
 type attachedSet struct {
 	mu   sync.Mutex
 	devs map[string]string
@@ -424,8 +424,6 @@ func (a *attachedSet) Device(id string) string {
 	defer a.mu.Unlock()
 	return a.devs[id]
 }
-
-func (a *attachedSet) Expand(context.Context, string) (int64, error) { return 0, nil }
 
 func (a *attachedSet) set(id, dev string) {
 	a.mu.Lock()

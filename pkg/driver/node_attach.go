@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
@@ -53,8 +52,8 @@ func (s *served) path() string {
 }
 
 var (
-	_ VolumeAttacher = (*PoolAttacher)(nil)
-	_ agent.Devices  = (*PoolAttacher)(nil) // the node agent reports devicePath and grows devices through it
+	_ VolumeAttacher  = (*PoolAttacher)(nil)
+	_ AttachedDevices = (*PoolAttacher)(nil) // the local store refuses to delete an attached volume
 )
 
 // OpenPoolAttacher is the start-up of a node plugin's data path: it connects to the kernel's

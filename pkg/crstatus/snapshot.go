@@ -1,4 +1,4 @@
-package agent
+package crstatus
 
 import (
 	"errors"
@@ -85,7 +85,7 @@ func SnapshotStatus(prev v1alpha1.Raid10SnapshotStatus, snap *v1alpha1.Raid10Sna
 	return st
 }
 
-// SnapshotFailedStatus is the status of a snapshot the agent cannot provide: phase Failed,
+// SnapshotFailedStatus is the status of a snapshot the pool cannot provide: phase Failed,
 // Ready False with reason and message. The cut, if there was one, stays.
 func SnapshotFailedStatus(prev v1alpha1.Raid10SnapshotStatus, snap *v1alpha1.Raid10Snapshot, reason, msg string, now time.Time) v1alpha1.Raid10SnapshotStatus {
 	st := *prev.DeepCopy()

@@ -1,4 +1,4 @@
-package agent
+package crstatus
 
 import (
 	"testing"
@@ -54,6 +54,6 @@ func TestScrubStatus(t *testing.T) {
 				}
 			}},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.check(t, scrubStatus(tc.prev, tc.in)) })
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, ScrubStatus(tc.prev, tc.in)) })
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package crstatus
 
 import (
 	"errors"
@@ -15,10 +15,6 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
-
-// This file translates pool snapshots into the status of the custom resources. The functions
-// are pure: they take the previous status (for condition transition times and the rebuild's
-// start time) and the time now.
 
 // Ready condition reasons of a Raid10Volume (besides v1alpha1.ReasonInsufficientCapacity).
 const (
@@ -51,13 +47,13 @@ func DiskIDs(disks []pool.DiskInfo) map[string]string {
 			id = d.Path
 		}
 		used[id] = true
-		ids[diskKey(d)] = id
+		ids[DiskKey(d)] = id
 	}
 	return ids
 }
 
-// diskKey is what DiskIDs is keyed by: the UUID, or the path of a disk without one.
-func diskKey(d pool.DiskInfo) string {
+// DiskKey is what DiskIDs is keyed by: the UUID, or the path of a disk without one.
+func DiskKey(d pool.DiskInfo) string {
 	if d.UUID != "" {
 		return d.UUID
 	}
@@ -94,7 +90,7 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		Conditions:         slices.Clone(prev.Conditions),
 		BadBlocks:          info.BadBlocks,
 		LostBlocks:         info.LostBlocks,
-		Scrub:              scrubStatus(prev.Scrub, info.Scrub),
+		Scrub:              ScrubStatus(prev.Scrub, info.Scrub),
 		Hydration:          hydrationStatus(vol, info),
 	}
 	rebuilding := int32(-1)
@@ -109,7 +105,7 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 			}
 			ms.Message = "being rebuilt from its mirror"
 		case v1alpha1.MemberStateFailed:
-			ms.Message = fmt.Sprintf("disk %s failed", orDash(m.DiskPath))
+			ms.Message = fmt.Sprintf("disk %s failed", OrDash(m.DiskPath))
 			notes = append(notes, fmt.Sprintf("member %d failed", m.Role))
 		case v1alpha1.MemberStateMissing:
 			ms.Message = "no disk in this slot (missing, failed or removed)"
@@ -223,7 +219,7 @@ func blocksNote(bad, lost int64) string {
 	return ""
 }
 
-// FailedStatus is the status of a volume the agent cannot provide: phase Failed, Ready
+// FailedStatus is the status of a volume the pool cannot provide: phase Failed, Ready
 // False with reason and message.
 func FailedStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, reason, msg string, now time.Time) v1alpha1.Raid10VolumeStatus {
 	st := *prev.DeepCopy()
@@ -274,7 +270,7 @@ func NodeStatus(prev v1alpha1.Raid10NodeStatus, ps pool.Status, memberFree map[s
 	ids := DiskIDs(ps.Disks)
 	var bad []string
 	for _, d := range ps.Disks {
-		ds := v1alpha1.DiskStatus{ID: ids[diskKey(d)], Path: d.Path, SizeBytes: int64(d.Size)}
+		ds := v1alpha1.DiskStatus{ID: ids[DiskKey(d)], Path: d.Path, SizeBytes: int64(d.Size)}
 		switch d.Status {
 		case pool.StatusRemoved:
 			continue // replaced: no longer part of the pool
@@ -332,7 +328,8 @@ func setCondition(conds *[]metav1.Condition, c metav1.Condition, now time.Time) 
 	meta.SetStatusCondition(conds, c)
 }
 
-func orDash(s string) string {
+// OrDash is s, or "-" when s is empty: how a message names a disk without a path or ID.
+func OrDash(s string) string {
 	if s == "" {
 		return "-"
 	}
