@@ -2,6 +2,7 @@ package pool
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -157,11 +158,8 @@ func TestMemberTimeoutThroughPool(t *testing.T) {
 		t.Fatalf("volume %+v", vi)
 	}
 	checkVolume(t, p, "v", data, 0)
-	deadlineMon := time.Now().Add(10 * time.Second)
-	for diskByPath(t, p, vi.Members[1].DiskPath).Status != StatusFailed {
-		if time.Now().After(deadlineMon) {
-			t.Fatalf("the stalled disk is not marked Failed: %+v", p.Disks())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, 10*time.Second, func() (bool, string) {
+		return diskByPath(t, p, vi.Members[1].DiskPath).Status == StatusFailed,
+			fmt.Sprintf("the stalled disk is not marked Failed: %+v", p.Disks())
+	})
 }

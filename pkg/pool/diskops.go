@@ -15,10 +15,7 @@ import (
 func (p *Pool) FailDisk(ref string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
-	d, err := p.findDisk(ref)
+	d, err := p.openDiskLocked(ref)
 	if err != nil {
 		return err
 	}
@@ -99,10 +96,7 @@ func (p *Pool) useSpare(d *disk) {
 func (p *Pool) ReplaceDisk(ref string, with DiskConfig) (DiskInfo, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return DiskInfo{}, ErrClosed
-	}
-	old, err := p.findDisk(ref)
+	old, err := p.openDiskLocked(ref)
 	if err != nil {
 		return DiskInfo{}, err
 	}
@@ -407,10 +401,7 @@ func (p *Pool) returnDisk(d *disk, f *diskFile, ls labelSlots, dc DiskConfig) (D
 func (p *Pool) ReaddDisk(ref string) (DiskInfo, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return DiskInfo{}, ErrClosed
-	}
-	d, err := p.findDisk(ref)
+	d, err := p.openDiskLocked(ref)
 	if err != nil {
 		return DiskInfo{}, err
 	}

@@ -80,11 +80,21 @@ func (p *Pool) volumeInfoOf(v *volume, sp *raid10.Status) VolumeInfo {
 func (p *Pool) Volumes() []VolumeInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]VolumeInfo, 0, len(p.byName))
-	for _, v := range p.byName {
-		out = append(out, p.volumeInfo(v))
+	return describeSorted(p.byName, p.volumeInfo)
+}
+
+// describeSorted describes every volume or snapshot of names (p.byName or p.snaps), sorted
+// by name. Caller holds p.mu.
+func describeSorted[T any](names map[string]*volume, describe func(*volume) T) []T {
+	keys := make([]string, 0, len(names))
+	for name := range names {
+		keys = append(keys, name)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Strings(keys)
+	out := make([]T, 0, len(keys))
+	for _, name := range keys {
+		out = append(out, describe(names[name]))
+	}
 	return out
 }
 
@@ -92,9 +102,9 @@ func (p *Pool) Volumes() []VolumeInfo {
 func (p *Pool) Volume(name string) (VolumeInfo, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v := p.byName[name]
-	if v == nil {
-		return VolumeInfo{}, fmt.Errorf("%w: volume %q", ErrNotFound, name)
+	v, err := p.volumeNamed(name)
+	if err != nil {
+		return VolumeInfo{}, err
 	}
 	return p.volumeInfo(v), nil
 }
@@ -105,11 +115,11 @@ func (p *Pool) Volume(name string) (VolumeInfo, error) {
 func (p *Pool) Array(name string) (*raid10.Array, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v := p.byName[name]
-	switch {
-	case v == nil:
-		return nil, fmt.Errorf("%w: volume %q", ErrNotFound, name)
-	case v.arr == nil:
+	v, err := p.volumeNamed(name)
+	if err != nil {
+		return nil, err
+	}
+	if v.arr == nil {
 		return nil, fmt.Errorf("%w: %q: %w", errNotAssembled, name, v.err)
 	}
 	return v.arr, nil

@@ -207,6 +207,14 @@ func (p *Pool) findDisk(ref string) (*disk, error) {
 	return nil, fmt.Errorf("%w: disk reference %q is ambiguous", ErrInvalidArgument, ref)
 }
 
+// openDiskLocked is findDisk on an open pool: ErrClosed after Close. Caller holds p.mu.
+func (p *Pool) openDiskLocked(ref string) (*disk, error) {
+	if p.closed {
+		return nil, ErrClosed
+	}
+	return p.findDisk(ref)
+}
+
 // listed reports whether the configuration's disk list (globs expanded now) or
 // Config.DisksFile names path.
 func (p *Pool) listed(path string) bool {
@@ -283,7 +291,17 @@ const monitorInterval = 250 * time.Millisecond
 // failed (a disk that fails in one volume is failed for all) and puts in a hot spare.
 func (p *Pool) monitor() {
 	defer close(p.done)
-	t := time.NewTicker(monitorInterval)
+	p.every(monitorInterval, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.failFaultyLocked()
+		p.observeHealth()
+	})
+}
+
+// every calls f every interval until the pool stops.
+func (p *Pool) every(interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -291,28 +309,31 @@ func (p *Pool) monitor() {
 			return
 		case <-t.C:
 		}
-		p.mu.Lock()
-		for _, v := range p.volumes {
-			if v.arr == nil {
+		f()
+	}
+}
+
+// failFaultyLocked fails the disk of every member the engine marked faulty. Caller holds
+// p.mu.
+func (p *Pool) failFaultyLocked() {
+	for _, v := range p.volumes {
+		if v.arr == nil {
+			continue
+		}
+		st := v.arr.Status()
+		for _, m := range st.Members {
+			if m.State != raid10.MemberFaulty || m.Slot >= len(v.roles) || v.roles[m.Slot] == nil {
 				continue
 			}
-			st := v.arr.Status()
-			for _, m := range st.Members {
-				if m.State != raid10.MemberFaulty || m.Slot >= len(v.roles) || v.roles[m.Slot] == nil {
-					continue
+			if d := v.roles[m.Slot].disk; d.state == DiskActive {
+				reason := "I/O errors"
+				if m.TimedOut > 0 {
+					reason = fmt.Sprintf("%d requests passed the member deadline", m.TimedOut)
 				}
-				if d := v.roles[m.Slot].disk; d.state == DiskActive {
-					reason := "I/O errors"
-					if m.TimedOut > 0 {
-						reason = fmt.Sprintf("%d requests passed the member deadline", m.TimedOut)
-					}
-					klog.InfoS("Disk failed under I/O", "disk", d.path, "diskUUID", d.uuid, "volume", v.name, "member", m.Slot, "reason", reason)
-					p.failDiskLocked(d, reason)
-				}
+				klog.InfoS("Disk failed under I/O", "disk", d.path, "diskUUID", d.uuid, "volume", v.name, "member", m.Slot, "reason", reason)
+				p.failDiskLocked(d, reason)
 			}
 		}
-		p.observeHealth()
-		p.mu.Unlock()
 	}
 }
 

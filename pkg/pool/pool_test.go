@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -84,22 +85,41 @@ func checkVolume(t *testing.T, p *Pool, name string, want []byte, off int64) {
 	}
 }
 
-func waitHealth(t *testing.T, p *Pool, name string, want Health) VolumeInfo {
+// waitUntil calls cond every 20 ms until it reports done, and fails the test with the state
+// cond last described once limit has passed.
+func waitUntil(t *testing.T, limit time.Duration, cond func() (done bool, state string)) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(limit)
 	for {
-		vi, err := p.Volume(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if vi.Health == want {
-			return vi
+		done, state := cond()
+		if done {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("volume %s: health %s, waited for %s", name, vi.Health, want)
+			t.Fatal(state)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// volumeInfo describes volume name.
+func volumeInfo(t *testing.T, p *Pool, name string) VolumeInfo {
+	t.Helper()
+	vi, err := p.Volume(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vi
+}
+
+func waitHealth(t *testing.T, p *Pool, name string, want Health) VolumeInfo {
+	t.Helper()
+	var vi VolumeInfo
+	waitUntil(t, time.Minute, func() (bool, string) {
+		vi = volumeInfo(t, p, name)
+		return vi.Health == want, fmt.Sprintf("volume %s: health %s, waited for %s", name, vi.Health, want)
+	})
+	return vi
 }
 
 func diskByPath(t *testing.T, p *Pool, path string) DiskInfo {
@@ -240,20 +260,13 @@ func TestFailReplaceAndSpare(t *testing.T) {
 		t.Fatal(err)
 	}
 	sawProgress := false
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	waitUntil(t, time.Minute, func() (bool, string) {
 		vi, _ := p.Volume("v")
 		if vi.Sync != nil && vi.Sync.Total > 0 {
 			sawProgress = true
 		}
-		if vi.Health == Healthy {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no rebuild: %+v", vi)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return vi.Health == Healthy, fmt.Sprintf("no rebuild: %+v", vi)
+	})
 	t.Logf("saw rebuild progress: %v", sawProgress)
 	checkVolume(t, p, "v", data, 1<<20)
 	if err := p.Check(); err != nil {

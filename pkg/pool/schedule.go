@@ -110,16 +110,7 @@ func (p *Pool) scheduler() {
 	if c.Schedule == ScrubOff {
 		return
 	}
-	t := time.NewTicker(scheduleInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-t.C:
-		}
-		p.scheduleOnce(c, p.now())
-	}
+	p.every(scheduleInterval, func() { p.scheduleOnce(c, p.now()) })
 }
 
 // scheduleOnce is one look of the scheduler at time now.
@@ -187,9 +178,9 @@ func (p *Pool) lastCompleted(u UUID, r *scrubRun) int64 {
 func (p *Pool) RecordScrubCompleted(name string, at time.Time) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v := p.byName[name]
-	if v == nil {
-		return fmt.Errorf("%w: volume %q", ErrNotFound, name)
+	v, err := p.volumeNamed(name)
+	if err != nil {
+		return err
 	}
 	if old, ok := p.restored[v.uuid]; !ok || at.After(old) {
 		p.restored[v.uuid] = at

@@ -111,12 +111,9 @@ func (p *Pool) startScrub(name string, kind ScrubKind, scheduled, fresh bool) (S
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return ScrubInfo{}, ErrClosed
-	}
-	v := p.byName[name]
-	if v == nil {
-		return ScrubInfo{}, fmt.Errorf("%w: volume %q", ErrNotFound, name)
+	v, err := p.openVolumeLocked(name)
+	if err != nil {
+		return ScrubInfo{}, err
 	}
 	if v.arr == nil {
 		return ScrubInfo{}, fmt.Errorf("%w: volume %q is not assembled: %w", ErrFailedPrecondition, name, v.err)
@@ -264,10 +261,10 @@ func percent(done, total int64) float64 {
 // continues it where it stopped) and waits for it to stop. No scrub running is success.
 func (p *Pool) StopScrub(name string) (ScrubInfo, error) {
 	p.mu.Lock()
-	v := p.byName[name]
-	if v == nil {
+	v, err := p.volumeNamed(name)
+	if err != nil {
 		p.mu.Unlock()
-		return ScrubInfo{}, fmt.Errorf("%w: volume %q", ErrNotFound, name)
+		return ScrubInfo{}, err
 	}
 	r := p.scrubs[v.uuid]
 	if r == nil {

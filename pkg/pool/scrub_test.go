@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -127,20 +128,12 @@ func corruptSecondCopy(t *testing.T, p *Pool, paths []string, want []byte) {
 // waitScrub waits until volume v's scrub has left Running.
 func waitScrub(t *testing.T, p *Pool) ScrubInfo {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		vi, err := p.Volume("v")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s := vi.Scrub; s != nil && s.State != ScrubRunning {
-			return *s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("scrub still running after a minute: %+v", vi.Scrub)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var s *ScrubInfo
+	waitUntil(t, time.Minute, func() (bool, string) {
+		s = volumeInfo(t, p, "v").Scrub
+		return s != nil && s.State != ScrubRunning, fmt.Sprintf("scrub still running after a minute: %+v", s)
+	})
+	return *s
 }
 
 // TestScrubFindsAndRepairsMismatches: a check counts a block whose copies differ and

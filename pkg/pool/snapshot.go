@@ -3,7 +3,6 @@ package pool
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -92,12 +91,7 @@ func (p *Pool) Snapshot(name string) (SnapshotInfo, error) {
 func (p *Pool) Snapshots() []SnapshotInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]SnapshotInfo, 0, len(p.snaps))
-	for _, v := range p.snaps {
-		out = append(out, p.snapshotInfo(v))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return describeSorted(p.snaps, p.snapshotInfo)
 }
 
 // kind is "snapshot" or "volume", for messages.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -34,44 +35,37 @@ func snapArray(t *testing.T, p *Pool, name string) *raid10.Array {
 
 func waitSnapshotReady(t *testing.T, p *Pool, name string) SnapshotInfo {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		si, err := p.Snapshot(name)
-		if err != nil {
+	var si SnapshotInfo
+	waitUntil(t, time.Minute, func() (bool, string) {
+		var err error
+		if si, err = p.Snapshot(name); err != nil {
 			t.Fatal(err)
 		}
-		if si.Ready {
-			if si.Copied != si.Size {
-				t.Fatalf("snapshot %s ready with %d of %d bytes copied", name, si.Copied, si.Size)
-			}
-			return si
+		if si.Health == Failed {
+			t.Fatalf("snapshot %s failed: %+v", name, si)
 		}
-		if si.Health == Failed || time.Now().After(deadline) {
-			t.Fatalf("snapshot %s not ready: %+v", name, si)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return si.Ready, fmt.Sprintf("snapshot %s not ready: %+v", name, si)
+	})
+	if si.Copied != si.Size {
+		t.Fatalf("snapshot %s ready with %d of %d bytes copied", name, si.Copied, si.Size)
 	}
+	return si
 }
 
 func waitHydrated(t *testing.T, p *Pool, name string) VolumeInfo {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		vi, err := p.Volume(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if vi.Hydrated {
-			return vi
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("volume %s not hydrated: %+v", name, vi)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var vi VolumeInfo
+	waitUntil(t, time.Minute, func() (bool, string) {
+		vi = volumeInfo(t, p, name)
+		return vi.Hydrated, fmt.Sprintf("volume %s not hydrated: %+v", name, vi)
+	})
+	return vi
 }
 
 func sum(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// restoreCloneSize is the size of TestSnapshotRestoreClone's volume.
+const restoreCloneSize = 16 << 20
 
 // TestSnapshotRestoreClone: a snapshot holds the volume as of the cut while the volume is
 // rewritten during the copy; a restore (larger than the snapshot: the tail reads zero) and
@@ -85,7 +79,7 @@ func TestSnapshotRestoreClone(t *testing.T) {
 	p := openPool(t, cfg)
 	defer func() { p.Close() }()
 	start := p.Capacity()
-	const size = 16 << 20
+	const size = restoreCloneSize
 	if _, err := p.CreateVolume("v", size, CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -115,19 +109,7 @@ func TestSnapshotRestoreClone(t *testing.T) {
 	if vi, _ := p.Volume("c"); vi.Source == nil || vi.Source.Volume != "v" {
 		t.Fatalf("clone's source: %+v", vi.Source)
 	}
-	// Idempotent by name and source.
-	r0, _ := p.Volume("r")
-	if again, err := p.CreateVolume("r", size+8<<20, CreateOptions{Source: &Source{Snapshot: "s"}}); err != nil || again.UUID != r0.UUID {
-		t.Fatalf("restore again: %+v %v", again, err)
-	}
-	for _, o := range []CreateOptions{{Source: &Source{Volume: "v"}}, {}} {
-		if _, err := p.CreateVolume("r", size+8<<20, o); !errors.Is(err, ErrAlreadyExists) {
-			t.Fatalf("restore again with source %+v: %v", o.Source, err)
-		}
-	}
-	if _, err := p.CreateVolume("v", size, CreateOptions{Source: &Source{Snapshot: "s"}}); !errors.Is(err, ErrAlreadyExists) {
-		t.Fatalf("plain volume asked for with a source: %v", err)
-	}
+	checkCopyIdempotent(t, p)
 	c := randBytes(size / 2)
 	writeVolume(t, p, "v", c, size/4)
 	// A restart in the middle: the copies resume from their records.
@@ -136,27 +118,7 @@ func TestSnapshotRestoreClone(t *testing.T) {
 	}
 	p = openPool(t, cfg)
 	writeVolume(t, p, "v", randBytes(1<<20), 0) // under the resumed hooks
-	waitSnapshotReady(t, p, "s")
-	r := waitHydrated(t, p, "r")
-	cl := waitHydrated(t, p, "c")
-	if r.Copied != size || r.Source == nil || r.Source.Snapshot != "s" || cl.Copied != size {
-		t.Fatalf("restore %+v, clone %+v", r, cl)
-	}
-	if sum(readArray(t, snapArray(t, p, "s"), size)) != sum(a) {
-		t.Fatal("snapshot does not hold the volume as of the cut")
-	}
-	ra, _ := p.Array("r")
-	got := readArray(t, ra, size+8<<20)
-	if sum(got[:size]) != sum(a) || !bytes.Equal(got[size:], make([]byte, 8<<20)) {
-		t.Fatal("restore does not hold the snapshot, or its tail is not zero")
-	}
-	ca, _ := p.Array("c")
-	if sum(readArray(t, ca, size)) != sum(b) {
-		t.Fatal("clone does not hold the volume as of its creation")
-	}
-	if n := len(p.Status().Snapshots); n != 1 {
-		t.Fatalf("status lists %d snapshots", n)
-	}
+	ra := checkCopiesHold(t, p, a, b)
 	// Independent: the sources go, the copies stay.
 	if err := p.DeleteVolume("v"); err != nil {
 		t.Fatal(err)
@@ -181,19 +143,14 @@ func TestSnapshotRestoreClone(t *testing.T) {
 	if _, err := p.ExpandVolume("r", size+16<<20); err != nil {
 		t.Fatal(err)
 	}
-	got = readArray(t, ra, size+16<<20)
+	got := readArray(t, ra, size+16<<20)
 	if sum(got[:size]) != sum(a) || !bytes.Equal(got[size:], make([]byte, 16<<20)) {
 		t.Fatal("grown restore: data or zero tail wrong")
 	}
 	if err := p.DeleteVolume("r"); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Capacity(); got != start {
-		t.Fatalf("capacity %+v, started at %+v", got, start)
-	}
-	if err := p.Check(); err != nil {
-		t.Fatal(err)
-	}
+	checkFreed(t, p, start)
 }
 
 // TestSnapshotBadInputAndOrder: every bad request is refused with its error and allocates
@@ -208,6 +165,142 @@ func TestSnapshotBadInputAndOrder(t *testing.T) {
 	if _, err := p.CreateVolume("v", 32<<20, CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	withV := p.Capacity()
+	refuseBadCopyRequests(t, p)
+	// The first snapshot fits (2 x 96 MiB disks: 32 MiB volume + 33 MiB snapshot); the
+	// second does not: ErrNoSpace, nothing allocated.
+	if _, err := p.CreateSnapshot("s", "v"); err != nil {
+		t.Fatal(err)
+	}
+	withS := p.Capacity()
+	if _, err := p.CreateSnapshot("s2", "v"); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("snapshot without room: %v", err)
+	}
+	if got := p.Capacity(); got != withS {
+		t.Fatalf("a refused snapshot allocated: %+v, want %+v", got, withS)
+	}
+	if _, err := p.CreateVolume("s", 32<<20, CreateOptions{}); !errors.Is(err, ErrAlreadyExists) {
+		t.Fatalf("volume named like a snapshot: %v", err)
+	}
+	if _, err := p.CreateSnapshot("s", "other"); !errors.Is(err, ErrAlreadyExists) {
+		t.Fatalf("same snapshot name, other source: %v", err)
+	}
+	// The source cannot go while its snapshot is copied; the snapshot can.
+	if si, _ := p.Snapshot("s"); !si.Ready {
+		err := p.DeleteVolume("v")
+		if !errors.Is(err, ErrFailedPrecondition) {
+			t.Fatalf("delete the source of a running copy: %v", err)
+		}
+		t.Logf("delete the source during the copy: %v", err)
+	}
+	if err := p.DeleteSnapshot("s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteSnapshot("s"); err != nil {
+		t.Fatalf("delete a missing snapshot: %v", err)
+	}
+	if got := p.Capacity(); got != withV {
+		t.Fatalf("a deleted snapshot left allocated: capacity %+v, want %+v", got, withV)
+	}
+	// The volume is free of the hook: writes go on, and it can go.
+	writeVolume(t, p, "v", randBytes(1<<20), 0)
+	// A snapshot, then a restore from it running: the snapshot cannot go, the restore can.
+	if err := p.DeleteVolume("v"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CreateVolume("v", 16<<20, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CreateSnapshot("s", "v"); err != nil {
+		t.Fatal(err)
+	}
+	waitSnapshotReady(t, p, "s")
+	if _, err := p.CreateVolume("r", 16<<20, CreateOptions{Source: &Source{Snapshot: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	if vi, _ := p.Volume("r"); !vi.Hydrated {
+		err := p.DeleteSnapshot("s")
+		if !errors.Is(err, ErrFailedPrecondition) {
+			t.Fatalf("delete the snapshot of a running restore: %v", err)
+		}
+		t.Logf("delete the snapshot during a restore: %v", err)
+	}
+	if err := p.DeleteVolume("r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteVolume("v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteSnapshot("s"); err != nil {
+		t.Fatal(err)
+	}
+	checkFreed(t, p, start)
+}
+
+// checkCopyIdempotent: creating restore "r" (of snapshot "s") again answers it; with
+// another source, or none, or asking for plain volume "v" with a source is ErrAlreadyExists.
+func checkCopyIdempotent(t *testing.T, p *Pool) {
+	t.Helper()
+	const size = restoreCloneSize
+	r0, _ := p.Volume("r")
+	if again, err := p.CreateVolume("r", size+8<<20, CreateOptions{Source: &Source{Snapshot: "s"}}); err != nil || again.UUID != r0.UUID {
+		t.Fatalf("restore again: %+v %v", again, err)
+	}
+	for _, o := range []CreateOptions{{Source: &Source{Volume: "v"}}, {}} {
+		if _, err := p.CreateVolume("r", size+8<<20, o); !errors.Is(err, ErrAlreadyExists) {
+			t.Fatalf("restore again with source %+v: %v", o.Source, err)
+		}
+	}
+	if _, err := p.CreateVolume("v", size, CreateOptions{Source: &Source{Snapshot: "s"}}); !errors.Is(err, ErrAlreadyExists) {
+		t.Fatalf("plain volume asked for with a source: %v", err)
+	}
+}
+
+// checkCopiesHold waits for the copies of TestSnapshotRestoreClone and checks what they
+// hold: snapshot "s" and restore "r" the volume's first data a (the restore with a zero
+// tail), clone "c" its second data b. It returns the restore's array.
+func checkCopiesHold(t *testing.T, p *Pool, a, b []byte) *raid10.Array {
+	t.Helper()
+	const size = restoreCloneSize
+	waitSnapshotReady(t, p, "s")
+	r := waitHydrated(t, p, "r")
+	cl := waitHydrated(t, p, "c")
+	if r.Copied != size || r.Source == nil || r.Source.Snapshot != "s" || cl.Copied != size {
+		t.Fatalf("restore %+v, clone %+v", r, cl)
+	}
+	if sum(readArray(t, snapArray(t, p, "s"), size)) != sum(a) {
+		t.Fatal("snapshot does not hold the volume as of the cut")
+	}
+	ra, _ := p.Array("r")
+	got := readArray(t, ra, size+8<<20)
+	if sum(got[:size]) != sum(a) || !bytes.Equal(got[size:], make([]byte, 8<<20)) {
+		t.Fatal("restore does not hold the snapshot, or its tail is not zero")
+	}
+	ca, _ := p.Array("c")
+	if sum(readArray(t, ca, size)) != sum(b) {
+		t.Fatal("clone does not hold the volume as of its creation")
+	}
+	if n := len(p.Status().Snapshots); n != 1 {
+		t.Fatalf("status lists %d snapshots", n)
+	}
+	return ra
+}
+
+// checkFreed checks that the pool's capacity is back at start and that Check passes.
+func checkFreed(t *testing.T, p *Pool, start Capacity) {
+	t.Helper()
+	if got := p.Capacity(); got != start {
+		t.Fatalf("capacity %+v, started at %+v", got, start)
+	}
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// refuseBadCopyRequests makes bad snapshot, restore and clone requests against volume "v"
+// of 32 MiB: each is refused with its error and allocates nothing.
+func refuseBadCopyRequests(t *testing.T, p *Pool) {
+	t.Helper()
 	withV := p.Capacity()
 	same := func(what string) {
 		t.Helper()
@@ -246,77 +339,6 @@ func TestSnapshotBadInputAndOrder(t *testing.T) {
 			t.Logf("%s: %v", c.what, err)
 		}
 		same(c.what)
-	}
-	// The first snapshot fits (2 x 96 MiB disks: 32 MiB volume + 33 MiB snapshot); the
-	// second does not: ErrNoSpace, nothing allocated.
-	if _, err := p.CreateSnapshot("s", "v"); err != nil {
-		t.Fatal(err)
-	}
-	withS := p.Capacity()
-	if _, err := p.CreateSnapshot("s2", "v"); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("snapshot without room: %v", err)
-	}
-	if got := p.Capacity(); got != withS {
-		t.Fatalf("a refused snapshot allocated: %+v, want %+v", got, withS)
-	}
-	if _, err := p.CreateVolume("s", 32<<20, CreateOptions{}); !errors.Is(err, ErrAlreadyExists) {
-		t.Fatalf("volume named like a snapshot: %v", err)
-	}
-	if _, err := p.CreateSnapshot("s", "other"); !errors.Is(err, ErrAlreadyExists) {
-		t.Fatalf("same snapshot name, other source: %v", err)
-	}
-	// The source cannot go while its snapshot is copied; the snapshot can.
-	if si, _ := p.Snapshot("s"); !si.Ready {
-		err := p.DeleteVolume("v")
-		if !errors.Is(err, ErrFailedPrecondition) {
-			t.Fatalf("delete the source of a running copy: %v", err)
-		}
-		t.Logf("delete the source during the copy: %v", err)
-	}
-	if err := p.DeleteSnapshot("s"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.DeleteSnapshot("s"); err != nil {
-		t.Fatalf("delete a missing snapshot: %v", err)
-	}
-	same("a deleted snapshot")
-	// The volume is free of the hook: writes go on, and it can go.
-	writeVolume(t, p, "v", randBytes(1<<20), 0)
-	// A snapshot, then a restore from it running: the snapshot cannot go, the restore can.
-	if err := p.DeleteVolume("v"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.CreateVolume("v", 16<<20, CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.CreateSnapshot("s", "v"); err != nil {
-		t.Fatal(err)
-	}
-	waitSnapshotReady(t, p, "s")
-	if _, err := p.CreateVolume("r", 16<<20, CreateOptions{Source: &Source{Snapshot: "s"}}); err != nil {
-		t.Fatal(err)
-	}
-	if vi, _ := p.Volume("r"); !vi.Hydrated {
-		err := p.DeleteSnapshot("s")
-		if !errors.Is(err, ErrFailedPrecondition) {
-			t.Fatalf("delete the snapshot of a running restore: %v", err)
-		}
-		t.Logf("delete the snapshot during a restore: %v", err)
-	}
-	if err := p.DeleteVolume("r"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.DeleteVolume("v"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.DeleteSnapshot("s"); err != nil {
-		t.Fatal(err)
-	}
-	if got := p.Capacity(); got != start {
-		t.Fatalf("capacity %+v, started at %+v", got, start)
-	}
-	if err := p.Check(); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -399,17 +421,10 @@ func TestSnapshotDiskFailsDuringCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHealth(t, p, "v", Healthy)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	waitUntil(t, time.Minute, func() (bool, string) {
 		si, _ := p.Snapshot("s")
-		if si.Health == Healthy {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("snapshot not rebuilt: %+v", si)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return si.Health == Healthy, fmt.Sprintf("snapshot not rebuilt: %+v", si)
+	})
 	if sum(readArray(t, snapArray(t, p, "s"), size)) != sum(a) {
 		t.Fatal("snapshot after its rebuild")
 	}

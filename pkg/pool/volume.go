@@ -174,12 +174,9 @@ func (p *Pool) ExpandVolume(name string, newSize uint64) (VolumeInfo, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return VolumeInfo{}, ErrClosed
-	}
-	v := p.byName[name]
-	if v == nil {
-		return VolumeInfo{}, fmt.Errorf("%w: volume %q", ErrNotFound, name)
+	v, err := p.openVolumeLocked(name)
+	if err != nil {
+		return VolumeInfo{}, err
 	}
 	switch {
 	case newSize == v.size:
@@ -213,6 +210,23 @@ func (p *Pool) ExpandVolume(name string, newSize uint64) (VolumeInfo, error) {
 		}
 	}
 	return p.growLocked(v, newSize, ext)
+}
+
+// volumeNamed returns the volume called name; ErrNotFound when there is none. Caller holds
+// p.mu.
+func (p *Pool) volumeNamed(name string) (*volume, error) {
+	if v := p.byName[name]; v != nil {
+		return v, nil
+	}
+	return nil, fmt.Errorf("%w: volume %q", ErrNotFound, name)
+}
+
+// openVolumeLocked is volumeNamed on an open pool: ErrClosed after Close. Caller holds p.mu.
+func (p *Pool) openVolumeLocked(name string) (*volume, error) {
+	if p.closed {
+		return nil, ErrClosed
+	}
+	return p.volumeNamed(name)
 }
 
 // UsableDisks is a helper for callers that want to know how many disks a default

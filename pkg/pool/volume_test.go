@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -289,13 +290,9 @@ func TestMonitorFailsDiskOnIOError(t *testing.T) {
 	if err := a.FailMember(1); err != nil { // as the engine does on an I/O error
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for diskByPath(t, p, paths[1]).Status == StatusActive { // Failed, then Removed once the spare took over
-		if time.Now().After(deadline) {
-			t.Fatalf("disk not marked failed: %+v", p.Disks())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, 10*time.Second, func() (bool, string) { // Failed, then Removed once the spare took over
+		return diskByPath(t, p, paths[1]).Status != StatusActive, fmt.Sprintf("disk not marked failed: %+v", p.Disks())
+	})
 	// y had a member on the same disk: it was failed too, and both rebuild on the spare.
 	waitHealth(t, p, "x", Healthy)
 	waitHealth(t, p, "y", Healthy)
