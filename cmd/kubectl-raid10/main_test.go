@@ -230,3 +230,28 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+// TestUsage: help lists every command of both dispatch tables; a synopsis that fits its
+// column has its text beside it, a longer one on the lines below, under the others.
+func TestUsage(t *testing.T) {
+	u := usage()
+	for _, want := range []string{
+		"\n  create NAME SIZE [--members N] create a volume (SIZE like 10Gi, 512Mi, 1G, bytes)\n",
+		"\n  disk add PATH [--spare] [--wipe]\n                                 add a disk (or bring back a missing one)\n",
+		"\n  status                         nodes (disks healthy/total, usable, free) and volumes,\n" +
+			"                                 failed, degraded and rebuilding ones first\n",
+	} {
+		if !strings.Contains(u, want) {
+			t.Errorf("help lacks %q:\n%s", want, u)
+		}
+	}
+	for _, cmds := range [][]command{clusterCommands, localCommands} {
+		for _, c := range cmds {
+			for _, s := range append([]command{c}, c.sub...) {
+				if s.sub == nil && !strings.Contains(u, "\n  "+s.synopsis) {
+					t.Errorf("help lacks %q", s.synopsis)
+				}
+			}
+		}
+	}
+}

@@ -1,8 +1,14 @@
 package main
 
+// serve (local mode): the standalone node agent, which holds the pool and serves every
+// volume over NBD (used by `make demo`; the CSI plugin's --mode=all is the agent of a real
+// node).
+
 import (
 	"context"
 	"errors"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -28,9 +34,20 @@ type agent struct {
 
 var _ admin.VolumeOps = (*agent)(nil)
 
-// NBDSocket is where the agent serves a volume.
+// nbdSocket is where the agent serves a volume.
 func nbdSocket(runDir, volume string) string {
 	return filepath.Join(runDir, "nbd", volume+".sock")
+}
+
+// serveCmd runs the agent until ctx ends; it needs --pool-config and takes no arguments.
+func serveCmd(ctx context.Context, o *Options, args []string, _ io.Writer) error {
+	if _, err := parseArgs(flag.NewFlagSet("serve", flag.ContinueOnError), args, 0, 0, "serve"); err != nil {
+		return err
+	}
+	if o.PoolConfig == "" {
+		return errors.New("serve: --pool-config is required")
+	}
+	return runServe(ctx, o)
 }
 
 // runServe runs the agent until ctx ends.

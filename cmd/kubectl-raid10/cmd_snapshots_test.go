@@ -13,22 +13,6 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
-func TestCopyBar(t *testing.T) {
-	for _, tc := range []struct {
-		ready bool
-		pct   int32
-		want  string
-	}{
-		{false, 0, "[..........] 0%"},
-		{false, 47, "[####......] 47%"},
-		{true, 100, "ready"},
-	} {
-		if got := copyBar(tc.ready, tc.pct); got != tc.want {
-			t.Errorf("copyBar(%v, %d) = %q, want %q", tc.ready, tc.pct, got, tc.want)
-		}
-	}
-}
-
 // TestClusterSnapshots: a snapshot and a restore made through the custom resources, cut and
 // copied by the real node agent over a pool of file disks, as `kubectl raid10 snapshots`
 // and `describe volume` show them.
