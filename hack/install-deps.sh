@@ -30,6 +30,13 @@ DEB_PACKAGES=(
   mmdebstrap
 )
 
+# The Go tools need only Go: they build while apt downloads and unpacks (their log is printed
+# after the packages). Both are the long poles of a cold run.
+tools_log=$(mktemp "${TMPDIR:-/tmp}/raid10-build-tools.XXXXXX.log")
+t0=$(date +%s)
+bash hack/build-tools.sh >"$tools_log" 2>&1 &
+tools_pid=$!
+
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,14 +45,28 @@ if ((${#missing[@]})); then
   echo "install-deps: installing Debian packages: ${missing[*]}"
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # INITRD=No: the kernel packages make no initramfs of their own (three generations, minutes
+  # each on 2 cores): the VM tests boot the kernel with the initramfs test/vm builds, and with
+  # no /boot/initrd.img-* the triggers of later packages find nothing to update either.
+  $SUDO env DEBIAN_FRONTEND=noninteractive INITRD=No \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "install-deps: Debian packages present"
 fi
+echo "install-deps: Debian packages ready after $(( $(date +%s) - t0 ))s"
 
-if [[ -x hack/build-tools.sh ]]; then
-  bash hack/build-tools.sh
+tools_rc=0
+wait "$tools_pid" || tools_rc=$?
+cat "$tools_log"
+rm -f "$tools_log"
+if ((tools_rc != 0)); then
+  echo "install-deps: hack/build-tools.sh FAILED (exit $tools_rc)"
+  exit "$tools_rc"
 fi
+echo "install-deps: Go tools ready after $(( $(date +%s) - t0 ))s"
+
 # The plugin image's Debian root filesystem (mmdebstrap), cached under
 # ~/.cache/raid10-csi/image: test/cluster builds the images with hack/image.sh.
+t1=$(date +%s)
 bash hack/image.sh --rootfs
+echo "install-deps: root filesystem ready after $(( $(date +%s) - t1 ))s"
