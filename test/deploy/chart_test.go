@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -19,12 +20,27 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
-const (
-	chartDir = "../../charts/raid10-csi"
-	// kubeVersion is the Kubernetes version helm renders for (a helm built with `go
-	// install` assumes v1.20, which the chart's kubeVersion refuses); as hack/render-deploy.sh.
-	kubeVersion = "v1.37.2"
-)
+const chartDir = "../../charts/raid10-csi"
+
+// kubeVersion is the Kubernetes version helm renders for (a helm built with `go install`
+// assumes v1.20, which the chart's kubeVersion refuses): KUBE_VERSION of the tool-version
+// table, hack/versions.sh, as hack/render-deploy.sh renders deploy/.
+var kubeVersion = hackVersion("KUBE_VERSION")
+
+// hackVersion reads one pin of hack/versions.sh. The table is plain NAME=value lines; a pin
+// that is missing panics, since every test of the chart depends on it.
+func hackVersion(name string) string {
+	data, err := os.ReadFile("../../hack/versions.sh")
+	if err != nil {
+		panic(fmt.Sprintf("hack/versions.sh: %v", err))
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+"="); ok {
+			return v
+		}
+	}
+	panic(fmt.Sprintf("hack/versions.sh: no %s", name))
+}
 
 // helmBinary returns the pinned helm of hack/csi-tools.sh, building it when missing (about
 // 2 minutes, cached in ~/.cache/raid10-csi). A helm that cannot be had fails the test under
