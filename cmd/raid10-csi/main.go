@@ -54,6 +54,7 @@ import (
 
 	"github.com/raid10-csi/raid10-csi/pkg/agent"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
 	"github.com/raid10-csi/raid10-csi/pkg/metrics"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
@@ -95,7 +96,7 @@ type Options struct {
 	// default (128 KiB).
 	NBDMaxRequestKiB int
 	// Frontend is how the node serves a volume whose StorageClass names none: auto, nbd or
-	// ublk (driver.ResolveFrontend; auto is nbd).
+	// ublk (attach.ResolveFrontend; auto is nbd).
 	Frontend string
 	// RegistrationDir is the kubelet's plugins_registry directory the node mode registers
 	// the driver in (driver.Registration); empty: no self-registration.
@@ -164,7 +165,7 @@ func (o *Options) Validate() error {
 		if o.NetlinkNetNS != "" && !filepath.IsAbs(o.NetlinkNetNS) {
 			return fmt.Errorf("--netlink-netns=%q: must be an absolute path to a network namespace file (e.g. /proc/1/ns/net) or empty", o.NetlinkNetNS)
 		}
-		if _, err := driver.ParseFrontend(o.Frontend); err != nil {
+		if _, err := attach.ParseFrontend(o.Frontend); err != nil {
 			return fmt.Errorf("--frontend: %w", err)
 		}
 		if k := o.NBDMaxRequestKiB; k != 0 && (k < 4 || k > 32768 || k%4 != 0) {
@@ -203,7 +204,7 @@ func main() {
 	flag.StringVar(&o.MetricsAddress, "metrics-address", DefaultMetricsAddress, "host:port serving /metrics, /healthz and /readyz over HTTP; empty: none")
 	flag.DurationVar(&o.HandoverWait, "handover-wait", DefaultHandoverWait, "node and all modes: after SIGTERM, how long to keep serving while waiting for a successor process to hand the NBD devices to (no I/O stall); 0: stop at once (requests in flight then wait for the kernel's request timeout)")
 	flag.StringVar(&o.NetlinkNetNS, "netlink-netns", "", "node and all modes: the network namespace file to open the kernel's nbd netlink socket in, e.g. /proc/1/ns/net with the pod's hostPID (kernels such as Debian 12's 6.1 have the nbd family only in the host's network namespace); empty: the process's own")
-	flag.StringVar(&o.Frontend, "frontend", string(driver.FrontendAuto), "node and all modes: how a volume whose StorageClass names no frontend is served: auto (nbd, which keeps online expansion), nbd (/dev/nbdX) or ublk (/dev/ublkbN; Linux 6.0+ with ublk_drv loaded; no online expansion)")
+	flag.StringVar(&o.Frontend, "frontend", string(attach.FrontendAuto), "node and all modes: how a volume whose StorageClass names no frontend is served: auto (nbd, which keeps online expansion), nbd (/dev/nbdX) or ublk (/dev/ublkbN; Linux 6.0+ with ublk_drv loaded; no online expansion)")
 	flag.IntVar(&o.NBDMaxRequestKiB, "nbd-max-request-kib", kernel.DefaultMaxRequestKiB, "node and all modes: the largest request, in KiB, the kernel sends a volume's /dev/nbdX (its queue/max_sectors_kb; the kernel's default of 128 cuts a 1 MiB request into 8); 0: the kernel's default")
 	flag.StringVar(&o.RegistrationDir, "registration-dir", driver.DefaultRegistrationDir, "node mode: the kubelet's plugin registration directory; the plugin registers itself there (socket raid10.csi.io-reg.sock), no node-driver-registrar needed; empty: no registration")
 	flag.StringVar(&o.KubeletRegistrationPath, "kubelet-registration-path", "", "node mode: the CSI socket's path on the host, as the kubelet dials it (e.g. /var/lib/kubelet/plugins/raid10.csi.io/csi.sock); empty: the path of a unix --endpoint")
@@ -406,7 +407,7 @@ func runAll(ctx context.Context, cancel context.CancelFunc, tasks []func(context
 // the CSI node service.
 type nodePlugin struct {
 	pool     *pool.Pool
-	attacher *driver.PoolAttacher
+	attacher *attach.PoolAttacher
 	ns       *driver.NodeServer
 }
 
@@ -424,8 +425,8 @@ func openNodePlugin(ctx context.Context, o *Options, waiting func()) (*nodePlugi
 	}
 	// Before any handover: a node that cannot serve the frontend fails here, while a
 	// predecessor still serves.
-	fe, _ := driver.ParseFrontend(o.Frontend) // checked by Validate
-	if fe, err = driver.ResolveFrontend(fe); err != nil {
+	fe, _ := attach.ParseFrontend(o.Frontend) // checked by Validate
+	if fe, err = attach.ResolveFrontend(fe); err != nil {
 		return nil, err
 	}
 	// A predecessor still serving the state directory closes its arrays and hands its
@@ -454,12 +455,12 @@ func openNodePlugin(ctx context.Context, o *Options, waiting func()) (*nodePlugi
 		time.Sleep(200 * time.Millisecond)
 	}
 	np := &nodePlugin{pool: p}
-	np.attacher, err = driver.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), nbdAttachOptions(o), handed...)
+	np.attacher, err = attach.OpenPoolAttacher(ctx, p, filepath.Join(o.StateDir, "nbd-state.json"), nbdAttachOptions(o), handed...)
 	if err != nil {
 		np.close()
 		return nil, err
 	}
-	if err := np.attacher.EnableUblk(ctx, fe, filepath.Join(o.StateDir, driver.UblkStateFile)); err != nil {
+	if err := np.attacher.EnableUblk(ctx, fe, filepath.Join(o.StateDir, attach.UblkStateFile)); err != nil {
 		np.close()
 		return nil, err
 	}

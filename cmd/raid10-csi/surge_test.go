@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 )
@@ -65,7 +66,7 @@ func TestSurgeSuccessorWaits(t *testing.T) {
 		sock := filepath.Join(dir, "csi.sock")
 		o := Options{Mode: driver.ModeAll, NodeID: "n1", Endpoint: "unix://" + sock, ReadyTimeout: time.Second,
 			PoolConfig: filepath.Join(dir, "pool.json"), StateDir: state, MetricsAddress: addr,
-			Frontend: string(driver.FrontendNBD)}
+			Frontend: string(attach.FrontendNBD)}
 		ctx, cancel := context.WithCancel(context.Background())
 		done, ended := make(chan error, 1), make(chan struct{})
 		go func() { done <- Run(ctx, &o); close(ended) }()

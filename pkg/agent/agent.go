@@ -71,7 +71,7 @@ var _ Pool = (*pool.Pool)(nil)
 
 // Devices is the node's NBD attacher as the agent sees it: which device serves a volume
 // (reported as status.devicePath) and growing that device after the pool grew the array.
-// The node plugin's driver.PoolAttacher implements it. The agent is the only writer of the
+// The node plugin's attach.PoolAttacher implements it. The agent is the only writer of the
 // status; the attacher only answers.
 type Devices interface {
 	// Device returns the device path the volume is attached on, "" when it is not attached.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -541,7 +542,7 @@ func volumeCondition(vol *v1alpha1.Raid10Volume) *csi.VolumeCondition {
 			msg += fmt.Sprintf(", ETA %s", time.Duration(*r.ETASeconds)*time.Second)
 		}
 	}
-	if b := blocksMessage(st.BadBlocks, st.LostBlocks); b != "" && st.Message == "" {
+	if b := attach.BlocksMessage(st.BadBlocks, st.LostBlocks); b != "" && st.Message == "" {
 		msg += ", " + b // the agent's message counts them otherwise
 	}
 	if st.Message != "" {

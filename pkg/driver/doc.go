@@ -10,16 +10,16 @@
 // node agent would, so the controller's logic is the same in both modes.
 //
 // The node service (node.go) serves volumes of this node's pool. It reaches them only through
-// the VolumeAttacher interface, which PoolAttacher (node_attach.go) implements: an nbd.Server
-// per volume over the pool's array, handed to the kernel by pkg/nbd/kernel, the device
-// recorded in a state file so that a restarted plugin reattaches it (RECONFIGURE) without an
-// I/O error above. Mounting goes through an injected mount-utils Interface and exec:
-// NodeStageVolume formats a device only when blkid finds it blank and refuses one holding
-// another filesystem; publish is a bind mount (of the device node for Block).
+// the VolumeAttacher interface it declares, which the node's data path, attach.PoolAttacher,
+// implements (a volume's array served over NBD or ublk, recorded so that a restarted plugin
+// reattaches it without an I/O error above). Mounting goes through an injected mount-utils
+// Interface and exec: NodeStageVolume formats a device only when blkid finds it blank and
+// refuses one holding another filesystem; publish is a bind mount (of the device node for
+// Block).
 //
-// Errors: the services return the sentinels of errors.go, wrapped with context. The gRPC
-// interceptor (interceptor.go) is the one place that maps them to gRPC status codes, with
-// errors.Is, and logs every failed call with klog.
+// Errors: the services return the sentinels of errors.go, wrapped with context, or the data
+// path's (package attach). The gRPC interceptor (interceptor.go) is the one place that maps
+// them to gRPC status codes (codeOf, with errors.Is) and logs every failed call with klog.
 //
 // Concurrency: operations on one volume are serialised by VolumeLocks; a second concurrent
 // operation on the same volume fails at once with Aborted, as the CSI spec asks.

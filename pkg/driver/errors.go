@@ -6,6 +6,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
+	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
 // Sentinel errors of the CSI services. Wrap them with fmt.Errorf("...: %w", ErrX) to say
@@ -43,15 +46,17 @@ var (
 	ErrUnimplemented = errors.New("raid10-csi: not implemented")
 )
 
-// codeOf maps an error returned by a service to its gRPC code. Errors that already carry a
-// gRPC status (from a gRPC dependency) keep their code; anything unknown is Internal.
+// codeOf maps an error returned by a service to its gRPC code: the driver's sentinels, the
+// node data path's (package attach) and the pool's not-found, which the attacher passes
+// through. Errors that already carry a gRPC status (from a gRPC dependency) keep their code;
+// anything unknown is Internal.
 func codeOf(err error) codes.Code {
 	switch {
 	case err == nil:
 		return codes.OK
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, attach.ErrInvalidFrontend):
 		return codes.InvalidArgument
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, pool.ErrNotFound):
 		return codes.NotFound
 	case errors.Is(err, ErrAlreadyExists):
 		return codes.AlreadyExists
@@ -61,9 +66,10 @@ func codeOf(err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, ErrOutOfRange):
 		return codes.OutOfRange
-	case errors.Is(err, ErrFailedPrecondition):
+	case errors.Is(err, ErrFailedPrecondition), errors.Is(err, attach.ErrFrontendUnavailable),
+		errors.Is(err, attach.ErrNotAttached), errors.Is(err, attach.ErrCannotGrow):
 		return codes.FailedPrecondition
-	case errors.Is(err, ErrNotReady), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, ErrNotReady), errors.Is(err, attach.ErrRetired), errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled

@@ -443,7 +443,8 @@ func (s *LocalStore) DeleteVolume(_ context.Context, name string) error {
 	return nil
 }
 
-// AttachedDevices is the node's attacher as the local store's delete guard sees it.
+// AttachedDevices is the node's attacher (attach.PoolAttacher) as the local store's delete
+// guard sees it.
 type AttachedDevices interface {
 	// Device returns the device path the volume is attached on, "" when it is not attached.
 	Device(volumeID string) string

@@ -15,6 +15,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
 )
 
 // DefaultMaxVolumesPerNode is what NodeGetInfo reports when no limit is configured: the nbd
@@ -32,7 +33,7 @@ type VolumeAttacher interface {
 	// pool no longer has, is no error.
 	Detach(ctx context.Context, volumeID string) error
 	// Volume reports the volume's size and health.
-	Volume(ctx context.Context, volumeID string) (VolumeState, error)
+	Volume(ctx context.Context, volumeID string) (attach.VolumeState, error)
 	// Expand makes the attached device of the volume as large as the volume is now (after
 	// the pool grew it), in place under a mounted filesystem, and returns the device's size
 	// in bytes. A volume not attached here is an error wrapping ErrFailedPrecondition.
@@ -43,23 +44,18 @@ type VolumeAttacher interface {
 }
 
 // frontendAttacher is a VolumeAttacher that serves a volume over the frontend its
-// StorageClass names (the volume context's "frontend"); PoolAttacher is one.
+// StorageClass names (the volume context's "frontend").
 type frontendAttacher interface {
-	AttachFrontend(ctx context.Context, volumeID string, f Frontend) (string, error)
+	// AttachFrontend is Attach over frontend f (attach.FrontendAuto: the node's choice).
+	AttachFrontend(ctx context.Context, volumeID string, f attach.Frontend) (string, error)
 }
 
-var _ frontendAttacher = (*PoolAttacher)(nil)
-
-// VolumeState is what the node service needs to know of a volume.
-type VolumeState struct {
-	// SizeBytes is the volume's usable size.
-	SizeBytes int64
-	// Abnormal is true while the volume is Degraded, Rebuilding (redundancy reduced until
-	// the rebuild ends) or Failed, or has lost blocks (bad on every copy); Message says why,
-	// with a rebuild's progress, and counts bad and lost blocks.
-	Abnormal bool
-	Message  string
-}
+// The node's data path is the attacher of the node service and the local store's guard.
+var (
+	_ VolumeAttacher   = (*attach.PoolAttacher)(nil)
+	_ frontendAttacher = (*attach.PoolAttacher)(nil)
+	_ AttachedDevices  = (*attach.PoolAttacher)(nil)
+)
 
 // NodeConfig is what a NodeServer is built from. Every side effect comes in here.
 type NodeConfig struct {
@@ -166,7 +162,7 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 
 	var dev string
 	if fa, ok := n.attacher.(frontendAttacher); ok {
-		f, ferr := ParseFrontend(req.GetVolumeContext()[ParamFrontend])
+		f, ferr := attach.ParseFrontend(req.GetVolumeContext()[ParamFrontend])
 		if ferr != nil {
 			return nil, fmt.Errorf("volume_context: %w", ferr)
 		}
@@ -351,7 +347,7 @@ func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 
 // NodeGetVolumeStats reports bytes and inodes of a filesystem volume (statfs of the path), or
 // the size of a block volume, and the volume's condition: abnormal while Degraded,
-// Rebuilding or Failed or while blocks are lost (volumeState).
+// Rebuilding or Failed or while blocks are lost (attach.VolumeState).
 func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
 	if err := requireFields(field{"volume_id", id}, field{"volume_path", path}); err != nil {

@@ -21,21 +21,22 @@ import (
 	testingexec "k8s.io/utils/exec/testing"
 
 	"github.com/raid10-csi/raid10-csi/internal/testenv"
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
 )
 
 // fakeAttacher is a stateful VolumeAttacher: volumes it knows attach to /dev/fakeN.
 type fakeAttacher struct {
 	mu       sync.Mutex
-	vols     map[string]VolumeState
+	vols     map[string]attach.VolumeState
 	attached map[string]string
 }
 
 var _ VolumeAttacher = (*fakeAttacher)(nil)
 
 func newFakeAttacher(ids ...string) *fakeAttacher {
-	f := &fakeAttacher{vols: map[string]VolumeState{}, attached: map[string]string{}}
+	f := &fakeAttacher{vols: map[string]attach.VolumeState{}, attached: map[string]string{}}
 	for _, id := range ids {
-		f.vols[id] = VolumeState{SizeBytes: 1 << 30}
+		f.vols[id] = attach.VolumeState{SizeBytes: 1 << 30}
 	}
 	return f
 }
@@ -78,7 +79,7 @@ func (f *fakeAttacher) Expand(_ context.Context, id string) (int64, error) {
 	return f.vols[id].SizeBytes, nil
 }
 
-func (f *fakeAttacher) Volume(_ context.Context, id string) (VolumeState, error) {
+func (f *fakeAttacher) Volume(_ context.Context, id string) (attach.VolumeState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	v, ok := f.vols[id]
@@ -330,7 +331,7 @@ func TestNodeExpandFake(t *testing.T) {
 		t.Fatalf("expand at the same size: %d %v", got, err)
 	}
 	att.mu.Lock()
-	att.vols["vol-1"] = VolumeState{SizeBytes: 3 << 30}
+	att.vols["vol-1"] = attach.VolumeState{SizeBytes: 3 << 30}
 	att.mu.Unlock()
 	if got, err := expand(3 << 30); err != nil || got != 3<<30 {
 		t.Fatalf("expand after the pool grew: %d %v, want %d", got, err, int64(3<<30))
@@ -400,7 +401,7 @@ func TestNodeLifecycleFake(t *testing.T) {
 	}
 
 	att.mu.Lock()
-	att.vols["vol-1"] = VolumeState{SizeBytes: 1 << 30, Abnormal: true, Message: "volume is Degraded"}
+	att.vols["vol-1"] = attach.VolumeState{SizeBytes: 1 << 30, Abnormal: true, Message: "volume is Degraded"}
 	att.mu.Unlock()
 	st, err := n.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "vol-1", VolumePath: target})
 	if err != nil {

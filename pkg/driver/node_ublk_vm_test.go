@@ -14,6 +14,7 @@ import (
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
@@ -56,11 +57,11 @@ func TestNodeUblkInGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ublkPath := filepath.Join(dir, UblkStateFile)
+	ublkPath := filepath.Join(dir, attach.UblkStateFile)
 	kopts := kernel.Options{Timeout: 10 * time.Second, DeadConnTimeout: 60 * time.Second}
-	att := NewPoolAttacher(p, nl, state, kopts)
-	def, err := ResolveFrontend(FrontendAuto)
-	if err != nil || def != FrontendNBD {
+	att := attach.NewPoolAttacher(p, nl, state, kopts)
+	def, err := attach.ResolveFrontend(attach.FrontendAuto)
+	if err != nil || def != attach.FrontendNBD {
 		t.Fatalf("auto resolves to %q (%v), want nbd", def, err)
 	}
 	if err := att.EnableUblk(ctx, def, ublkPath); err != nil {
@@ -105,7 +106,7 @@ func TestNodeUblkInGuest(t *testing.T) {
 	start := time.Now()
 	att.Close(ctx) // the "old process" stops serving; the devices stay, their I/O queued
 	time.Sleep(500 * time.Millisecond)
-	att2, err := OpenPoolAttacher(ctx, p, statePath, kopts)
+	att2, err := attach.OpenPoolAttacher(ctx, p, statePath, kopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +146,8 @@ func TestNodeUblkInGuest(t *testing.T) {
 	if _, err := os.Stat(dev); !os.IsNotExist(err) {
 		t.Errorf("%s still there after unstage: %v", dev, err)
 	}
-	if _, ok := att2.ublkRec.get("vol-ublk"); ok {
-		t.Error("vol-ublk still recorded after unstage")
+	if b, err := os.ReadFile(ublkPath); err != nil || strings.Contains(string(b), `"vol-ublk"`) {
+		t.Errorf("ublk records after unstage: %q, %v: want vol-ublk gone", b, err)
 	}
 	if _, err := ns2.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-nbd", StagingTargetPath: filepath.Join(dir, "staging-nbd")}); err != nil {
 		t.Fatal(err)

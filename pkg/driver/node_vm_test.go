@@ -25,6 +25,7 @@ import (
 	mount "k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 	"github.com/raid10-csi/raid10-csi/test/vm"
@@ -64,7 +65,7 @@ func TestNodeInGuest(t *testing.T) {
 	if err := kernel.SetIOFlusher(); err != nil {
 		t.Fatal(err)
 	}
-	att := NewPoolAttacher(p, nl, state, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
+	att := attach.NewPoolAttacher(p, nl, state, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
 	defer att.Close(context.Background())
 	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
 	if err != nil {
@@ -305,7 +306,7 @@ func TestNodeInGuestExpand(t *testing.T) {
 	if err := kernel.SetIOFlusher(); err != nil {
 		t.Fatal(err)
 	}
-	att := NewPoolAttacher(p, nl, state, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
+	att := attach.NewPoolAttacher(p, nl, state, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
 	defer att.Close(context.Background())
 	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
 	if err != nil {
@@ -508,7 +509,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 	// A request the kernel had written into a socket that the stopped server never read is
 	// requeued only when its timeout expires: the writer may stall up to Timeout.
 	kopts := kernel.Options{Timeout: 10 * time.Second, DeadConnTimeout: 60 * time.Second}
-	att := NewPoolAttacher(p, nl, state, kopts)
+	att := attach.NewPoolAttacher(p, nl, state, kopts)
 	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
 	if err != nil {
 		t.Fatal(err)
@@ -529,7 +530,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 	start := time.Now()
 	att.Close(ctx) // the "old process" stops serving; the device stays attached
 	time.Sleep(500 * time.Millisecond)
-	att2, err := OpenPoolAttacher(ctx, p, statePath, kopts) // the "new process" starts
+	att2, err := attach.OpenPoolAttacher(ctx, p, statePath, kopts) // the "new process" starts
 	if err != nil {
 		t.Fatalf("reattach: %v", err)
 	}
@@ -538,7 +539,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 	if err != nil || dev2 != dev {
 		t.Fatalf("reattached on %s (%v), was %s", dev2, err, dev)
 	}
-	if d := att2.vols["vol-restart"].dev; !d.Reattached {
+	if !att2.Reattached("vol-restart") {
 		t.Fatal("the new attacher connected a new device instead of reconfiguring the old one")
 	}
 	t.Logf("restart took %s", time.Since(start).Round(time.Millisecond))
@@ -551,7 +552,9 @@ func TestNodeInGuestRestart(t *testing.T) {
 	if _, err := ns2.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-restart", StagingTargetPath: staging}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := att2.state.Get("vol-restart"); ok {
+	if st, err := kernel.OpenState(statePath); err != nil {
+		t.Fatal(err)
+	} else if _, ok := st.Get("vol-restart"); ok {
 		t.Fatal("still recorded after unstage")
 	}
 }

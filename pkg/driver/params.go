@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
 )
 
 // StorageClass parameters (docs/parameters.md is the table for users).
@@ -20,7 +21,7 @@ const (
 	// to 16Mi. Default 512Ki.
 	ParamChunkSize = "chunkSize"
 	// ParamFrontend is how the node serves the volume's block device: auto, nbd or ublk
-	// (Frontend). It reaches the node in the volume context.
+	// (attach.Frontend). It reaches the node in the volume context.
 	ParamFrontend = "frontend"
 
 	// Keys that external-provisioner's --extra-create-metadata adds; recorded as annotations.
@@ -48,7 +49,7 @@ type volumeParams struct {
 	pvcName      string
 	pvcNamespace string
 	pvName       string
-	frontend     Frontend // "" when the StorageClass does not say: the node's --frontend
+	frontend     attach.Frontend // "" when the StorageClass does not say: the node's --frontend
 }
 
 // parseParams validates StorageClass parameters. An unknown or invalid one is an error
@@ -77,9 +78,9 @@ func parseParams(in map[string]string) (volumeParams, error) {
 			}
 			p.layout.ChunkSizeBytes = n
 		case ParamFrontend:
-			f, err := ParseFrontend(v)
+			f, err := attach.ParseFrontend(v)
 			if err != nil {
-				return p, fmt.Errorf("parameter %s: %w", k, err)
+				return p, fmt.Errorf("parameter %s: %w: %w", k, err, ErrInvalidArgument)
 			}
 			p.frontend = f
 		case paramPVCName:

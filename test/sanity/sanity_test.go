@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raid10-csi/raid10-csi/pkg/attach"
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
@@ -288,7 +289,7 @@ func restartAndReadiness(t *testing.T, h *harness, dir, stateDir, sock string) {
 	if os.Getenv(frontendEnv) == "ublk" {
 		// Over ublk the restart recovered the recorded device; the NBD checks below (a
 		// device disconnected behind the plugin) have no ublk counterpart.
-		b, err := os.ReadFile(filepath.Join(stateDir, driver.UblkStateFile))
+		b, err := os.ReadFile(filepath.Join(stateDir, attach.UblkStateFile))
 		if err != nil || !strings.Contains(string(b), id) {
 			t.Fatalf("ublk records after the restart: %q, %v: want %s", b, err, id)
 		}

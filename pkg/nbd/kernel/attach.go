@@ -61,7 +61,7 @@ type Options struct {
 	// default (128 KiB) is left alone.
 	MaxRequestKiB int
 	// NetNS is the network namespace file whose nbd netlink family the node plugin dials
-	// (DialNetNS; driver.OpenPoolAttacher), e.g. /proc/1/ns/net with the host's PID
+	// (DialNetNS; attach.OpenPoolAttacher), e.g. /proc/1/ns/net with the host's PID
 	// namespace; empty: the process's own. The Attacher itself does not use it.
 	NetNS string
 }

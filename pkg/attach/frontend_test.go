@@ -1,4 +1,4 @@
-package driver
+package attach
 
 import (
 	"context"
@@ -27,8 +27,8 @@ func TestParseFrontend(t *testing.T) {
 			if tc.ok != (err == nil) || got != tc.want {
 				t.Fatalf("ParseFrontend(%q) = %q, %v", tc.in, got, err)
 			}
-			if err != nil && !errors.Is(err, ErrInvalidArgument) {
-				t.Fatalf("error %v is not ErrInvalidArgument", err)
+			if err != nil && !errors.Is(err, ErrInvalidFrontend) {
+				t.Fatalf("error %v is not ErrInvalidFrontend", err)
 			}
 		})
 	}
@@ -49,7 +49,7 @@ func TestResolveFrontend(t *testing.T) {
 		}
 		return
 	}
-	if !errors.Is(err, ErrFailedPrecondition) || !errors.Is(err, ublk.ErrUnavailable) {
+	if !errors.Is(err, ErrFrontendUnavailable) || !errors.Is(err, ublk.ErrUnavailable) {
 		t.Errorf("ResolveFrontend(ublk) without ublk: %v, want FailedPrecondition naming ublk", err)
 	}
 }
@@ -85,7 +85,7 @@ func TestUblkRecords(t *testing.T) {
 		t.Errorf("volumes %v", vols)
 	}
 	a := &PoolAttacher{vols: map[string]*served{}}
-	if _, err := a.AttachFrontend(context.Background(), "v", FrontendUblk); !errors.Is(err, ErrFailedPrecondition) {
+	if _, err := a.AttachFrontend(context.Background(), "v", FrontendUblk); !errors.Is(err, ErrFrontendUnavailable) {
 		t.Errorf("ublk attach without EnableUblk: %v, want FailedPrecondition", err)
 	}
 }

@@ -1,10 +1,8 @@
-package driver
+package attach
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +14,7 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/ublk"
 )
 
-// PoolAttacher is the VolumeAttacher of a node: it serves a volume's array from the local
+// PoolAttacher is the data path of a node: it serves a volume's array from the local
 // pool with an nbd.Server of its own (one export, "") and hands it to the kernel through a
 // kernel.Attacher, which records the device in the shared state file so that a restarted
 // plugin reattaches it with NBD_CMD_RECONFIGURE (Reattach).
@@ -50,11 +48,6 @@ func (s *served) path() string {
 	}
 	return s.dev.Path()
 }
-
-var (
-	_ VolumeAttacher  = (*PoolAttacher)(nil)
-	_ AttachedDevices = (*PoolAttacher)(nil) // the local store refuses to delete an attached volume
-)
 
 // OpenPoolAttacher is the start-up of a node plugin's data path: it connects to the kernel's
 // nbd netlink family (in the network namespace of opts.NetNS when set), loads the device state file at statePath (its directory must exist),
@@ -91,14 +84,6 @@ func NewPoolAttacher(p *pool.Pool, nl *kernel.Netlink, state *kernel.State, opts
 	return &PoolAttacher{pool: p, nl: nl, state: state, opts: opts, vols: map[string]*served{}}
 }
 
-// poolErr translates the pool's not-found into the driver's sentinel.
-func poolErr(err error) error {
-	if errors.Is(err, pool.ErrNotFound) {
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	}
-	return err
-}
-
 // Attach serves the volume on a device of the node's frontend (AttachFrontend).
 func (a *PoolAttacher) Attach(ctx context.Context, volumeID string) (string, error) {
 	return a.AttachFrontend(ctx, volumeID, FrontendAuto)
@@ -115,7 +100,7 @@ func (a *PoolAttacher) AttachFrontend(ctx context.Context, volumeID string, f Fr
 		return s.path(), nil
 	}
 	if a.retired {
-		return "", errRetired
+		return "", ErrRetired
 	}
 	if f == FrontendAuto || f == "" {
 		f = a.frontend
@@ -130,7 +115,7 @@ func (a *PoolAttacher) AttachFrontend(ctx context.Context, volumeID string, f Fr
 	}
 	arr, err := a.pool.Array(volumeID)
 	if err != nil {
-		return "", poolErr(err)
+		return "", err
 	}
 	srv, err := nbd.NewVolumeServer(volumeID, arr)
 	if err != nil {
@@ -153,7 +138,7 @@ func (a *PoolAttacher) Detach(ctx context.Context, volumeID string) error {
 	defer a.mu.Unlock()
 	s := a.vols[volumeID]
 	if a.retired {
-		return errRetired
+		return ErrRetired
 	}
 	if a.ublkRec != nil && (s == nil || s.ub != nil) {
 		if err := a.detachUblk(ctx, volumeID, s); err != nil {
@@ -182,79 +167,20 @@ func (a *PoolAttacher) Detach(ctx context.Context, volumeID string) error {
 func (a *PoolAttacher) Volume(_ context.Context, volumeID string) (VolumeState, error) {
 	vi, err := a.pool.Volume(volumeID)
 	if err != nil {
-		return VolumeState{}, poolErr(err)
+		return VolumeState{}, err
 	}
 	return volumeState(vi), nil
 }
 
-// volumeState is the node service's view of a pool volume. It is abnormal whenever the
-// volume has less redundancy than its layout promises or lost data: Degraded (a member down,
-// or blocks recorded bad), Rebuilding (a member is being filled from its mirror: until it
-// is done one copy of its chunks exists, so the progress is in the message) and Failed; and
-// whenever blocks are lost (bad on every copy: reads there fail with EIO). Healthy is normal,
-// also during a resync after an unclean stop or a scrub (both copies are there). The
-// message says why and counts the bad and lost blocks.
-func volumeState(vi pool.VolumeInfo) VolumeState {
-	vs := VolumeState{SizeBytes: int64(vi.Size)}
-	var notes []string
-	switch vi.Health {
-	case pool.Degraded, pool.Failed:
-		vs.Abnormal = true
-		notes = append(notes, fmt.Sprintf("volume is %s: %d of %d members in sync", vi.Health, vi.InSync, len(vi.Members)))
-	case pool.Rebuilding:
-		vs.Abnormal = true
-		n := fmt.Sprintf("volume is Rebuilding, redundancy reduced: %d of %d members in sync", vi.InSync, len(vi.Members))
-		if p := vi.Sync; p != nil {
-			n += ", " + progressMessage(p)
-		}
-		notes = append(notes, n)
-	}
-	if vi.LostBlocks > 0 {
-		vs.Abnormal = true
-	}
-	if b := blocksMessage(vi.BadBlocks, vi.LostBlocks); b != "" {
-		notes = append(notes, b)
-	}
-	if vi.Reason != "" && vs.Abnormal {
-		notes = append(notes, vi.Reason)
-	}
-	vs.Message = strings.Join(notes, "; ")
-	return vs
-}
-
-// progressMessage says how far a rebuild (or resync, scrub) is: "recovery 42% (..., ETA 1m3s)".
-func progressMessage(p *pool.Progress) string {
-	m := fmt.Sprintf("%s %d%% (%d of %d bytes", p.Kind, int(p.Percent), p.Done, p.Total)
-	if p.Rate > 0 {
-		m += fmt.Sprintf(", %d bytes/s", int64(p.Rate))
-	}
-	if p.ETA > 0 {
-		m += ", ETA " + p.ETA.Round(time.Second).String()
-	}
-	return m + ")"
-}
-
-// blocksMessage counts a volume's bad and lost blocks for a VolumeCondition; empty when
-// there are none.
-func blocksMessage(bad, lost int64) string {
-	switch {
-	case lost > 0:
-		return fmt.Sprintf("%d blocks lost (bad on every copy: reads there fail with I/O errors until rewritten), %d bad blocks in all", lost, bad)
-	case bad > 0:
-		return fmt.Sprintf("%d bad blocks (each still read from its other copy)", bad)
-	}
-	return ""
-}
-
 // Expand resizes the volume's attached device to the array's current size (the pool grew
 // the array; the export's size follows it) and returns the device's size in bytes. A volume
-// not attached by this process is ErrFailedPrecondition: it must be staged first.
+// not attached by this process is ErrNotAttached: it must be staged first.
 func (a *PoolAttacher) Expand(_ context.Context, volumeID string) (int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.vols[volumeID]
 	if s == nil {
-		return 0, fmt.Errorf("volume %q is not attached on this node (not staged): %w", volumeID, ErrFailedPrecondition)
+		return 0, fmt.Errorf("volume %q is not attached on this node (not staged): %w", volumeID, ErrNotAttached)
 	}
 	if s.ub != nil {
 		// ublk sets a device's size when it starts (no resize before Linux 6.16's
@@ -265,11 +191,11 @@ func (a *PoolAttacher) Expand(_ context.Context, volumeID string) (int64, error)
 		}
 		arr, err := a.pool.Array(volumeID)
 		if err != nil {
-			return 0, poolErr(err)
+			return 0, err
 		}
 		if arr.Size() > have {
 			return 0, fmt.Errorf("volume %q grew to %d bytes, its ublk device %s stays at %d until the volume is staged again (online expansion needs the nbd frontend): %w",
-				volumeID, arr.Size(), s.ub.Path(), have, ErrFailedPrecondition)
+				volumeID, arr.Size(), s.ub.Path(), have, ErrCannotGrow)
 		}
 		return have, nil
 	}
@@ -286,6 +212,16 @@ func (a *PoolAttacher) Device(volumeID string) string {
 		return s.path()
 	}
 	return ""
+}
+
+// Reattached reports whether the volume's NBD device was taken over configured (reattached
+// with NBD_CMD_RECONFIGURE, or adopted from a predecessor) rather than connected anew: after
+// a restart the kernel's queued requests survive only then.
+func (a *PoolAttacher) Reattached(volumeID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.vols[volumeID]
+	return s != nil && s.dev != nil && s.dev.Reattached
 }
 
 // Reattach attaches again every volume recorded in the state file (after a restart of the

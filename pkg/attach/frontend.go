@@ -1,4 +1,4 @@
-package driver
+package attach
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ func ParseFrontend(s string) (Frontend, error) {
 	case FrontendAuto, FrontendNBD, FrontendUblk:
 		return f, nil
 	}
-	return "", fmt.Errorf("frontend %q: must be auto, nbd or ublk: %w", s, ErrInvalidArgument)
+	return "", fmt.Errorf("frontend %q: must be auto, nbd or ublk: %w", s, ErrInvalidFrontend)
 }
 
 // ResolveFrontend turns the node's --frontend into the one it serves volumes with when a
@@ -45,7 +45,7 @@ func ResolveFrontend(f Frontend) (Frontend, error) {
 		return FrontendNBD, nil
 	case FrontendUblk:
 		if err := ublk.Available(); err != nil {
-			return "", fmt.Errorf("frontend ublk: %w: %w", err, ErrFailedPrecondition)
+			return "", fmt.Errorf("frontend ublk: %w: %w", err, ErrFrontendUnavailable)
 		}
 	}
 	return f, nil

@@ -1,4 +1,4 @@
-package driver
+package attach
 
 import (
 	"context"
@@ -162,14 +162,14 @@ func (a *PoolAttacher) deleteUblkOrphans(ctx context.Context) {
 // Called with a.mu held.
 func (a *PoolAttacher) attachUblk(ctx context.Context, volumeID string) (*served, error) {
 	if a.ublkRec == nil {
-		return nil, fmt.Errorf("frontend ublk: not enabled on this node (EnableUblk): %w", ErrFailedPrecondition)
+		return nil, fmt.Errorf("frontend ublk: not enabled on this node (EnableUblk): %w", ErrFrontendUnavailable)
 	}
 	if err := ublk.Available(); err != nil {
-		return nil, fmt.Errorf("frontend ublk: %w: %w", err, ErrFailedPrecondition)
+		return nil, fmt.Errorf("frontend ublk: %w: %w", err, ErrFrontendUnavailable)
 	}
 	arr, err := a.pool.Array(volumeID)
 	if err != nil {
-		return nil, poolErr(err)
+		return nil, err
 	}
 	if id, ok := a.ublkRec.get(volumeID); ok {
 		d, err := ublk.Recover(ctx, id, arr)

@@ -1,4 +1,4 @@
-package driver
+package attach
 
 import (
 	"context"
@@ -9,10 +9,6 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 )
-
-// errRetired answers the node calls that reach a plugin after it handed its devices over:
-// the successor serves them.
-var errRetired = fmt.Errorf("%w: this node plugin handed its volumes to its successor", ErrNotReady)
 
 // HandOver stops serving every attached volume for a successor process, which the kernel does
 // not notice: each device's connections stop at a request boundary with every request read
@@ -72,12 +68,12 @@ func (a *PoolAttacher) Adopt(handed []kernel.Handed) {
 func (a *PoolAttacher) adopt(h kernel.Handed) error {
 	if a.vols[h.VolumeID] != nil || a.retired {
 		h.Close()
-		return fmt.Errorf("%w: volume %q is served here already", ErrConflict, h.VolumeID)
+		return fmt.Errorf("attach: volume %q is served here already", h.VolumeID)
 	}
 	arr, err := a.pool.Array(h.VolumeID)
 	if err != nil {
 		h.Close()
-		return poolErr(err)
+		return err
 	}
 	srv, err := nbd.NewVolumeServer(h.VolumeID, arr)
 	if err != nil {

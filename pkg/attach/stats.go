@@ -1,4 +1,4 @@
-package driver
+package attach
 
 import (
 	"k8s.io/klog/v2"
