@@ -17,9 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/klog/v2"
 
+	"github.com/raid10-csi/raid10-csi/internal/atomicfile"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
-	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -54,7 +54,7 @@ const localExpandRetry = 2 * time.Second
 //
 // What the pool cannot hold (the CSI name and PVC annotations, volume mode, fsType,
 // generation) is kept in the records file (LocalRecordsFile in the state directory),
-// JSON, replaced atomically (kernel.WriteFileAtomic) before and after each pool change:
+// JSON, replaced atomically (atomicfile.Write) before and after each pool change:
 //
 //	{"version": 1, "volumes": [{"name": "pvc-…", "uid": "…", "generation": 1,
 //	  "created": "2026-11-30T07:00:00Z", "annotations": {"raid10.csi.io/csi-name": "…"},
@@ -208,7 +208,7 @@ func (s *LocalStore) saveLocked() error {
 	if err != nil {
 		return fmt.Errorf("local store: encode records: %w", err)
 	}
-	if err := kernel.WriteFileAtomic(s.path, b); err != nil {
+	if err := atomicfile.Write(s.path, b); err != nil {
 		return fmt.Errorf("local store: %w", err)
 	}
 	return nil

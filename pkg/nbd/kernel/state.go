@@ -121,8 +121,3 @@ func (s *State) writeLocked() error {
 	}
 	return atomicfile.Write(s.path, b)
 }
-
-// WriteFileAtomic replaces the file at path with data so that a crash leaves the old or the
-// new file, never a torn one (atomicfile.Write). It stays for the driver's standalone volume
-// records, which still call it here.
-func WriteFileAtomic(path string, data []byte) error { return atomicfile.Write(path, data) }
