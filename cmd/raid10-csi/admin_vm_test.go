@@ -65,7 +65,7 @@ func TestAdminSocketInGuest(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var cfg pool.Config
-	for _, p := range sparseDisks(t, dir, 4) {
+	for _, p := range vm.SparseFiles(t, dir, "disk", 4, 128<<20) {
 		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
 	}
 	b, _ := json.Marshal(cfg)

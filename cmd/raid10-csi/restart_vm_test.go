@@ -74,8 +74,8 @@ func TestRestartUblkVM(t *testing.T) {
 	t.Logf("VM run: boot %s, total %s", res.Boot.Round(time.Second), res.Duration.Round(time.Second))
 }
 
-// plugin is one raid10-csi --mode=all process of TestRestartInGuest.
-type plugin struct {
+// pluginProc is one raid10-csi process of TestRestartInGuest (a plugin or a holder).
+type pluginProc struct {
 	cmd   *exec.Cmd
 	log   string
 	start time.Time
@@ -90,7 +90,7 @@ type round struct {
 	errors  int
 	verify  bool
 	handed  bool          // the logs show a handover (graceful)
-	old     *plugin       // the process restarted
+	old     *pluginProc   // the process restarted
 	ios     int           // writes fio completed
 	mean    time.Duration // their mean completion latency
 	fioTail string
@@ -211,8 +211,8 @@ type restartRig struct {
 	self    string
 	plugins int // plugin processes started
 	holders int // holder processes started
-	holder  *plugin
-	cur     *plugin // the plugin serving now
+	holder  *pluginProc
+	cur     *pluginProc // the plugin serving now
 	conn    *grpc.ClientConn
 	ids     csi.IdentityClient
 }
@@ -281,7 +281,7 @@ func sparseFile(t *testing.T, path string, size int64) string {
 	return path
 }
 
-func (r *restartRig) dumpLog(p *plugin) {
+func (r *restartRig) dumpLog(p *pluginProc) {
 	b, _ := os.ReadFile(p.log)
 	lines := strings.Split(string(b), "\n")
 	r.t.Logf("%s (%v; last lines):\n%s", p.log, p.cmd.ProcessState, strings.Join(lines[max(0, len(lines)-40):], "\n"))
@@ -302,8 +302,8 @@ func (r *restartRig) grepLogs(subs ...string) {
 	}
 }
 
-func (r *restartRig) startProc(name, args string) *plugin {
-	p := &plugin{log: filepath.Join(r.dir, name+".log"), start: time.Now(), done: make(chan struct{})}
+func (r *restartRig) startProc(name, args string) *pluginProc {
+	p := &pluginProc{log: filepath.Join(r.dir, name+".log"), start: time.Now(), done: make(chan struct{})}
 	f, err := os.Create(p.log)
 	if err != nil {
 		r.t.Fatal(err)
@@ -318,14 +318,14 @@ func (r *restartRig) startProc(name, args string) *plugin {
 	return p
 }
 
-func (r *restartRig) startPlugin() *plugin {
+func (r *restartRig) startPlugin() *pluginProc {
 	r.plugins++
 	return r.startProc(fmt.Sprintf("plugin-%02d", r.plugins), r.args)
 }
 
 // startHolder starts a holder and returns once it listens (a holder is up before a plugin
 // stops).
-func (r *restartRig) startHolder() *plugin {
+func (r *restartRig) startHolder() *pluginProc {
 	r.holders++
 	h := r.startProc(fmt.Sprintf("holder-%02d", r.holders), "--mode=holder --state-dir="+filepath.Join(r.dir, "state")+" -v=2")
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
@@ -342,7 +342,7 @@ func (r *restartRig) startHolder() *plugin {
 
 // waitServing waits until the plugin answers a CSI Probe and returns how long after its
 // start that was.
-func (r *restartRig) waitServing(p *plugin) time.Duration {
+func (r *restartRig) waitServing(p *pluginProc) time.Duration {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

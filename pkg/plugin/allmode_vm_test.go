@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func TestAllModeInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestAllModeVM")
 	dir := t.TempDir()
 	var cfg pool.Config
-	for _, p := range sparseDisks(t, dir, 4) {
+	for _, p := range vm.SparseFiles(t, dir, "disk", 4, 128<<20) {
 		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: p})
 	}
 	b, _ := json.Marshal(cfg)

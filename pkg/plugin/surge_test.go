@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/attach"
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
+	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
 // TestSurgeSuccessorWaits plays a surge update's old pod against a real node plugin start
@@ -28,7 +29,7 @@ import (
 // serves. Stopped while it waits, it ends cleanly and the predecessor sees it go.
 func TestSurgeSuccessorWaits(t *testing.T) {
 	dir := t.TempDir()
-	disks := sparseDisks(t, dir, 4)
+	disks := vm.SparseFiles(t, dir, "disk", 4, 128<<20)
 	cfg := map[string]any{"disks": []map[string]string{}}
 	for _, d := range disks {
 		cfg["disks"] = append(cfg["disks"].([]map[string]string), map[string]string{"path": d})

@@ -1,4 +1,4 @@
-package main
+package plugin
 
 import (
 	"context"
@@ -15,9 +15,6 @@ import (
 
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 )
-
-// DefaultHandoverWait is the default of --handover-wait.
-const DefaultHandoverWait = 10 * time.Second
 
 // handoverTimeout bounds one handover on each side: the drain of the requests in flight
 // (a member that hangs is failed by the engine after its member timeout), closing the arrays
@@ -179,6 +176,39 @@ func (h *handover) stop(wait time.Duration) (bool, error) {
 	}
 }
 
+// stopSequence hands the devices on once the plugin's tasks ended (runErr is their
+// error; toldToStop: its context ended, rather than a successor taking the devices)
+// and returns the plugin's result. Its steps:
+//
+//  1. to a successor: one that waits now, or connects from now on, gets the devices;
+//  2. to the holder: on a planned stop that no successor waited for, if a holder listens;
+//  3. wait: with no holder either, the devices stay served for up to wait while a
+//     successor may come.
+func (h *handover) stopSequence(stateDir string, wait time.Duration, runErr error, toldToStop bool) error {
+	h.letGo()
+	if !toldToStop || runErr != nil || h.successorTook() {
+		return h.finish(0, runErr)
+	}
+	gone, err := h.giveToHolder(stateDir)
+	if gone {
+		return err
+	}
+	if !errors.Is(err, kernel.ErrNoHolder) {
+		klog.ErrorS(err, "No handover to the holder")
+	}
+	return h.finish(wait, runErr)
+}
+
+// finish waits up to wait for a successor and ends the handover side: runErr, joined with
+// the handover's error when a successor has the devices.
+func (h *handover) finish(wait time.Duration, runErr error) error {
+	retired, err := h.stop(wait)
+	if !retired {
+		return runErr
+	}
+	return errors.Join(runErr, err)
+}
+
 // errSuccessorCame ends a give to the holder that a successor overtook.
 var errSuccessorCame = errors.New("a successor took the devices")
 
@@ -271,41 +301,4 @@ func holderPath(stateDir string) (string, error) {
 		return "", err
 	}
 	return filepath.Join(filepath.Dir(p), kernel.HolderSocket), nil
-}
-
-// runHolder is --mode=holder: it keeps the devices a stopping node plugin gives it until the
-// next one takes them, until ctx ends and either nothing is held or --handover-wait passed
-// (then the devices it still holds are closed: the kernel sees their connections end, as
-// after a crash, and the next plugin reattaches them).
-func runHolder(ctx context.Context, o *Options) error {
-	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
-		return fmt.Errorf("--state-dir: %w", err)
-	}
-	path, err := holderPath(o.StateDir)
-	if err != nil {
-		return err
-	}
-	h, err := kernel.ListenHolder(path)
-	if err != nil {
-		return err
-	}
-	klog.InfoS("Holding NBD devices between node plugins", "socket", path)
-	errc := make(chan error, 1)
-	go func() { errc <- h.Serve() }()
-	select {
-	case <-ctx.Done():
-		// Told to stop while holding (the holder rolls with the plugin): the next plugin
-		// may still come for them within --handover-wait.
-		for deadline := time.Now().Add(o.HandoverWait); h.Held() > 0 && time.Now().Before(deadline); {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if n := h.Held(); n > 0 {
-			klog.InfoS("Stopping with devices held: they wait for a reattach", "devices", n)
-		}
-		_ = h.Close()
-		return <-errc
-	case err := <-errc:
-		_ = h.Close()
-		return err
-	}
 }

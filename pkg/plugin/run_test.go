@@ -1,9 +1,8 @@
-package main
+package plugin
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/metrics"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
 func TestValidate(t *testing.T) {
@@ -79,8 +79,8 @@ func TestValidate(t *testing.T) {
 			node(driver.ModeAll)(o)
 			o.RegistrationDir, o.Endpoint = "/r", "tcp://127.0.0.1:10000"
 		}, ""},
-		{"Holder", func(o *Options) { o.Mode, o.StateDir = modeHolder, "/var/lib/x" }, ""},
-		{"HolderWithoutStateDir", func(o *Options) { o.Mode, o.StateDir = modeHolder, "" }, "--state-dir"},
+		{"Holder", func(o *Options) { o.Mode, o.StateDir = ModeHolder, "/var/lib/x" }, ""},
+		{"HolderWithoutStateDir", func(o *Options) { o.Mode, o.StateDir = ModeHolder, "" }, "--state-dir"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok
@@ -121,29 +121,12 @@ func TestMemberTimeoutFlag(t *testing.T) {
 	}
 }
 
-// sparseDisks makes n sparse 128 MiB disk files, disk0.img and on, in dir.
-func sparseDisks(t *testing.T, dir string, n int) []string {
-	t.Helper()
-	var disks []string
-	for i := range n {
-		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
-		if err := os.WriteFile(p, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(p, 128<<20); err != nil {
-			t.Fatal(err)
-		}
-		disks = append(disks, p)
-	}
-	return disks
-}
-
 // TestDisksFileInStateDir: the pool records the disks given at run time in --state-dir unless
 // the pool configuration names another file, and a replacement onto an unlisted disk made
 // through that configuration is found by the next open of it.
 func TestDisksFileInStateDir(t *testing.T) {
 	dir := t.TempDir()
-	disks := sparseDisks(t, dir, 5)
+	disks := vm.SparseFiles(t, dir, "disk", 5, 128<<20)
 	cfgPath := filepath.Join(dir, "pool.json")
 	b, _ := json.Marshal(map[string]any{"disks": []map[string]string{{"path": disks[0]}, {"path": disks[1]}, {"path": disks[2]}, {"path": disks[3]}}})
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
