@@ -12,7 +12,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
@@ -199,97 +198,6 @@ func (c *ControllerServer) pickNode(ctx context.Context, tr *csi.TopologyRequire
 	return best, nil
 }
 
-// waitReady waits until the node agent reports volume id Ready for its current generation
-// with at least size bytes. It gives up after readyTimeout (or the request's deadline) with an
-// error wrapping ErrNotReady; a retry resumes. A volume the agent reports Failed is reported
-// as ErrInsufficientCapacity or ErrVolumeFailed; with clearFailed, and only when the agent has
-// never provisioned it (no status.capacity, so it holds no data), it is also deleted so that a
-// retry, possibly on another node, starts afresh.
-func (c *ControllerServer) waitReady(ctx context.Context, id string, size int64, clearFailed bool) (*v1alpha1.Raid10Volume, error) {
-	return c.waitVolume(ctx, id, size, "", func(vol *v1alpha1.Raid10Volume) error {
-		st := vol.Status
-		if st.Phase != v1alpha1.VolumePhaseFailed {
-			return nil
-		}
-		cause := ErrVolumeFailed
-		if cond := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); cond != nil && cond.Reason == v1alpha1.ReasonInsufficientCapacity {
-			cause = ErrInsufficientCapacity
-		}
-		if clearFailed && vol.Status.Capacity == nil {
-			if err := c.store.DeleteVolume(ctx, id); err != nil {
-				return err
-			}
-		}
-		return fmt.Errorf("volume %q on node %q: node agent reports Failed: %s: %w", id, vol.Spec.Node, st.Message, cause)
-	})
-}
-
-// waitVolume polls volume id until the node agent reports it Ready for its current generation
-// with at least size bytes. For any other phase of the current generation, other decides: an
-// error ends the wait, nil waits on. Running out of time is an error wrapping ErrNotReady that
-// names the last phase seen and what (the operation waited for, "" for the volume itself).
-func (c *ControllerServer) waitVolume(ctx context.Context, id string, size int64, what string,
-	other func(*v1alpha1.Raid10Volume) error) (*v1alpha1.Raid10Volume, error) {
-	var last *v1alpha1.Raid10Volume
-	err := c.poll(ctx, func() (bool, error) {
-		vol, err := c.store.GetVolume(ctx, id)
-		if err != nil {
-			return false, err
-		}
-		last = vol
-		st := vol.Status
-		if st.ObservedGeneration < vol.Generation {
-			return false, nil
-		}
-		if st.Phase == v1alpha1.VolumePhaseReady {
-			return st.Capacity == nil || st.Capacity.Value() >= size, nil
-		}
-		return false, other(vol)
-	})
-	if errors.Is(err, ErrNotReady) && last != nil {
-		return nil, fmt.Errorf("volume %q on node %q (phase %q): %s%w", id, last.Spec.Node, last.Status.Phase, what, err)
-	}
-	return last, err
-}
-
-// waitGone waits until volume id no longer exists (its finalizer removed by the agent).
-func (c *ControllerServer) waitGone(ctx context.Context, id string) error {
-	return c.poll(ctx, func() (bool, error) {
-		_, err := c.store.GetVolume(ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			return true, nil
-		}
-		return false, err
-	})
-}
-
-// poll calls done every pollInterval until it returns true or an error, for at most
-// readyTimeout. Running out of time is an error wrapping ErrNotReady, not the context's
-// deadline error, so that the caller learns the operation is still under way.
-func (c *ControllerServer) poll(ctx context.Context, done func() (bool, error)) error {
-	wctx, cancel := context.WithTimeout(ctx, c.readyTimeout)
-	defer cancel()
-	t := time.NewTicker(c.pollInterval)
-	defer t.Stop()
-	for {
-		ok, err := done()
-		if ok || err != nil {
-			if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-				// our own timeout cut a store call short
-				return fmt.Errorf("node agent has not finished within %s: %w", c.readyTimeout, ErrNotReady)
-			}
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("node agent has not finished before the request's deadline: %w", ErrNotReady)
-		case <-wctx.Done():
-			return fmt.Errorf("node agent has not finished within %s: %w", c.readyTimeout, ErrNotReady)
-		case <-t.C:
-		}
-	}
-}
-
 // csiVolume is the CSI view of a Raid10Volume.
 func csiVolume(vol *v1alpha1.Raid10Volume) *csi.Volume {
 	capacity := vol.Spec.SizeBytes
@@ -392,24 +300,6 @@ func (c *ControllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 		CapacityBytes:         csiVolume(vol).CapacityBytes,
 		NodeExpansionRequired: true, // Block too: the device's size changes on the node
 	}, nil
-}
-
-// waitExpanded waits as waitReady does until the agent reports the volume Ready with at least
-// size bytes, except that an Expanding phase for the current generation ends the wait at once:
-// the pool refused the growth for now, and the caller is told why (ErrOperationInFlight,
-// Aborted: retry later) instead of timing out.
-func (c *ControllerServer) waitExpanded(ctx context.Context, id string, size int64) (*v1alpha1.Raid10Volume, error) {
-	return c.waitVolume(ctx, id, size, fmt.Sprintf("expansion to %d bytes: ", size), func(vol *v1alpha1.Raid10Volume) error {
-		st := vol.Status
-		switch st.Phase {
-		case v1alpha1.VolumePhaseExpanding:
-			return fmt.Errorf("volume %q on node %q: expansion to %d bytes is pending on the node agent, which retries it (status Expanding: %s): %w",
-				id, vol.Spec.Node, size, st.Message, ErrOperationInFlight)
-		case v1alpha1.VolumePhaseFailed:
-			return fmt.Errorf("volume %q on node %q: node agent reports Failed: %s: %w", id, vol.Spec.Node, st.Message, ErrVolumeFailed)
-		}
-		return nil
-	})
 }
 
 // GetCapacity reports the usable free bytes (after mirroring) for a volume of the
