@@ -21,54 +21,21 @@ import (
 // faultDiskSize is the size of each disk of TestRestartFaultsInGuest.
 const faultDiskSize = 128 << 20
 
-// faultDisk is a device-mapper device over a loop device over a sparse file in the guest:
-// its table can be swapped under the running plugin, as a disk that dies would appear.
-type faultDisk struct {
-	name string // the device is /dev/mapper/<name>
-	loop string // /dev/loopN under it
-}
-
-func (d faultDisk) path() string   { return "/dev/mapper/" + d.name }
-func (d faultDisk) linear() string { return fmt.Sprintf("0 %d linear %s 0", faultDiskSize/512, d.loop) }
-
-// dead is the table of a disk that answers every request with an error.
-func (d faultDisk) dead() string { return fmt.Sprintf("0 %d error", faultDiskSize/512) }
-
-// swap loads table into d's inactive slot and resumes d with it (one ioctl swaps them).
-func (d faultDisk) swap(t *testing.T, table string) {
+// newFaultDisks creates n disks name0.. (device-mapper devices over loop devices over
+// sparse files in dir, whose tables a test swaps under the running plugin, as a disk that
+// dies would appear); they are removed when the test ends, and their files too unless the
+// test failed (room in the guest's tmpfs for the tests after this one).
+func newFaultDisks(t *testing.T, dir, name string, n int) []vm.DMDisk {
 	t.Helper()
-	mustRun(t, "dmsetup", "load", d.name, "--table", table)
-	mustRun(t, "dmsetup", "resume", "--noudevsync", d.name)
-}
-
-// newFaultDisks creates n disks name0.. over sparse files in dir; they are removed when the
-// test ends.
-func newFaultDisks(t *testing.T, dir, name string, n int) []faultDisk {
-	t.Helper()
-	var disks []faultDisk
-	for i := range n {
-		file := sparseFile(t, filepath.Join(dir, fmt.Sprintf("%s%d.img", name, i)), faultDiskSize)
-		out, err := exec.Command("losetup", "--find", "--show", file).Output()
-		if err != nil {
-			var stderr []byte
-			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
-				stderr = ee.Stderr
+	files := vm.SparseFiles(t, dir, name, n, faultDiskSize)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			for _, f := range files {
+				_ = os.Remove(f)
 			}
-			t.Fatalf("losetup %s: %v: %s", file, err, stderr)
 		}
-		d := faultDisk{name: fmt.Sprintf("%s%d", name, i), loop: strings.TrimSpace(string(out))}
-		mustRun(t, "dmsetup", "create", d.name, "--noudevsync", "--table", d.linear())
-		t.Cleanup(func() {
-			_ = exec.Command("dmsetup", "remove", "--noudevsync", d.name).Run()
-			_ = exec.Command("losetup", "-d", d.loop).Run()
-			if !t.Failed() {
-				_ = os.Remove(file) // room in the guest's tmpfs for the tests after this one
-			}
-		})
-		disks = append(disks, d)
-	}
-	mustRun(t, "dmsetup", "mknodes")
-	return disks
+	})
+	return vm.NewDMDisks(t, name, vm.LoopDevices(t, files), faultDiskSize)
 }
 
 // TestRestartFaultsInGuest restarts the plugin while disks fail and rebuild, the faults of
@@ -98,7 +65,7 @@ func TestRestartFaultsInGuest(t *testing.T) {
 	disks := newFaultDisks(t, dir, "rf", 5)
 	var paths []string
 	for _, d := range disks[:4] {
-		paths = append(paths, d.path())
+		paths = append(paths, d.Path())
 	}
 	cfg := pool.Config{RebuildRateMax: 2 << 20}
 	rig := newRestartRig(t, dir, cfg, paths, "--frontend=nbd")
@@ -156,7 +123,7 @@ func TestRestartFaultsInGuest(t *testing.T) {
 	}
 
 	// 1. A disk dies at a graceful restart.
-	r := rig.restartUnderFio(file, dev, "graceful", func() { disks[1].swap(t, disks[1].dead()) })
+	r := rig.restartUnderFio(file, dev, "graceful", func() { disks[1].Swap(t, disks[1].Dead()) })
 	rig.checkRound("disk dead at a graceful restart", r, "nbd")
 	v := waitHealth(pool.Degraded, 2*time.Minute)
 	t.Logf("after the restart: %s", describe(v))
@@ -172,8 +139,8 @@ func TestRestartFaultsInGuest(t *testing.T) {
 		defer c.Close()
 		// The dead disk's label cannot be read, so the pool refused its path and lists the
 		// member it was as Missing under its UUID; naming the refused path is an error.
-		if _, err := c.ReplaceDisk(ctx, disks[1].path(), pool.DiskConfig{Path: disks[4].path()}); !errors.Is(err, pool.ErrFailedPrecondition) {
-			t.Fatalf("replace of the refused path %s: %v, want FailedPrecondition", disks[1].path(), err)
+		if _, err := c.ReplaceDisk(ctx, disks[1].Path(), pool.DiskConfig{Path: disks[4].Path()}); !errors.Is(err, pool.ErrFailedPrecondition) {
+			t.Fatalf("replace of the refused path %s: %v, want FailedPrecondition", disks[1].Path(), err)
 		}
 		st, err := c.Status(ctx)
 		if err != nil {
@@ -189,14 +156,14 @@ func TestRestartFaultsInGuest(t *testing.T) {
 		if len(missing) != 1 {
 			t.Fatalf("missing disks %v, want the dead one", missing)
 		}
-		if _, err := c.ReplaceDisk(ctx, missing[0], pool.DiskConfig{Path: disks[4].path()}); err != nil {
-			t.Fatalf("replace %s with %s: %v", missing[0], disks[4].path(), err)
+		if _, err := c.ReplaceDisk(ctx, missing[0], pool.DiskConfig{Path: disks[4].Path()}); err != nil {
+			t.Fatalf("replace %s with %s: %v", missing[0], disks[4].Path(), err)
 		}
 		// The configured list stays as it is: the pool records the new disk in the state
 		// directory (pool.Config.DisksFile), so that the next process opens it.
 		recorded, err := os.ReadFile(filepath.Join(dir, "state", pool.DisksFileName))
-		if err != nil || !strings.Contains(string(recorded), `"`+disks[4].path()+`"`) {
-			t.Fatalf("%s does not record the replacement %s: %v\n%s", pool.DisksFileName, disks[4].path(), err, recorded)
+		if err != nil || !strings.Contains(string(recorded), `"`+disks[4].Path()+`"`) {
+			t.Fatalf("%s does not record the replacement %s: %v\n%s", pool.DisksFileName, disks[4].Path(), err, recorded)
 		}
 	}()
 	syncing := func(kind string) bool {

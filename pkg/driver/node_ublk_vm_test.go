@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	mount "k8s.io/mount-utils"
-	utilexec "k8s.io/utils/exec"
 
 	"github.com/raid10-csi/raid10-csi/pkg/attach"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
@@ -47,19 +45,10 @@ func TestNodeUblkInGuest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nl, err := kernel.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
-	statePath := filepath.Join(dir, "nbd-state.json")
-	state, err := kernel.OpenState(statePath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ublkPath := filepath.Join(dir, attach.UblkStateFile)
 	kopts := kernel.Options{Timeout: 10 * time.Second, DeadConnTimeout: 60 * time.Second}
-	att := attach.NewPoolAttacher(p, nl, state, kopts)
+	_, _, att := guestAttacher(t, p, dir, kopts)
+	statePath := filepath.Join(dir, nbdStateFile)
 	def, err := attach.ResolveFrontend(attach.FrontendAuto)
 	if err != nil || def != attach.FrontendNBD {
 		t.Fatalf("auto resolves to %q (%v), want nbd", def, err)
@@ -67,10 +56,7 @@ func TestNodeUblkInGuest(t *testing.T) {
 	if err := att.EnableUblk(ctx, def, ublkPath); err != nil {
 		t.Fatal(err)
 	}
-	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := guestNodeServer(t, att)
 	staging := filepath.Join(dir, "staging")
 	if _, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-ublk", StagingTargetPath: staging,
 		VolumeCapability: mountCap("ext4"), VolumeContext: map[string]string{ParamFrontend: "ublk"}}); err != nil {
@@ -136,10 +122,7 @@ func TestNodeUblkInGuest(t *testing.T) {
 		t.Errorf("Expand of an unchanged volume over ublk: %v", err)
 	}
 
-	ns2, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att2, Mounter: mount.New(""), Exec: utilexec.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns2 := guestNodeServer(t, att2)
 	if _, err := ns2.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-ublk", StagingTargetPath: staging}); err != nil {
 		t.Fatal(err)
 	}

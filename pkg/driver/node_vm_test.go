@@ -14,10 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -53,24 +51,9 @@ func TestNodeInGuest(t *testing.T) {
 			t.Fatalf("create %s: %v", name, err)
 		}
 	}
-	nl, err := kernel.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
-	state, err := kernel.OpenState(filepath.Join(dir, "nbd-state.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kernel.SetIOFlusher(); err != nil {
-		t.Fatal(err)
-	}
-	att := attach.NewPoolAttacher(p, nl, state, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
+	nl, state, att := guestAttacher(t, p, dir, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
 	defer att.Close(context.Background())
-	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := guestNodeServer(t, att)
 	sock := filepath.Join(dir, "csi.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -294,24 +277,9 @@ func TestNodeInGuestExpand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nl, err := kernel.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
-	state, err := kernel.OpenState(filepath.Join(dir, "nbd-state.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kernel.SetIOFlusher(); err != nil {
-		t.Fatal(err)
-	}
-	att := attach.NewPoolAttacher(p, nl, state, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
+	_, _, att := guestAttacher(t, p, dir, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
 	defer att.Close(context.Background())
-	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := guestNodeServer(t, att)
 	ctx := context.Background()
 	must := func(name string, err error) {
 		t.Helper()
@@ -349,7 +317,7 @@ func TestNodeInGuestExpand(t *testing.T) {
 			if int64(grown.Size) != tc.to {
 				t.Fatalf("pool grew %s to %d, want %d", tc.id, grown.Size, tc.to)
 			}
-			if n := blkSize(t, dev); n != tc.from {
+			if n := vm.BlockSize(t, dev); n != tc.from {
 				t.Fatalf("%s has %d bytes before NodeExpandVolume, want still %d", dev, n, tc.from)
 			}
 			start := time.Now()
@@ -360,7 +328,7 @@ func TestNodeInGuestExpand(t *testing.T) {
 			if r.GetCapacityBytes() != tc.to {
 				t.Fatalf("NodeExpandVolume reports %d bytes, want %d", r.GetCapacityBytes(), tc.to)
 			}
-			if n := blkSize(t, dev); n != tc.to {
+			if n := vm.BlockSize(t, dev); n != tc.to {
 				t.Fatalf("%s has %d bytes after NodeExpandVolume, want %d", dev, n, tc.to)
 			}
 			df1 := dfSize(t, target)
@@ -405,7 +373,7 @@ func TestNodeInGuestExpand(t *testing.T) {
 				t.Fatalf("NodeExpandVolume reports %d bytes, want %d", r.GetCapacityBytes(), 256<<20)
 			}
 		}
-		if n := blkSize(t, target); n != 256<<20 {
+		if n := vm.BlockSize(t, target); n != 256<<20 {
 			t.Fatalf("the published device has %d bytes, want %d", n, 256<<20)
 		}
 		tail := bytes.Repeat([]byte{0x3c}, 1<<20)
@@ -427,21 +395,6 @@ func TestNodeInGuestExpand(t *testing.T) {
 		_, err = ns.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-block", StagingTargetPath: staging})
 		must("unstage", err)
 	})
-}
-
-// blkSize is a block device's size as the kernel reports it (BLKGETSIZE64).
-func blkSize(t *testing.T, dev string) int64 {
-	t.Helper()
-	f, err := os.Open(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var n uint64
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&n))); e != 0 {
-		t.Fatalf("BLKGETSIZE64 %s: %v", dev, e)
-	}
-	return int64(n)
 }
 
 // dfSize is the size of the filesystem at path as df reports it, in bytes.
@@ -493,27 +446,12 @@ func TestNodeInGuestRestart(t *testing.T) {
 	if _, err := p.CreateVolume("vol-restart", 128<<20, pool.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	nl, err := kernel.Dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
-	statePath := filepath.Join(dir, "nbd-state.json")
-	state, err := kernel.OpenState(statePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kernel.SetIOFlusher(); err != nil {
-		t.Fatal(err)
-	}
 	// A request the kernel had written into a socket that the stopped server never read is
 	// requeued only when its timeout expires: the writer may stall up to Timeout.
 	kopts := kernel.Options{Timeout: 10 * time.Second, DeadConnTimeout: 60 * time.Second}
-	att := attach.NewPoolAttacher(p, nl, state, kopts)
-	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, att := guestAttacher(t, p, dir, kopts)
+	statePath := filepath.Join(dir, nbdStateFile)
+	ns := guestNodeServer(t, att)
 	ctx := context.Background()
 	staging := filepath.Join(dir, "staging")
 	if _, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-restart", StagingTargetPath: staging, VolumeCapability: mountCap("ext4")}); err != nil {
@@ -545,10 +483,7 @@ func TestNodeInGuestRestart(t *testing.T) {
 	t.Logf("restart took %s", time.Since(start).Round(time.Millisecond))
 	time.Sleep(500 * time.Millisecond)
 	w.stopAndVerify(t)
-	ns2, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att2, Mounter: mount.New(""), Exec: utilexec.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns2 := guestNodeServer(t, att2)
 	if _, err := ns2.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-restart", StagingTargetPath: staging}); err != nil {
 		t.Fatal(err)
 	}
@@ -636,16 +571,7 @@ func openFilePool(t *testing.T, diskSize int64) (*pool.Pool, pool.Config) {
 	t.Helper()
 	dir := t.TempDir()
 	var cfg pool.Config
-	for i := range 4 {
-		path := filepath.Join(dir, "disk"+strconv.Itoa(i)+".img")
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Truncate(diskSize); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
+	for _, path := range vm.SparseFiles(t, dir, "disk", 4, diskSize) {
 		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: path})
 	}
 	p, err := pool.Open(cfg)
@@ -654,4 +580,38 @@ func openFilePool(t *testing.T, diskSize int64) (*pool.Pool, pool.Config) {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return p, cfg
+}
+
+// nbdStateFile is the NBD state file's name in the guest tests' directory.
+const nbdStateFile = "nbd-state.json"
+
+// guestAttacher opens the node's data path in the guest as the node plugin does: the
+// kernel's nbd netlink family, the NBD state file dir/nbd-state.json and a PoolAttacher
+// over p with kopts, the process marked as an I/O flusher. The netlink socket is closed
+// when the test ends.
+func guestAttacher(t *testing.T, p *pool.Pool, dir string, kopts kernel.Options) (*kernel.Netlink, *kernel.State, *attach.PoolAttacher) {
+	t.Helper()
+	nl, err := kernel.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nl.Close() })
+	state, err := kernel.OpenState(filepath.Join(dir, nbdStateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kernel.SetIOFlusher(); err != nil {
+		t.Fatal(err)
+	}
+	return nl, state, attach.NewPoolAttacher(p, nl, state, kopts)
+}
+
+// guestNodeServer is the CSI node service over att with the host's mounter and exec.
+func guestNodeServer(t *testing.T, att VolumeAttacher) *NodeServer {
+	t.Helper()
+	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }

@@ -1,11 +1,9 @@
 package ublk
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -45,54 +43,11 @@ func inGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestUblkVM")
 }
 
-func sh(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	start := time.Now()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	t.Logf("%s %s (%s)", name, strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-func sysfs(t *testing.T, dev, attr string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", attr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// memberFiles makes n sparse member files of size bytes in dir.
-func memberFiles(t *testing.T, dir string, n int, size int64) []string {
-	t.Helper()
-	var paths []string
-	for i := 0; i < n; i++ {
-		p := filepath.Join(dir, fmt.Sprintf("m%d.img", i))
-		f, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Truncate(size); err != nil {
-			t.Fatal(err)
-		}
-		_ = f.Close()
-		paths = append(paths, p)
-	}
-	return paths
-}
-
 // openArray creates (create) or assembles a raid10 array over member files.
 func openArray(paths []string, create bool) (*raid10.Array, error) {
-	var ms []raid10.Member
-	for _, p := range paths {
-		m, err := raid10.OpenFileMember(p)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, m)
+	ms, err := vm.OpenFileMembers(paths)
+	if err != nil {
+		return nil, err
 	}
 	if create {
 		return raid10.Create(ms, raid10.CreateOptions{AssumeClean: true})
@@ -119,7 +74,7 @@ func TestInGuestAttach(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	arr, err := openArray(memberFiles(t, dir, 4, 160<<20), true)
+	arr, err := openArray(vm.SparseFiles(t, dir, "m", 4, 160<<20), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,35 +100,24 @@ func TestInGuestAttach(t *testing.T) {
 		"write_cache":         "write back",
 		"fua":                 "1",
 	} {
-		if got := sysfs(t, dev, attr); got != want {
+		if got := vm.QueueAttr(t, dev, attr); got != want {
 			t.Errorf("%s: %s = %q, want %q", dev, attr, got, want)
 		}
 	}
-	if got := sysfs(t, dev, "discard_max_bytes"); got == "0" {
+	if got := vm.QueueAttr(t, dev, "discard_max_bytes"); got == "0" {
 		t.Errorf("%s: discard_max_bytes 0, want discard advertised", dev)
 	}
 	t.Logf("%s: size %s sectors, scheduler %s, nr_requests %s", dev,
-		strings.TrimSpace(sh(t, "blockdev", "--getsz", dev)), sysfs(t, dev, "scheduler"), sysfs(t, dev, "nr_requests"))
+		strings.TrimSpace(vm.Sh(t, "blockdev", "--getsz", dev)), vm.QueueAttr(t, dev, "scheduler"), vm.QueueAttr(t, dev, "nr_requests"))
 
 	mnt := filepath.Join(dir, "mnt")
-	_ = os.Mkdir(mnt, 0o755)
-	sh(t, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev)
-	sh(t, "mount", dev, mnt)
-	out := sh(t, "fio", "--name=verify", "--filename="+filepath.Join(mnt, "fio.dat"), "--size=8M",
-		"--bs=4k", "--rw=randwrite", "--ioengine=libaio", "--iodepth=32", "--direct=1",
-		"--verify=crc32c", "--verify_state_save=0", "--do_verify=1", "--verify_fatal=1")
-	if !strings.Contains(out, "err= 0") {
-		t.Fatalf("fio:\n%s", out)
-	}
+	vm.MkfsExt4(t, dev)
+	umount := vm.Mount(t, dev, mnt)
+	vm.FioVerify(t, vm.FioJob{Name: "verify", File: filepath.Join(mnt, "fio.dat"), Size: "8M", IODepth: 32})
 	// 1 MiB requests arrive whole.
-	out = sh(t, "fio", "--name=big", "--filename="+filepath.Join(mnt, "big.dat"), "--size=16M",
-		"--bs=1M", "--rw=write", "--ioengine=libaio", "--iodepth=4", "--direct=1",
-		"--verify=crc32c", "--verify_state_save=0", "--do_verify=1", "--verify_fatal=1")
-	if !strings.Contains(out, "err= 0") {
-		t.Fatalf("fio 1M:\n%s", out)
-	}
-	sh(t, "sync")
-	sh(t, "fstrim", "-v", mnt)
+	vm.FioVerify(t, vm.FioJob{Name: "big", File: filepath.Join(mnt, "big.dat"), Size: "16M", BS: "1M", RW: "write", IODepth: 4})
+	vm.Sh(t, "sync")
+	vm.Sh(t, "fstrim", "-v", mnt)
 	st := d.Stats()
 	t.Logf("stats %+v", st)
 	if st.Flushes == 0 || st.Discards == 0 || st.Errors != 0 || st.Writes == 0 || st.Reads == 0 {
@@ -182,7 +126,7 @@ func TestInGuestAttach(t *testing.T) {
 	if avg := st.BytesWritten / st.Writes; avg < 64<<10 {
 		t.Logf("average write %d bytes", avg) // logged: ext4's own writes are small
 	}
-	sh(t, "umount", mnt)
+	umount()
 
 	// A detach leaves the device waiting; Recover in the same process takes it over.
 	want := make([]byte, 1<<20)
@@ -192,7 +136,7 @@ func TestInGuestAttach(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pattern"), want, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sh(t, "dd", "if="+filepath.Join(dir, "pattern"), "of="+dev, "bs=1M", "seek=100", "oflag=direct", "conv=fsync")
+	vm.Sh(t, "dd", "if="+filepath.Join(dir, "pattern"), "of="+dev, "bs=1M", "seek=100", "oflag=direct", "conv=fsync")
 	d.Detach()
 	if info, err := GetInfo(ctx, d.ID()); err != nil {
 		t.Fatalf("after detach: %v", err)
@@ -205,13 +149,13 @@ func TestInGuestAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("recovered %s in %s", d.Path(), time.Since(start).Round(time.Millisecond))
-	noKernelWarning(t)
+	vm.NoKernelWarning(t)
 	got := filepath.Join(dir, "got")
-	sh(t, "dd", "if="+dev, "of="+got, "bs=1M", "skip=100", "count=1", "iflag=direct")
+	vm.Sh(t, "dd", "if="+dev, "of="+got, "bs=1M", "skip=100", "count=1", "iflag=direct")
 	if b, err := os.ReadFile(got); err != nil || string(b) != string(want) {
 		t.Fatalf("data read back after recovery differs (%v)", err)
 	}
-	sh(t, "e2fsck", "-fn", dev)
+	vm.Sh(t, "e2fsck", "-fn", dev)
 
 	if err := d.Delete(ctx); err != nil {
 		t.Fatal(err)
@@ -228,61 +172,14 @@ func TestInGuestAttach(t *testing.T) {
 	}
 }
 
-// noKernelWarning fails t when the kernel log has a WARNING (a recovery started while the
-// old queue threads were not exiting warns in ublk_drv).
-func noKernelWarning(t *testing.T) {
+// startHelper starts the serving process of TestInGuestKill9 (the test binary run again)
+// for device id (-1: create one) and returns it with the device's id and how it got it
+// (created or recovered).
+func startHelper(t *testing.T, dir string, id int) (p *vm.Proc, dev int, how string) {
 	t.Helper()
-	out, _ := exec.Command("dmesg").Output()
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, "WARNING:") {
-			t.Errorf("kernel: %s", l)
-		}
-	}
-}
-
-// helper is the serving process of TestInGuestKill9: the test binary run again.
-type helper struct {
-	cmd   *exec.Cmd
-	id    int
-	how   string
-	lines chan string
-}
-
-func startHelper(t *testing.T, dir string, id int) *helper {
-	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), helperEnv+"=serve", "UBLK_HELPER_DIR="+dir, fmt.Sprintf("UBLK_HELPER_ID=%d", id))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := &helper{cmd: cmd, lines: make(chan string, 16)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			h.lines <- sc.Text()
-		}
-		close(h.lines)
-	}()
-	select {
-	case l, ok := <-h.lines:
-		if !ok || !strings.HasPrefix(l, "READY ") {
-			t.Fatalf("helper said %q", l)
-		}
-		_, _ = fmt.Sscanf(l, "READY %d %s", &h.id, &h.how)
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("helper not ready after 90s")
-	}
-	return h
+	p = vm.StartSelf(t, 90*time.Second, helperEnv+"=serve", "UBLK_HELPER_DIR="+dir, fmt.Sprintf("UBLK_HELPER_ID=%d", id))
+	_, _ = fmt.Sscanf(p.Ready, "READY %d %s", &dev, &how)
+	return p, dev, how
 }
 
 // serveHelper serves the raid10 array of UBLK_HELPER_DIR: it creates it and its device
@@ -336,102 +233,45 @@ func TestInGuestKill9(t *testing.T) {
 	inGuest(t)
 	const kills = 3
 	dir := t.TempDir()
-	memberFiles(t, dir, 4, 96<<20)
-	h := startHelper(t, dir, -1)
-	defer func() {
-		if h.cmd.ProcessState == nil {
-			_ = h.cmd.Process.Kill()
-			_ = h.cmd.Wait()
+	vm.SparseFiles(t, dir, "m", 4, 96<<20)
+	h, id, how := startHelper(t, dir, -1)
+	t.Cleanup(func() {
+		if h.Cmd.ProcessState == nil {
+			h.Kill()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_ = Delete(ctx, h.id)
+			_ = Delete(ctx, id)
 		}
-	}()
-	if h.how != "created" {
-		t.Fatalf("first start: %s", h.how)
+	})
+	if how != "created" {
+		t.Fatalf("first start: %s", how)
 	}
-	id := h.id
 	dev := BlockPath(id)
 	mnt := filepath.Join(dir, "mnt")
-	_ = os.Mkdir(mnt, 0o755)
-	sh(t, "mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev)
-	sh(t, "mount", dev, mnt)
-	mounted := true
-	defer func() {
-		if mounted {
-			_ = exec.Command("umount", "-l", mnt).Run()
-		}
-	}()
+	vm.MkfsExt4(t, dev)
+	umount := vm.Mount(t, dev, mnt)
 
-	fio := exec.Command("fio", "--name=kill9", "--filename="+filepath.Join(mnt, "fio.dat"),
-		"--size=16M", "--bs=4k", "--rw=randwrite", "--ioengine=libaio", "--iodepth=8",
-		"--direct=1", "--rate_iops=500", "--verify=crc32c", "--verify_state_save=0", "--do_verify=1", "--verify_fatal=1")
-	var fioOut strings.Builder
-	fio.Stdout, fio.Stderr = &fioOut, &fioOut
-	start := time.Now()
-	if err := fio.Start(); err != nil {
-		t.Fatal(err)
-	}
-	fioDone := make(chan error, 1)
-	go func() { fioDone <- fio.Wait() }()
-
-	during := 0
-	for i := 0; i < kills; i++ {
-		time.Sleep(1500 * time.Millisecond)
-		select {
-		case err := <-fioDone:
-			fioDone <- err
-			t.Logf("fio ended before kill %d", i+1)
-		default:
-			during++
-		}
+	job := vm.FioJob{Name: "kill9", File: filepath.Join(mnt, "fio.dat"), Size: "16M", IODepth: 8, RateIOPS: 500}
+	out := vm.FioUnderKills(t, job, kills, 1500*time.Millisecond, func(i int, into time.Duration) {
 		killAt := time.Now()
-		_ = h.cmd.Process.Signal(syscall.SIGKILL)
-		_ = h.cmd.Wait()
-		h = startHelper(t, dir, id)
+		h.Kill()
+		var got int
+		h, got, how = startHelper(t, dir, id)
 		t.Logf("kill %d at %s into fio: device %d %s, %s after the kill", i+1,
-			killAt.Sub(start).Round(time.Millisecond), h.id, h.how, time.Since(killAt).Round(time.Millisecond))
-		if h.how != "recovered" || h.id != id {
-			t.Fatalf("restart %d: device %d %s, want %d recovered", i+1, h.id, h.how, id)
+			into, got, how, time.Since(killAt).Round(time.Millisecond))
+		if how != "recovered" || got != id {
+			t.Fatalf("restart %d: device %d %s, want %d recovered", i+1, got, how, id)
 		}
+	})
+	for _, x := range clatMax.FindAllStringSubmatch(out, -1) {
+		t.Logf("fio completion latency max: %s %s%s", x[2], x[3], x[1])
 	}
-	var ferr error
-	select {
-	case ferr = <-fioDone:
-	case <-time.After(4 * time.Minute):
-		_ = fio.Process.Kill()
-		t.Fatalf("fio hangs:\n%s", fioOut.String())
-	}
-	out := fioOut.String()
-	t.Logf("fio took %s, %d of %d kills while it wrote", time.Since(start).Round(time.Millisecond), during, kills)
-	if m := clatMax.FindAllStringSubmatch(out, -1); m != nil {
-		for _, x := range m {
-			t.Logf("fio completion latency max: %s %s%s", x[2], x[3], x[1])
-		}
-	}
-	if ferr != nil || !strings.Contains(out, "err= 0") || strings.Contains(out, "verify:") {
-		t.Fatalf("fio failed across restarts: %v\n%s", ferr, out)
-	}
-	if during < kills-1 {
-		t.Fatalf("only %d kills happened while fio wrote", during)
-	}
-	sh(t, "umount", mnt)
-	mounted = false
-	sh(t, "e2fsck", "-fn", dev)
-	noKernelWarning(t)
-	if out, _ := exec.Command("dmesg").Output(); len(out) > 0 {
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, "ublk") || strings.Contains(l, "I/O error") || strings.Contains(l, "EXT4-fs error") {
-				t.Log("dmesg: " + l)
-			}
-		}
-	}
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	var rest []string
-	for l := range h.lines {
-		rest = append(rest, l)
-	}
-	if err := h.cmd.Wait(); err != nil || !slices.Contains(rest, "DELETED") {
+	umount()
+	vm.Sh(t, "e2fsck", "-fn", dev)
+	vm.NoKernelWarning(t)
+	vm.LogDmesg(t, "ublk", "I/O error", "EXT4-fs error")
+	rest, err := h.Stop()
+	if err != nil || !slices.Contains(rest, "DELETED") {
 		t.Fatalf("helper delete: %v %q", err, rest)
 	}
 	if _, err := os.Stat(dev); !os.IsNotExist(err) {

@@ -2,13 +2,10 @@ package ublk
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -43,9 +40,8 @@ func BenchmarkUblkVM(b *testing.B) {
 	if res, err := os.ReadFile(filepath.Join(out, "result.txt")); err == nil {
 		b.Log("\n" + string(res))
 	}
-	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", filepath.Join(out, "ublk.cpu")).CombinedOutput()
-	if err == nil {
-		b.Log("CPU profile of the ublk server in the guest, 4k randread QD32:\n" + string(top))
+	if top, err := vm.PprofTop(filepath.Join(out, "ublk.cpu")); err == nil {
+		b.Log("CPU profile of the ublk server in the guest, 4k randread QD32:\n" + top)
 	}
 }
 
@@ -81,33 +77,12 @@ func cpuTime() time.Duration {
 func benchFio(t *testing.T, dev string, c benchCase, server bool) benchResult {
 	t.Helper()
 	c0 := cpuTime()
-	out, err := exec.Command("fio", "--name=b", "--filename="+dev, "--ioengine=libaio", "--direct=1",
-		"--rw="+c.rw, "--bs="+c.bs, fmt.Sprintf("--iodepth=%d", c.qd), "--time_based", "--runtime=5",
-		"--ramp_time=1", "--size=160M", "--output-format=json").Output()
+	r := vm.RunFio(t, vm.FioJob{Name: "b", File: dev, RW: c.rw, BS: c.bs, IODepth: c.qd, Size: "160M",
+		Extra: []string{"--time_based", "--runtime=5", "--ramp_time=1"}})
 	cpu := cpuTime() - c0
-	if err != nil {
-		t.Fatalf("fio %s %s: %v\n%s", c.name, dev, err, out)
-	}
-	js := string(out)
-	if i := strings.Index(js, "{"); i > 0 {
-		js = js[i:]
-	}
-	var r struct {
-		Jobs []struct {
-			Read, Write struct {
-				IOPS     float64 `json:"iops"`
-				BW       float64 `json:"bw_bytes"`
-				TotalIOs float64 `json:"total_ios"`
-			}
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal([]byte(js), &r); err != nil || len(r.Jobs) == 0 {
-		t.Fatalf("fio output: %v\n%s", err, out)
-	}
-	j := r.Jobs[0]
-	res := benchResult{value: j.Read.IOPS + j.Write.IOPS, ios: j.Read.TotalIOs + j.Write.TotalIOs}
+	res := benchResult{value: r.IOPS(), ios: r.IOs()}
 	if c.big {
-		res.value = (j.Read.BW + j.Write.BW) / 1e6
+		res.value = r.BW() / 1e6
 	}
 	if server && res.ios > 0 {
 		// CPU over the whole fio run (with its ramp) per I/O counted after the ramp: an
@@ -116,23 +91,6 @@ func benchFio(t *testing.T, dev string, c benchCase, server bool) benchResult {
 	}
 	t.Logf("%s %s: %.0f %s", dev, c.name, res.value, map[bool]string{true: "MB/s", false: "IOPS"}[c.big])
 	return res
-}
-
-func benchArray(t *testing.T, rams []string) *raid10.Array {
-	t.Helper()
-	var members []raid10.Member
-	for _, r := range rams {
-		m, err := raid10.OpenFileMember(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		members = append(members, m)
-	}
-	arr, err := raid10.Create(members, raid10.CreateOptions{AssumeClean: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return arr
 }
 
 // TestUblkBenchInGuest is the guest half of BenchmarkUblkVM.
@@ -148,11 +106,9 @@ func TestUblkBenchInGuest(t *testing.T) {
 	rams := []string{"/dev/ram0", "/dev/ram1", "/dev/ram2", "/dev/ram3"}
 	mdRams := []string{"/dev/ram4", "/dev/ram5", "/dev/ram6", "/dev/ram7"}
 	res := map[string]benchResult{}
-	sh(t, "mdadm", append([]string{"--create", "/dev/md0", "--level=10", "--raid-devices=4",
-		"--run", "--assume-clean", "--quiet", "--bitmap=none"}, mdRams...)...)
-	defer func() { _ = exec.Command("mdadm", "--stop", "/dev/md0").Run() }()
+	vm.CreateMD(t, "/dev/md0", mdRams, "--bitmap=none")
 
-	arr := benchArray(t, rams)
+	arr := vm.CreateArray(t, rams, raid10.CreateOptions{AssumeClean: true})
 	defer func() { _ = arr.Close() }()
 	srv, err := nbd.NewVolumeServer("bench", arr)
 	if err != nil {
@@ -182,13 +138,9 @@ func TestUblkBenchInGuest(t *testing.T) {
 	}
 	defer func() { _ = u.Delete(context.Background()) }()
 	t.Logf("ublk %s: scheduler %s, max_sectors_kb %s; nbd %s: scheduler %s, max_sectors_kb %s",
-		u.Path(), sysfs(t, u.Path(), "scheduler"), sysfs(t, u.Path(), "max_sectors_kb"),
-		d.Path(), sysfs(t, d.Path(), "scheduler"), sysfs(t, d.Path(), "max_sectors_kb"))
+		u.Path(), vm.QueueAttr(t, u.Path(), "scheduler"), vm.QueueAttr(t, u.Path(), "max_sectors_kb"),
+		d.Path(), vm.QueueAttr(t, d.Path(), "scheduler"), vm.QueueAttr(t, d.Path(), "max_sectors_kb"))
 
-	prof, err := os.Create(filepath.Join(outDir, "ublk.cpu"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range benchCases {
 		res["md/"+c.name] = benchFio(t, "/dev/md0", c, false)
 		res["nbd/"+c.name] = benchFio(t, d.Path(), c, true)
@@ -196,12 +148,9 @@ func TestUblkBenchInGuest(t *testing.T) {
 	}
 	// The profile is taken in a run of its own: its signals (SIGPROF on every thread, which
 	// also interrupts io_uring_enter) slow the measured server under TCG.
-	if err := pprof.StartCPUProfile(prof); err != nil {
-		t.Fatal(err)
-	}
+	stopProfile := vm.CPUProfile(t, filepath.Join(outDir, "ublk.cpu"))
 	benchFio(t, u.Path(), benchCases[1], true)
-	pprof.StopCPUProfile()
-	_ = prof.Close()
+	stopProfile()
 	s := u.Stats()
 	t.Logf("ublk served %d reads (%d bytes, %d per read), %d writes (%d bytes, %d per write)",
 		s.Reads, s.BytesRead, s.BytesRead/max(1, s.Reads), s.Writes, s.BytesWritten, s.BytesWritten/max(1, s.Writes))

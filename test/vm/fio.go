@@ -67,7 +67,8 @@ type FioDir struct {
 	TotalIOs float64 `json:"total_ios"`
 	IOBytes  int64   `json:"io_bytes"`
 	Clat     struct {
-		Max int64 `json:"max"` // nanoseconds
+		Max  int64   `json:"max"`  // nanoseconds
+		Mean float64 `json:"mean"` // nanoseconds
 	} `json:"clat_ns"`
 }
 
