@@ -260,7 +260,7 @@ func (rs *rangeSync) settleUnreadable() {
 			}
 		}
 	}
-	if !(rs.unavailable || failing) || rs.lost == 0 {
+	if (!rs.unavailable && !failing) || rs.lost == 0 {
 		return
 	}
 	rs.complete = false
