@@ -63,7 +63,7 @@ func (a *Agent) reconcileSnapshot(ctx context.Context, req reconcile.Request) (r
 	case errors.Is(err, pool.ErrNotFound):
 		info, err = a.pool.CreateSnapshot(snap.Name, snap.Spec.Source)
 		if err != nil {
-			reason, final := crstatus.SnapshotCreateFailedReason(err)
+			reason, final := crstatus.CreateFailedReason(err)
 			if !final {
 				logger.Error(err, "Cutting the snapshot")
 				return reconcile.Result{}, err

@@ -10,7 +10,7 @@
 // and a rebuild's start time, and the time now; none reads a clock or the pool itself.
 //
 //   - VolumeStatus, FailedStatus, ExpandPending, CreateFailedReason: a Raid10Volume.
-//   - SnapshotStatus, SnapshotFailedStatus, SnapshotDeleteWaiting, SnapshotCreateFailedReason:
+//   - SnapshotStatus, SnapshotFailedStatus, SnapshotDeleteWaiting:
 //     a Raid10Snapshot.
 //   - NodeStatus and DiskIDs: a Raid10Node and the IDs its disks are listed by.
 //   - ScrubStatus: a volume's status.scrub.

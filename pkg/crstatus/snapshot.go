@@ -1,7 +1,6 @@
 package crstatus
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -107,19 +106,4 @@ func SnapshotDeleteWaiting(prev v1alpha1.Raid10SnapshotStatus, msg string) v1alp
 	st.Phase = v1alpha1.SnapshotPhaseDeleting
 	st.Message = msg
 	return st
-}
-
-// SnapshotCreateFailedReason is the Ready condition reason for an error of
-// pool.CreateSnapshot, and whether it is final for this object (no room, no such source, a
-// snapshot of that name from another source) rather than for now (I/O, a closed pool: retry).
-func SnapshotCreateFailedReason(err error) (reason string, final bool) {
-	switch {
-	case errors.Is(err, pool.ErrNoSpace):
-		return v1alpha1.ReasonInsufficientCapacity, true
-	case errors.Is(err, pool.ErrNotFound):
-		return v1alpha1.ReasonSourceNotFound, true
-	case errors.Is(err, pool.ErrInvalidArgument), errors.Is(err, pool.ErrAlreadyExists), errors.Is(err, pool.ErrFailedPrecondition):
-		return ReasonCreateFailed, true
-	}
-	return ReasonCreateFailed, false
 }

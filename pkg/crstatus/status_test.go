@@ -277,8 +277,8 @@ func TestSnapshotStatus(t *testing.T) {
 		{fmt.Errorf("x: %w", pool.ErrAlreadyExists), ReasonCreateFailed, true},
 		{pool.ErrClosed, ReasonCreateFailed, false},
 	} {
-		if r, f := SnapshotCreateFailedReason(tc.err); r != tc.reason || f != tc.final {
-			t.Errorf("SnapshotCreateFailedReason(%v) = %s, %v; want %s, %v", tc.err, r, f, tc.reason, tc.final)
+		if r, f := CreateFailedReason(tc.err); r != tc.reason || f != tc.final {
+			t.Errorf("CreateFailedReason(%v) = %s, %v; want %s, %v", tc.err, r, f, tc.reason, tc.final)
 		}
 	}
 }

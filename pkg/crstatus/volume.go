@@ -237,15 +237,16 @@ func FailedStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 	return st
 }
 
-// CreateFailedReason is the Ready condition reason for an error of pool.CreateVolume, and
-// whether the pool refused the volume for this spec (final: no space, invalid, a volume of
-// that name with other parameters) rather than failed for now (I/O, a closed pool: retry).
+// CreateFailedReason is the Ready condition reason for an error of pool.CreateVolume or
+// pool.CreateSnapshot, and whether the pool refused the object for this spec (final: no
+// space, invalid, no such source, a volume or snapshot of that name with other parameters)
+// rather than failed for now (I/O, a closed pool: retry).
 func CreateFailedReason(err error) (reason string, final bool) {
 	switch {
 	case errors.Is(err, pool.ErrNoSpace):
 		return v1alpha1.ReasonInsufficientCapacity, true
 	case errors.Is(err, pool.ErrNotFound):
-		return v1alpha1.ReasonSourceNotFound, true // a restore's or clone's source
+		return v1alpha1.ReasonSourceNotFound, true // a snapshot's, restore's or clone's source
 	case errors.Is(err, pool.ErrInvalidArgument), errors.Is(err, pool.ErrAlreadyExists), errors.Is(err, pool.ErrFailedPrecondition):
 		return ReasonCreateFailed, true
 	}

@@ -184,7 +184,7 @@ func (s *LocalStore) CreateSnapshot(_ context.Context, snap *v1alpha1.Raid10Snap
 	}
 	info, err := s.pool.CreateSnapshot(snap.Name, snap.Spec.Source)
 	if err != nil {
-		reason, final := crstatus.SnapshotCreateFailedReason(err)
+		reason, final := crstatus.CreateFailedReason(err)
 		if !final {
 			delete(s.snaps, snap.Name)
 			if serr := s.saveLocked(); serr != nil {
