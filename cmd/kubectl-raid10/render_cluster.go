@@ -152,10 +152,7 @@ func (r renderer) clusterVolumes(vols []v1alpha1.Raid10Volume, now time.Time) er
 	ew.printf("NAME\tNODE\tSIZE\tSTATE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tCLAIM\tAGE\n")
 	for i := range vols {
 		v := &vols[i]
-		claim := "-"
-		if ns, name := v.Annotations[v1alpha1.PVCNamespaceAnnotation], v.Annotations[v1alpha1.PVCNameAnnotation]; name != "" {
-			claim = ns + "/" + name
-		}
+		claim := annotatedRef(v.Annotations, v1alpha1.PVCNamespaceAnnotation, v1alpha1.PVCNameAnnotation)
 		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Spec.Node, volumeSize(v), dash(string(v.Status.Phase)),
 			dash(string(v.Status.Health)), dash(v.Status.InSync), blocks(v.Status.BadBlocks, v.Status.LostBlocks),
 			progressBar(v.Status.Rebuild), claim, age(v.CreationTimestamp, now))
@@ -191,10 +188,7 @@ func (r renderer) clusterSnapshots(snaps []v1alpha1.Raid10Snapshot, now time.Tim
 	ew.printf("NAME\tSOURCE\tNODE\tSTATE\tCOPY\tSIZE\tCUT\tVOLUMESNAPSHOT\tAGE\n")
 	for i := range snaps {
 		s := &snaps[i]
-		vs := "-"
-		if ns, name := s.Annotations[v1alpha1.VolumeSnapshotNamespaceAnnotation], s.Annotations[v1alpha1.VolumeSnapshotNameAnnotation]; name != "" {
-			vs = ns + "/" + name
-		}
+		vs := annotatedRef(s.Annotations, v1alpha1.VolumeSnapshotNamespaceAnnotation, v1alpha1.VolumeSnapshotNameAnnotation)
 		cut := "-"
 		if s.Status.CutAt != nil {
 			cut = age(*s.Status.CutAt, now) + " ago"
@@ -206,4 +200,13 @@ func (r renderer) clusterSnapshots(snaps []v1alpha1.Raid10Snapshot, now time.Tim
 		ew.printf("(no Raid10Snapshot)\n")
 	}
 	return flush(tw, ew)
+}
+
+// annotatedRef is the namespace/name of the Kubernetes object that annotations nsKey and
+// nameKey lead back to (a volume's claim, a snapshot's VolumeSnapshot), "-" without a name.
+func annotatedRef(annotations map[string]string, nsKey, nameKey string) string {
+	if name := annotations[nameKey]; name != "" {
+		return annotations[nsKey] + "/" + name
+	}
+	return "-"
 }
