@@ -129,6 +129,11 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 		st = crstatus.ExpandPending(st, expandMsg)
 	}
 	st = a.requestedScrub(ctx, &vol, st)
+	if capacityOf(st) > capacityOf(prev) {
+		if r, err := a.reportAllocation(ctx); err != nil || r.RequeueAfter > 0 {
+			return r, err
+		}
+	}
 	a.volumeEvents(&vol, prev, st, expandMsg)
 	r, err := a.writeVolumeStatus(ctx, &vol, st)
 	if err != nil || r.RequeueAfter > 0 {
@@ -302,6 +307,41 @@ func (a *Agent) reconcileNode(ctx context.Context, req reconcile.Request) (recon
 		return requeueOnConflict(err)
 	}
 	return reconcile.Result{}, nil
+}
+
+// reportAllocation writes the pool's free space into the Raid10Node now, before the caller
+// reports an allocation (a volume's first or larger capacity, a snapshot's cut). The
+// controller reads both objects straight from the API server and admits a request on the
+// node's free bytes less what is not allocated yet: were the allocation visible before the
+// bytes it took, a second request would be admitted on bytes already gone (the pool would
+// still refuse it, but late, as a failed object). A conflict requeues the caller, whose
+// status is then still unwritten.
+func (a *Agent) reportAllocation(ctx context.Context) (reconcile.Result, error) {
+	var n v1alpha1.Raid10Node
+	if err := a.c.Get(ctx, client.ObjectKey{Name: a.node}, &n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil // the node reconcile creates it with the free space
+		}
+		return reconcile.Result{}, err
+	}
+	st := crstatus.NodeStatus(n.Status, a.pool.Status(), a.pool.MemberFree(), time.Now())
+	st.LastDiskReplacement = n.Status.LastDiskReplacement
+	if equality.Semantic.DeepEqual(n.Status, st) {
+		return reconcile.Result{}, nil
+	}
+	n.Status = st
+	if err := a.c.Status().Update(ctx, &n); err != nil {
+		return requeueOnConflict(err)
+	}
+	return reconcile.Result{}, nil
+}
+
+// capacityOf is the capacity a volume status reports, 0 before it has one.
+func capacityOf(st v1alpha1.Raid10VolumeStatus) int64 {
+	if st.Capacity == nil {
+		return 0
+	}
+	return st.Capacity.Value()
 }
 
 // nodeEvents records DiskFailed (and DiskHealthy when a disk returns) on the Raid10Node.

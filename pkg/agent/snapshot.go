@@ -81,6 +81,11 @@ func (a *Agent) reconcileSnapshot(ctx context.Context, req reconcile.Request) (r
 	}
 
 	st := crstatus.SnapshotStatus(prev, &snap, info, now)
+	if prev.CutAt == nil && st.CutAt != nil {
+		if r, err := a.reportAllocation(ctx); err != nil || r.RequeueAfter > 0 {
+			return r, err
+		}
+	}
 	a.snapshotEvents(&snap, prev, st)
 	r, err := a.writeSnapshotStatus(ctx, &snap, st)
 	if err != nil || r.RequeueAfter > 0 {

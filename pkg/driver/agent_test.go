@@ -82,13 +82,20 @@ func (a *testAgent) reconcileSnapshots(ctx context.Context) {
 				st.Phase, st.ReadyToUse, st.Percent, st.CopiedBytes = v1alpha1.SnapshotPhaseReady, true, 100, st.SizeBytes
 			}
 		}
+		// The node's free bytes drop before the cut shows (see provision).
+		cut := st.CutAt != nil && !a.snapSeen[s.Name]
+		if cut {
+			a.take(ctx, s.Spec.Node, 4, st.SizeBytes)
+		}
 		if err := a.c.Status().Update(ctx, s); err != nil {
 			a.t.Logf("test agent: %v", err)
+			if cut {
+				a.take(ctx, s.Spec.Node, 4, -st.SizeBytes)
+			}
 			continue
 		}
-		if st.CutAt != nil && !a.snapSeen[s.Name] {
+		if cut {
 			a.snapSeen[s.Name] = true
-			a.take(ctx, s.Spec.Node, 4, st.SizeBytes)
 		}
 	}
 }
@@ -227,13 +234,16 @@ func (a *testAgent) provision(ctx context.Context, v *v1alpha1.Raid10Volume) {
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Provisioned", ObservedGeneration: v.Generation})
-	// The capacity moves only once the status is written: a provision from a stale list (the
-	// test wrote the status meanwhile, as PrinterColumns does) conflicts and takes nothing.
+	// Like the real agent, the node's free bytes drop before the volume shows its capacity:
+	// the controller must never see the allocation without the bytes it took. A provision
+	// from a stale list (the test wrote the status meanwhile, as PrinterColumns does)
+	// conflicts and gives the bytes back.
+	a.take(ctx, v.Spec.Node, v.Spec.Layout.Members, v.Spec.SizeBytes-have)
 	if err := a.c.Status().Update(ctx, v); err != nil {
 		a.t.Logf("test agent: %v", err)
+		a.take(ctx, v.Spec.Node, v.Spec.Layout.Members, have-v.Spec.SizeBytes)
 		return
 	}
-	a.take(ctx, v.Spec.Node, v.Spec.Layout.Members, v.Spec.SizeBytes-have)
 	a.seen[v.Name] = true
 }
 
