@@ -37,8 +37,7 @@ func (p *Pool) deleteNamed(names map[string]*volume, kind, name string) error {
 		return nil
 	}
 	if t := p.copyFromLocked(v); t != nil {
-		return fmt.Errorf("%w: %s %q is the source of %s, whose copy is running (%d of %d bytes); delete it once that copy is done, or delete that first",
-			ErrFailedPrecondition, kind, name, t.kindName(), t.copy.Copied(), t.size)
+		return sourceInUse(kind, name, t)
 	}
 	if err := p.deleteLocked(v); err != nil {
 		return fmt.Errorf("pool: delete %s %q: %w", kind, name, err)
@@ -46,6 +45,19 @@ func (p *Pool) deleteNamed(names map[string]*volume, kind, name string) error {
 	delete(names, name)
 	klog.InfoS("Deleted", "kind", kind, "name", name, "uuid", v.uuid)
 	return nil
+}
+
+// sourceInUse is the refusal to delete the source (kind, name) of t's unfinished copy: the
+// regions not copied yet exist only on the source. A copy that could not resume at Open
+// (its source was not assembled) has no copier, and the refusal says so rather than
+// reporting progress that is not being made.
+func sourceInUse(kind, name string, t *volume) error {
+	if t.copy == nil {
+		return fmt.Errorf("%w: %s %q is the source of %s, whose copy is unfinished and stopped (it could not resume because %q was not assembled); the part not copied yet exists only on %q: delete %s first, or bring back the disks of %q so that the copy resumes when the pool next opens",
+			ErrFailedPrecondition, kind, name, t.kindName(), name, name, t.kindName(), name)
+	}
+	return fmt.Errorf("%w: %s %q is the source of %s, whose copy is running (%d of %d bytes); delete it once that copy is done, or delete that first",
+		ErrFailedPrecondition, kind, name, t.kindName(), t.copy.Copied(), t.size)
 }
 
 // deleteLocked deletes a volume or snapshot: its extents are marked deleting first (a

@@ -320,10 +320,10 @@ func (p *Pool) resumeCopies() {
 		}
 		src := p.volumes[rec.Source]
 		if src == nil || src.arr == nil {
-			klog.ErrorS(nil, "Copy cannot resume: its source is not assembled", "name", v.name, "source", rec.Source)
+			klog.ErrorS(nil, "Copy cannot resume: its source is not assembled", "name", v.name, "source", rec.SourceName, "sourceUUID", UUID(rec.Source))
 			if !v.snap {
 				_ = v.arr.Close()
-				v.arr, v.err = nil, fmt.Errorf("%w: its copy from %s cannot resume: the source is not assembled", ErrFailedPrecondition, rec.Source)
+				v.arr, v.err = nil, fmt.Errorf("%w: its copy from %q (%s) cannot resume: the source is not assembled", ErrFailedPrecondition, rec.SourceName, UUID(rec.Source))
 			}
 			continue
 		}
