@@ -122,7 +122,9 @@ type Array struct {
 	// metaMu serialises superblock writes and member state changes.
 	metaMu        sync.Mutex
 	zombieMu      sync.Mutex
-	zombies       map[any]int // abandoned member calls still running, by storage (zombieMu)
+	queuesMu      sync.Mutex
+	queues        map[*Queue]struct{} // open Queues, for abandonRing (queuesMu)
+	zombies       map[any]int         // abandoned member calls still running, by storage (zombieMu)
 	events        uint64
 	eventsCleared uint64
 	// Live copies from this array (copy.go, under metaMu): how many are
@@ -176,6 +178,7 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		zombies:  make(map[any]int),
+		queues:   make(map[*Queue]struct{}),
 	}
 	a.barrierCond = sync.NewCond(&a.barrierMu)
 	a.size.Store(geo.size)
@@ -228,7 +231,7 @@ func (a *Array) abandonStart() {
 	for _, s := range a.slots {
 		if r := s.ref.Load(); r != nil {
 			r.timedOut.Store(true)
-			r.kill()
+			a.kill(r)
 		}
 	}
 	if a.monitorOn {

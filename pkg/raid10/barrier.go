@@ -54,6 +54,18 @@ func (a *Array) enter(c int64) (*bucket, error) {
 	}
 }
 
+// tryEnter is enter when no barrier is raised on chunk c's bucket; with one
+// raised (or the array closed) it admits nothing and reports false.
+func (a *Array) tryEnter(c int64) (*bucket, bool) {
+	bk := &a.buckets[c&bucketMask]
+	bk.pending.Add(1)
+	if bk.barrier.Load() == 0 && !a.closed.Load() {
+		return bk, true
+	}
+	a.exit(bk)
+	return nil, false
+}
+
 // exit leaves the bucket; it wakes a raiser only if one waits for it.
 func (a *Array) exit(bk *bucket) {
 	if bk.pending.Add(-1) == 0 && bk.barrier.Load() != 0 {

@@ -64,6 +64,22 @@ func (b *bitmap) startWrite(r int64) error {
 	return nil
 }
 
+// tryStartWrite is startWrite when region r's bit is already durable, and
+// false (nothing taken) when the first write into a clean region would have
+// to persist it first.
+func (b *bitmap) tryStartWrite(r int64) bool {
+	st := &b.states()[r]
+	v := st.Add(1)
+	if v&bmOnDisk == 0 {
+		st.Add(^uint32(0))
+		return false
+	}
+	if v&bmCand != 0 {
+		st.And(^bmCand)
+	}
+	return true
+}
+
 func (b *bitmap) states() []atomic.Uint32 { return *b.stp.Load() }
 
 func (b *bitmap) endWrite(r int64) { b.states()[r].Add(^uint32(0)) }

@@ -59,6 +59,13 @@ func (r *memberRef) kill() {
 	r.deadOnce.Do(func() { close(r.dead) })
 }
 
+// kill marks r dead (see memberRef.kill) and abandons its copies in
+// flight on the Queues' rings.
+func (a *Array) kill(r *memberRef) {
+	r.kill()
+	a.abandonRing(r)
+}
+
 // refused is the error of a member call that must not reach the member:
 // it passed the deadline, or it was failed. Only the calls already inside
 // a failed member may still reach its storage, and each of those is
@@ -110,7 +117,7 @@ func (a *Array) deadlineMonitor() {
 				r.timedOut.Store(true)
 				s.timeouts.Add(1)
 				klog.ErrorS(errTimedOut, "raid10: member request passed the deadline, failing the member", "member", s.idx, "deadline", a.timeout(), "requests", stuck)
-				r.kill()
+				a.kill(r)
 				// Not on this goroutine: the superblock writes may take a
 				// while, and other members are watched meanwhile.
 				a.fails.Add(1)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"k8s.io/klog/v2"
@@ -102,11 +103,18 @@ func putBounce(b *[]byte) {
 // member then falls back to buffered I/O, logs it, and Direct reports false.
 // Flush makes the data durable with fdatasync either way.
 type FileMember struct {
-	f      *os.File
-	path   string
-	size   int64
-	direct bool
-	block  bool
+	f  *os.File
+	fd int // f's descriptor, for ring I/O (queue.go)
+	// Ring I/O names the descriptor, not the *os.File: ringUsers counts the
+	// ring requests between ringTarget and ringDone, and Close waits for
+	// them, so that the descriptor is never closed (and reused by another
+	// open) under a prepared request.
+	ringUsers atomic.Int64
+	closing   atomic.Bool
+	path      string
+	size      int64
+	direct    bool
+	block     bool
 }
 
 // OpenFileMember opens path (a regular file or a block device) read-write
@@ -127,7 +135,7 @@ func OpenFileMember(path string) (*FileMember, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("raid10: stat member %s: %w", path, err)
 	}
-	m := &FileMember{f: f, path: path, direct: direct}
+	m := &FileMember{f: f, fd: int(f.Fd()), path: path, direct: direct}
 	if fi.Mode()&os.ModeDevice != 0 {
 		m.block = true
 		end, err := f.Seek(0, io.SeekEnd)
@@ -142,6 +150,22 @@ func OpenFileMember(path string) (*FileMember, error) {
 	m.size &^= BlockSize - 1
 	return m, nil
 }
+
+// ringTarget implements ringMember.
+func (m *FileMember) ringTarget(off, n int64) (int, int64, bool) {
+	if !m.direct {
+		return 0, 0, false
+	}
+	m.ringUsers.Add(1)
+	if m.closing.Load() {
+		m.ringUsers.Add(-1)
+		return 0, 0, false
+	}
+	return m.fd, off, true
+}
+
+// ringDone implements ringMember.
+func (m *FileMember) ringDone() { m.ringUsers.Add(-1) }
 
 // Path is the path the member was opened from.
 func (m *FileMember) Path() string { return m.path }
@@ -250,7 +274,13 @@ func writeZeroesSlow(m Member, off, length int64) error {
 func (m *FileMember) Size() int64 { return m.size }
 
 // Close implements Member.
-func (m *FileMember) Close() error { return m.f.Close() }
+func (m *FileMember) Close() error {
+	m.closing.Store(true)
+	for m.ringUsers.Load() > 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	return m.f.Close()
+}
 
 // ExtentMember is the byte range [off, off+length) of a base member, seen as
 // a member of its own: the pool builds one array per volume over one extent
@@ -307,6 +337,18 @@ func (e *ExtentMember) WriteAt(p []byte, off int64) (int, error) {
 	}
 	return e.base.WriteAt(p, e.off+off)
 }
+
+// ringTarget implements ringMember: the base's descriptor at the extent's offset.
+func (e *ExtentMember) ringTarget(off, n int64) (int, int64, bool) {
+	b, ok := e.base.(ringMember)
+	if !ok || e.check(off, n) != nil {
+		return 0, 0, false
+	}
+	return b.ringTarget(e.off+off, n)
+}
+
+// ringDone implements ringMember.
+func (e *ExtentMember) ringDone() { e.base.(ringMember).ringDone() }
 
 // Flush implements Member (flushes the whole base).
 func (e *ExtentMember) Flush() error { return e.base.Flush() }

@@ -39,30 +39,7 @@ func (a *Array) readPiece(p []byte, aoff int64, want int, raw bool) error {
 	}
 	bk.rOps.Add(1)
 	bk.rBytes.Add(uint64(len(p)))
-	within := aoff & (a.geo.chunk - 1)
-	d0, d1, o0, o1 := a.geo.mapChunk(c)
-	s0, s1 := a.slots[d0], a.slots[d1]
-	o0 += within
-	o1 += within
-	r0, r1 := s0.inSync(), s1.inSync()
-	if r0 != nil && r1 != nil {
-		// Prefer the less loaded copy, then the one whose head is nearer.
-		swap := false
-		if a.resyncActive.Load() && a.regionNeedsResync(aoff/a.geo.region) {
-			swap = false // copies may differ: always the first
-		} else if want != copyAny {
-			swap = want == 1
-		} else if i0, i1 := s0.inflight.Load(), s1.inflight.Load(); i1 < i0 {
-			swap = true
-		} else if i1 == i0 && absDist(s1.headPos.Load(), o1) < absDist(s0.headPos.Load(), o0) {
-			swap = true
-		}
-		if swap {
-			s0, r0, o0 = s1, r1, o1
-		}
-	} else if r0 == nil {
-		s0, r0, o0 = s1, r1, o1
-	}
+	s0, r0, o0 := a.readCopy(c, aoff, want)
 	if r0 == nil {
 		a.exit(bk)
 		return fmt.Errorf("%w: no in-sync copy of chunk %d", ErrIO, c)
@@ -89,6 +66,38 @@ func (a *Array) readPiece(p []byte, aoff int64, want int, raw bool) error {
 	defer a.slowOps.Add(-1)
 	a.exit(bk)
 	return a.readSlow(p, aoff, c)
+}
+
+// readCopy picks the copy a read of the piece at aoff of chunk c is served
+// from, and its member offset: the copy want when both are in sync and no
+// resync is pending there, else the less loaded one, then the one whose head
+// is nearer. A nil ref: no copy is in sync.
+func (a *Array) readCopy(c, aoff int64, want int) (*slot, *memberRef, int64) {
+	within := aoff & (a.geo.chunk - 1)
+	d0, d1, o0, o1 := a.geo.mapChunk(c)
+	s0, s1 := a.slots[d0], a.slots[d1]
+	o0 += within
+	o1 += within
+	r0, r1 := s0.inSync(), s1.inSync()
+	if r0 != nil && r1 != nil {
+		// Prefer the less loaded copy, then the one whose head is nearer.
+		swap := false
+		if a.resyncActive.Load() && a.regionNeedsResync(aoff/a.geo.region) {
+			swap = false // copies may differ: always the first
+		} else if want != copyAny {
+			swap = want == 1
+		} else if i0, i1 := s0.inflight.Load(), s1.inflight.Load(); i1 < i0 {
+			swap = true
+		} else if i1 == i0 && absDist(s1.headPos.Load(), o1) < absDist(s0.headPos.Load(), o0) {
+			swap = true
+		}
+		if swap {
+			s0, r0, o0 = s1, r1, o1
+		}
+	} else if r0 == nil {
+		s0, r0, o0 = s1, r1, o1
+	}
+	return s0, r0, o0
 }
 
 // readSlow serves a read that met a read error or a bad block: with the

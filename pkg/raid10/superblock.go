@@ -422,7 +422,7 @@ func (a *Array) settleFailingLocked(recorded bool) {
 			s.state.Store(int32(MemberFaulty))
 			s.broken.Store(false) // out of the array now: nothing of it counts
 			if r := s.ref.Load(); r != nil {
-				r.kill() // waiters on its calls give up on it
+				a.kill(r) // waiters on its calls give up on it
 			}
 		} else {
 			// No member holds the record: after a crash this member would

@@ -79,7 +79,15 @@ func (a *Array) writePiece(op opKind, p []byte, aoff, length int64, fua, raw boo
 	defer a.bm.endWrite(region)
 	cp := a.pieceCopies(c, aoff)
 	a.writeCopies(&cp, op, p, length, fua)
-	if !a.acknowledged(&cp, length) {
+	return a.finishWrite(&cp, op, c, region, length)
+}
+
+// finishWrite is the end of a written piece of chunk c, in region: it
+// acknowledges the piece only as acknowledged says (else the region is
+// marked for resync and the piece fails), and clears the bad blocks the
+// written copies now hold good data on.
+func (a *Array) finishWrite(cp *[2]pieceCopy, op opKind, c, region, length int64) error {
+	if !a.acknowledged(cp, length) {
 		// The copies may differ now: make them equal again (the region's
 		// bit stays set until then, and an unclean Close keeps it).
 		a.markResync(region)

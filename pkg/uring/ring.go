@@ -290,6 +290,22 @@ func (r *Ring) enter(toSubmit, minComplete uint32, flags uint32) (int, error) {
 	}
 }
 
+// WaitCompletions waits until at least n completions are in the CQ ring, submitting nothing.
+// It is the completer's side of a ring whose submitter is another goroutine: the kernel
+// allows one goroutine to submit (GetSQE, Submit) while another waits and consumes
+// completions (WaitCompletions, PeekCQE, SeenCQE), each side owning its own indexes. An
+// interrupted wait returns nil early; the caller looks at the CQ ring again.
+func (r *Ring) WaitCompletions(n uint32) error {
+	if r.fd < 0 {
+		return ErrClosed
+	}
+	_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, uintptr(n), enterGetEvents, 0, 0)
+	if errno != 0 && errno != unix.EINTR {
+		return fmt.Errorf("uring: io_uring_enter(getevents): %w", errno)
+	}
+	return nil
+}
+
 // PeekCQE returns the oldest completion not yet marked seen, if any.
 func (r *Ring) PeekCQE() (CQE, bool) {
 	head := *r.cqHead

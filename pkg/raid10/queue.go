@@ -1,0 +1,314 @@
+package raid10
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/uring"
+)
+
+// The asynchronous request path: a Queue submits the member I/O of array
+// requests to one io_uring and completes the requests from the ring's
+// completions, with no blocking system call and no goroutine per request.
+//
+// A Queue has two owners. The submitting goroutine (an NBD connection's
+// reader, a ublk queue) calls Read, Write and Submit; it alone touches the
+// submission ring, so submission takes no lock. The reaper goroutine, started
+// by NewQueue, waits for completions and finishes requests; it alone touches
+// the completion ring. A request's state (qop) passes from the submitter to
+// the reaper through the ring and comes back through the free list.
+//
+// The fast path serves a request that lies in one chunk, on members that
+// have a descriptor (FileMember, ExtentMember over one) opened O_DIRECT, with
+// a BlockSize-aligned buffer, when no barrier is raised on its bucket, no
+// copy hook covers it, the copy read (or written) holds no bad block there,
+// the member deadline does not hand the member's calls to workers (see
+// rescue), and, for a write, the region's bitmap bit is already durable and
+// FUA is not asked. Anything else runs on the synchronous path (ReadAt,
+// WriteAt, WriteAtFUA) in a goroutine of its own and completes the same way:
+// rare cases pay a goroutine, the common one none. A member error on the fast
+// path goes to the synchronous slow path too (readSlow for a read, the
+// failure and acknowledgement rules of finishWrite for a write).
+
+// Completer receives the outcome of a request submitted to a Queue. It is
+// called once per request, from the reaper or from a fallback goroutine,
+// never from inside Read or Write. Frontends implement it on their
+// preallocated request type, so a submission allocates nothing.
+type Completer interface {
+	Complete(err error)
+}
+
+// ringMember is a member whose I/O can go to an io_uring: ringTarget
+// returns the descriptor and byte offset of [off, off+n) and whether ring
+// I/O may be used for it (O_DIRECT, in range).
+type ringMember interface {
+	// ringTarget holds the descriptor until ringDone when ok.
+	ringTarget(off, n int64) (fd int, at int64, ok bool)
+	ringDone()
+}
+
+// Queue is an asynchronous submission queue of an Array; see above.
+type Queue struct {
+	a     *Array
+	ring  *uring.Ring
+	ops   []qop
+	free  chan *qop
+	reap  chan struct{} // closed when the reaper has returned
+	slow  sync.WaitGroup
+	dirty bool // SQEs prepared since the last Submit (submitter-owned)
+
+	fast, fallbacks atomic.Uint64
+}
+
+// qop is one request in flight on the fast path.
+type qop struct {
+	q      *Queue
+	idx    uint64
+	op     opKind // opRead or opWrite
+	done   Completer
+	p      []byte
+	off    int64 // array offset
+	c      int64 // chunk
+	region int64
+	bk     *bucket
+	cp     [2]pieceCopy // read: cp[0] is the copy read
+	outs   [2]*atomic.Int64
+	rms    [2]ringMember // the descriptors held (fastTarget)
+	buf    *[]byte       // the ring's buffer while the deadline can abandon a copy
+	left   atomic.Int32  // copies whose outcome is not known yet
+	refs   atomic.Int32  // completions outstanding, +1 until the request ends
+	gen    uint64        // submitter's: bumped each time o is freed
+
+	// Per copy, for the abandon scan (abandonRing): gen<<2 | a copyState,
+	// and the member it went to.
+	st  [2]atomic.Uint64
+	ref [2]atomic.Pointer[memberRef]
+}
+
+// The state of one copy of a qop, in the low bits of qop.st.
+const (
+	copyIdle uint64 = iota
+	copyPending
+	copyDone
+	copyAbandoned
+)
+
+// user_data of an SQE: the op's index shifted left by two, the copy in bit
+// 0; stopTag marks the reaper's stop request.
+const stopTag = 1 << 1
+
+// ErrNoRing is returned by NewQueue where io_uring cannot be set up (an old
+// kernel, a seccomp profile that forbids it): the caller uses the
+// synchronous path.
+var ErrNoRing = errors.New("raid10: io_uring unavailable")
+
+// NewQueue returns a Queue of depth requests in flight at most, with a ring
+// of its own and a reaper goroutine. Close it before closing the array.
+func (a *Array) NewQueue(depth int) (*Queue, error) {
+	if depth <= 0 || depth > 4096 {
+		return nil, invalidf("queue depth %d not in [1, 4096]", depth)
+	}
+	// Two SQEs per request (a write's two copies) and a stop NOP.
+	ring, err := uring.New(uint32(2*depth+1), 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoRing, err)
+	}
+	q := &Queue{a: a, ring: ring, ops: make([]qop, depth), free: make(chan *qop, depth), reap: make(chan struct{})}
+	for i := range q.ops {
+		o := &q.ops[i]
+		o.q, o.idx = q, uint64(i)+1
+		q.free <- o
+	}
+	a.queuesMu.Lock()
+	a.queues[q] = struct{}{}
+	a.queuesMu.Unlock()
+	go q.reaper()
+	return q, nil
+}
+
+// Submit hands the member I/O prepared since the last Submit to the kernel:
+// one system call per batch. The submitter calls it after a batch of Read
+// and Write calls, and before it waits for anything.
+func (q *Queue) Submit() error {
+	if !q.dirty {
+		return nil
+	}
+	q.dirty = false
+	_, err := q.ring.Submit()
+	return err
+}
+
+// Close waits for every request submitted to complete, stops the reaper and
+// releases the ring. The submitter calls it, after its last Submit.
+func (q *Queue) Close() error {
+	if err := q.Submit(); err != nil {
+		return err
+	}
+	for range q.ops {
+		<-q.free
+	}
+	q.slow.Wait()
+	sqe, err := q.ring.GetSQE()
+	if err != nil {
+		return err
+	}
+	sqe.PrepNop()
+	sqe.UserData = stopTag
+	if _, err := q.ring.Submit(); err != nil {
+		return err
+	}
+	<-q.reap
+	q.a.queuesMu.Lock()
+	delete(q.a.queues, q)
+	q.a.queuesMu.Unlock()
+	return q.ring.Close()
+}
+
+// Stats returns how many requests took the fast path and how many fell back
+// to the synchronous one.
+func (q *Queue) Stats() (fast, fallbacks uint64) { return q.fast.Load(), q.fallbacks.Load() }
+
+// reaper finishes requests from the ring's completions until Close.
+func (q *Queue) reaper() {
+	defer close(q.reap)
+	runtime.LockOSThread() // it spends its life in io_uring_enter
+	defer runtime.UnlockOSThread()
+	for {
+		cqe, ok := q.ring.PeekCQE()
+		if !ok {
+			if err := q.ring.WaitCompletions(1); err != nil {
+				klog.ErrorS(err, "raid10: queue reaper stops")
+				return
+			}
+			continue
+		}
+		q.ring.SeenCQE()
+		if cqe.UserData == stopTag {
+			return
+		}
+		o := &q.ops[cqe.UserData>>2-1]
+		o.completed(int(cqe.UserData&1), cqe.Res)
+	}
+}
+
+// fallback runs a request on the synchronous path in a goroutine of its own.
+func (q *Queue) fallback(op opKind, p []byte, off int64, fua bool, done Completer) {
+	q.fallbacks.Add(1)
+	q.slow.Add(1)
+	go func() {
+		defer q.slow.Done()
+		var err error
+		switch {
+		case op == opRead:
+			_, err = q.a.ReadAt(p, off)
+		case fua:
+			_, err = q.a.WriteAtFUA(p, off)
+		default:
+			_, err = q.a.WriteAt(p, off)
+		}
+		done.Complete(err)
+	}()
+}
+
+// take returns a free op, waiting for one when depth requests are in flight
+// (after submitting what is prepared, so that the wait ends).
+func (q *Queue) take() *qop {
+	select {
+	case o := <-q.free:
+		return o
+	default:
+	}
+	if err := q.Submit(); err != nil {
+		klog.ErrorS(err, "raid10: queue submit")
+	}
+	return <-q.free
+}
+
+// fastTarget returns where the piece's copy x goes on the ring, holding
+// the member's descriptor (release it with ringDone), or ok false when the
+// fast path cannot take it.
+func (a *Array) fastTarget(x *pieceCopy, n int64) (rm ringMember, fd int, at int64, ok bool) {
+	if x.r == nil || x.r.refused() != nil || x.r.bad.Load().overlaps(x.off/BlockSize, n/BlockSize) {
+		return nil, 0, 0, false
+	}
+	if rm, ok = x.r.m.(ringMember); !ok {
+		return nil, 0, 0, false
+	}
+	fd, at, ok = rm.ringTarget(x.off, n)
+	return rm, fd, at, ok
+}
+
+// ringBuf is the buffer the ring reads into or writes from: the caller's
+// own when no deadline is in force, else one of o's own, so that a copy the
+// deadline abandons can land late without touching memory the caller has
+// got back (as handedOff's bounce buffers).
+func (q *Queue) ringBuf(o *qop) []byte {
+	if q.a.timeout() <= 0 {
+		return o.p
+	}
+	o.buf = getBounce(len(o.p))
+	b := (*o.buf)[:len(o.p)]
+	if o.op == opWrite {
+		copy(b, o.p)
+	}
+	return b
+}
+
+// prep puts one member I/O of o (copy k) on the ring.
+func (q *Queue) prep(o *qop, k int, rm ringMember, fd int, at int64, buf []byte) {
+	sqe, err := q.ring.GetSQE()
+	if err != nil {
+		// Two SQEs per op and as many ops as the ring holds halves: only
+		// a ring closed under us gets here.
+		panic(fmt.Sprintf("raid10: queue ring: %v", err))
+	}
+	if o.op == opRead {
+		sqe.PrepRead(fd, buf, uint64(at))
+	} else {
+		sqe.PrepWrite(fd, buf, uint64(at))
+	}
+	sqe.UserData = o.idx<<2 | uint64(k)
+	x := &o.cp[k]
+	out := &x.r.out[q.a.epoch.Load()%epochRing]
+	out.Add(1)
+	o.outs[k], o.rms[k] = out, rm
+	x.s.inflight.Add(1)
+	o.ref[k].Store(x.r)
+	o.st[k].Store(o.gen<<2 | copyPending)
+	q.dirty = true
+}
+
+// abandonRing gives up on every copy in flight on the rings to r, a member
+// being failed (its deadline passed, or it was taken out): each such copy
+// ends with errTimedOut, so its request completes from the other copy,
+// while the ring I/O itself stays outstanding, counted as a zombie of its
+// storage until its completion arrives.
+func (a *Array) abandonRing(r *memberRef) {
+	a.queuesMu.Lock()
+	defer a.queuesMu.Unlock()
+	for q := range a.queues {
+		for i := range q.ops {
+			o := &q.ops[i]
+			for k := range o.st {
+				w := o.st[k].Load()
+				if w&3 != copyPending || o.ref[k].Load() != r {
+					continue
+				}
+				a.zombieMu.Lock()
+				won := o.st[k].CompareAndSwap(w, w&^3|copyAbandoned)
+				if won {
+					a.zombies[zombieKey(r.m)]++
+				}
+				a.zombieMu.Unlock()
+				if won {
+					o.outcome(k, errTimedOut)
+				}
+			}
+		}
+	}
+}

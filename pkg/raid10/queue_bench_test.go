@@ -1,0 +1,153 @@
+package raid10
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkQueue compares 4 KiB random reads and writes through a Queue
+// (one submitting goroutine, the given depth in flight, io_uring members)
+// with fio's io_uring engine on the same four member files at the same
+// depth (direct I/O, one job), run just before in the same process:
+//
+//	x-fio       our requests per second / fio's (a write is two member
+//	            writes for us, one for fio: 0.5 is parity per member I/O)
+//	fallback-%  requests that took the synchronous path (a region's first
+//	            write persists its bitmap bit there)
+//
+// Run with `go test -run '^$' -bench Queue -benchmem ./pkg/raid10`.
+func BenchmarkQueue(b *testing.B) {
+	for _, media := range []string{"disk", "tmpfs"} {
+		for _, write := range []bool{false, true} {
+			for _, qd := range []int{1, 32} {
+				name := fmt.Sprintf("%s/%s/qd%d", media, map[bool]string{false: "randread", true: "randwrite"}[write], qd)
+				b.Run(name, func(b *testing.B) {
+					e := benchSetup(b, media)
+					ref := fioIOPS(b, e, write, qd)
+					ours := queueIOPS(b, e.arr, write, qd)
+					b.ReportMetric(ours, "iops")
+					b.ReportMetric(ref, "fio-iops")
+					b.ReportMetric(ours/ref, "x-fio")
+				})
+			}
+		}
+	}
+}
+
+var fioRef sync.Map // name -> fio IOPS
+
+// fioIOPS runs fio (io_uring, direct, 4 KiB random, one job at depth qd)
+// over the member files for 3 s and returns its IOPS, once per case.
+func fioIOPS(b *testing.B, e *benchEnv, write bool, qd int) float64 {
+	key := fmt.Sprintf("%s/%v/%d", filepath.Dir(e.files[0].Path()), write, qd)
+	if v, ok := fioRef.Load(key); ok {
+		return v.(float64)
+	}
+	var names []string
+	for _, f := range e.files {
+		names = append(names, strings.ReplaceAll(f.Path(), ":", `\:`))
+	}
+	rw := "randread"
+	if write {
+		rw = "randwrite"
+	}
+	out, err := exec.Command("fio", "--name=ref", "--ioengine=io_uring", "--direct=1", "--rw="+rw, "--bs=4k",
+		fmt.Sprintf("--iodepth=%d", qd), "--numjobs=1", "--time_based", "--runtime=3", "--filename="+strings.Join(names, ":"),
+		"--output-format=json").Output()
+	if err != nil {
+		b.Skipf("fio: %v", err)
+	}
+	var res struct {
+		Jobs []struct {
+			Read, Write struct {
+				IOPS float64 `json:"iops"`
+			}
+		}
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) != 1 {
+		b.Fatalf("fio output: %v", err)
+	}
+	iops := res.Jobs[0].Read.IOPS
+	if write {
+		iops = res.Jobs[0].Write.IOPS
+	}
+	fioRef.Store(key, iops)
+	return iops
+}
+
+// benchOp is one request of queueIOPS; its completion hands it back.
+type benchOp struct {
+	p    []byte
+	err  error
+	back chan *benchOp
+}
+
+func (o *benchOp) Complete(err error) { o.err = err; o.back <- o }
+
+// queueIOPS runs b.N random 4 KiB requests through a Queue of depth qd from
+// one goroutine that keeps qd in flight, and returns requests per second.
+func queueIOPS(b *testing.B, a *Array, write bool, qd int) float64 {
+	q, err := a.NewQueue(qd)
+	if err != nil {
+		b.Skip(err)
+	}
+	back := make(chan *benchOp, qd)
+	ops := make([]benchOp, qd)
+	rng := rand.New(rand.NewPCG(7, uint64(qd)))
+	blocks := a.Size() / BlockSize
+	issue := func(o *benchOp) {
+		if write {
+			q.Write(o.p, rng.Int64N(blocks)*BlockSize, false, o)
+		} else {
+			q.Read(o.p, rng.Int64N(blocks)*BlockSize, o)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	issued := 0
+	for i := range ops {
+		ops[i] = benchOp{p: AlignedBuffer(BlockSize), back: back}
+		if issued < b.N {
+			issue(&ops[i])
+			issued++
+		}
+	}
+	for done := 0; done < b.N; {
+		if err := q.Submit(); err != nil {
+			b.Fatal(err)
+		}
+		o := <-back
+		for {
+			if o.err != nil {
+				b.Fatal(o.err)
+			}
+			done++
+			if issued < b.N {
+				issue(o)
+				issued++
+			}
+			select {
+			case o = <-back:
+				continue
+			default:
+			}
+			break
+		}
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	fast, slow := q.Stats()
+	if err := q.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(100*float64(slow)/float64(fast+slow), "fallback-%")
+	return float64(b.N) / d.Seconds()
+}
