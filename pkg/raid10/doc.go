@@ -56,6 +56,22 @@
 //     member bounces a buffer that is not 4 KiB aligned through per-size
 //     pools of aligned buffers (AlignedBuffer gives aligned ones).
 //
+// # The asynchronous path (Queue)
+//
+// ReadAt and WriteAt block their caller for the member calls. A Queue
+// (queue.go) instead takes requests from one submitting goroutine, puts
+// their member reads and writes on an io_uring of its own (one
+// io_uring_enter per batch), and a reaper goroutine finishes each request
+// from its completions: the same barrier, bitmap and acknowledgement rules,
+// no goroutine, blocking call or allocation per request. Requests the ring
+// cannot take (more than one chunk, FUA, a raised barrier, a copy hook, a
+// bad block, a region's first write, a member without a descriptor) run on
+// the synchronous path in a goroutine and complete the same way; member
+// errors go to the synchronous slow path. Under the member deadline the
+// ring uses the queue's own buffers, and a member killed for its deadline
+// has its ring copies abandoned (zombies until their completions arrive),
+// so their requests complete from the other copy.
+//
 // State changes (member failed, recovery done) take Array.metaMu and write
 // the superblocks; they never happen on the fast path of a healthy array.
 // A failed member stays "failing" (still written to) until its failure is
