@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -250,26 +251,27 @@ func (p *Pool) placeExtents(c *creation, disks []*disk) error {
 }
 
 // createArray zeroes the extents and creates the array over them; a copy target gets the
-// copy record's room reserved and, past its source, a tail that reads zero. A member whose
-// metadata write fails or hangs fails its disk, as such a member of a running array does
-// (monitor): no new extent is placed on it until it is re-added, and an abandoned write that
-// lands late reaches free space only.
+// copy record's room reserved. A member whose metadata write fails or hangs fails its disk,
+// as such a member of a running array does (monitor): no new extent is placed on it until
+// it is re-added, and an abandoned write that lands late reaches free space only.
+//
+// The extents are zeroed whole on every kind of disk (zeroExtents), so the array is created
+// clean: both copies of every block already read zero, and the engine's initial resync,
+// which would copy the first copy over the second (the previous contents of the extent on
+// a block device), is skipped. Nothing a volume, snapshot or clone never wrote reads as
+// anything but zeroes, the tail of a copy target past its source included.
 func (p *Pool) createArray(c *creation) error {
 	v := c.v
-	// Fresh extents must read back equal on both copies to skip the initial resync: zero
-	// them where that is cheap (files: a punched range); devices get a background resync.
-	assumeClean := true
 	members := make([]raid10.Member, len(v.roles))
 	for i, r := range v.roles {
 		members[i] = r.member
-		assumeClean = assumeClean && !r.disk.file.isBlock
 	}
 	if err := p.zeroExtents(v.roles, c.ext); err != nil {
 		return fmt.Errorf("pool: create %s: %w", v.kindName(), err)
 	}
 	arr, err := raid10.Create(members, raid10.CreateOptions{
 		Options: p.engineOptions(), UUID: v.uuid, ChunkSize: int64(c.spec.chunk),
-		Size: int64(c.arrSize), AssumeClean: assumeClean,
+		Size: int64(c.arrSize), AssumeClean: true,
 	})
 	if err != nil {
 		var me *raid10.MemberError
@@ -281,20 +283,12 @@ func (p *Pool) createArray(c *creation) error {
 		return fmt.Errorf("pool: create %s: %w", v.kindName(), err)
 	}
 	v.arr = arr
-	src := c.spec.src
-	if src == nil {
+	if c.spec.src == nil {
 		return nil
 	}
 	if err := arr.Reserve(raid10.CopyRecordSize); err != nil {
 		p.abandon(v, false)
 		return fmt.Errorf("pool: create %s: %w", v.kindName(), err)
-	}
-	if !assumeClean && v.size > src.size {
-		// The tail past the source reads zero.
-		if err := arr.WriteZeroes(int64(src.size), int64(v.size-src.size)); err != nil {
-			p.abandon(v, false)
-			return fmt.Errorf("pool: create %s: zero the tail: %w", v.kindName(), err)
-		}
 	}
 	return nil
 }
@@ -384,48 +378,92 @@ func (p *Pool) addLocked(v *volume) {
 	}
 }
 
-// zeroExtents zeroes the new extents on file disks (a punched range; devices get a
-// background resync instead), all at once, waiting up to the member deadline: a disk that
-// does not answer in time is failed (its zeroing may land later, on free space of a failed
-// disk) and named in the error, which matches EIO. Caller holds p.mu.
+// zeroStep is how much of a new extent zeroExtents asks a disk to zero in one call. The
+// member deadline applies to each call, so a device that writes the zeroes itself (no
+// write-zeroes offload: the kernel then writes zero pages) shows progress well within it:
+// 64 MiB take about 0.6 s at 100 MB/s.
+const zeroStep = 64 << 20
+
+// zeroing is the zeroing of one new extent: steps counts the zeroStep calls done (the
+// progress the waiter watches), stop makes it end before its next call.
+type zeroing struct {
+	steps atomic.Int64
+	stop  atomic.Bool
+}
+
+// zeroResult is how the zeroing of roles[i]'s extent ended.
+type zeroResult struct {
+	i   int
+	err error
+}
+
+// zeroExtents zeroes the new extents, on every disk at once, waiting while each makes
+// progress: a disk none of whose zeroing calls returns within the member deadline is failed
+// (its zeroing may land later, on free space of a failed disk) and named in the error,
+// which matches EIO; the others finish first, so nothing zeroes free space of a healthy
+// disk after the create returned. Caller holds p.mu.
+//
+// Member.WriteZeroes guarantees zeroes: a zeroed or punched range on a file, BLKZEROOUT on
+// a block device (the device's write-zeroes command, or zero pages written by the kernel
+// where it has none), zero writes where neither works. A discard is not used: it is a hint
+// and many devices keep the data. On a device without write-zeroes offload this writes
+// every byte of the extent while p.mu is held (twice the volume's size, in place of the
+// resync that a create without zeroing would run in the background).
 func (p *Pool) zeroExtents(roles []*role, ext uint64) error {
-	type result struct {
-		i   int
-		err error
-	}
-	ch := make(chan result, len(roles))
-	waiting := 0
+	ch := make(chan zeroResult, len(roles))
+	zs := make([]zeroing, len(roles))
 	for i, r := range roles {
-		if r.disk.file.isBlock {
-			continue
-		}
-		waiting++
-		go func() { ch <- result{i, r.member.WriteZeroes(0, int64(ext))} }()
+		go func() {
+			var err error
+			for off := int64(0); off < int64(ext) && err == nil && !zs[i].stop.Load(); off += zeroStep {
+				err = r.member.WriteZeroes(off, min(zeroStep, int64(ext)-off))
+				zs[i].steps.Add(1)
+			}
+			ch <- zeroResult{i, err}
+		}()
 	}
 	deadline := p.engineOptions().MemberTimeout
 	if deadline == 0 {
 		deadline = raid10.DefaultMemberTimeout
 	}
-	var timeout <-chan time.Time
+	var tick <-chan time.Time
 	if deadline > 0 {
-		t := time.NewTimer(deadline)
+		t := time.NewTicker(deadline / 4)
 		defer t.Stop()
-		timeout = t.C
+		tick = t.C
 	}
-	done := make([]bool, len(roles))
+	seen, moved := make([]int64, len(roles)), make([]time.Time, len(roles))
+	for i := range moved {
+		moved[i] = time.Now()
+	}
+	ended := make([]bool, len(roles)) // finished, or given up on
 	var firstErr error
-	for ; waiting > 0; waiting-- {
+	for waiting := len(roles); waiting > 0; {
 		select {
 		case res := <-ch:
-			done[res.i] = true
+			if ended[res.i] {
+				continue // a disk already failed, whose last call returned late
+			}
+			ended[res.i] = true
+			waiting--
 			if res.err != nil && firstErr == nil {
 				firstErr = fmt.Errorf("zero extent on %s: %w", roles[res.i].disk.path, res.err)
 			}
-		case <-timeout:
+		case now := <-tick:
 			for i, r := range roles {
-				if r.disk.file.isBlock || done[i] {
+				if ended[i] {
 					continue
 				}
+				if n := zs[i].steps.Load(); n != seen[i] {
+					seen[i], moved[i] = n, now
+					continue
+				}
+				if now.Sub(moved[i]) < deadline {
+					continue
+				}
+				zs[i].stop.Store(true)
+				ended[i] = true
+				waiting--
 				err := fmt.Errorf("%w: disk %s did not answer zeroing a new extent within %v", raid10.ErrIO, r.disk.path, deadline)
 				klog.ErrorS(err, "Disk failed while creating a volume", "disk", r.disk.path, "diskUUID", r.disk.uuid)
 				p.failDiskLocked(r.disk, err.Error())
@@ -433,7 +471,6 @@ func (p *Pool) zeroExtents(roles []*role, ext uint64) error {
 					firstErr = err
 				}
 			}
-			return firstErr
 		}
 	}
 	return firstErr

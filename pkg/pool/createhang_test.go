@@ -140,3 +140,40 @@ func TestCreateVolumeHungDisk(t *testing.T) {
 		})
 	}
 }
+
+// slowZeroes answers every WriteZeroes after a delay: a disk that writes zeroes itself.
+type slowZeroes struct {
+	raid10.Member
+	delay time.Duration
+}
+
+func (s slowZeroes) WriteZeroes(off, n int64) error {
+	time.Sleep(s.delay)
+	return s.Member.WriteZeroes(off, n)
+}
+
+// TestCreateVolumeSlowZeroing: zeroing a new extent that takes longer than the member
+// deadline in all, on disks whose every zeroing call answers within it, is progress, not a
+// hang: the create succeeds and no disk is failed.
+func TestCreateVolumeSlowZeroing(t *testing.T) {
+	c := configFor(makeDisks(t, t.TempDir(), 2, testDiskSize)...)
+	c.MemberTimeout = Duration(time.Second)
+	p := openPool(t, c)
+	defer p.Close()
+	p.mu.Lock()
+	p.wrapMember = func(m raid10.Member) raid10.Member { return slowZeroes{m, 400 * time.Millisecond} }
+	p.mu.Unlock()
+	start := time.Now()
+	const size = 3 * zeroStep // an extent of four zeroing calls: 1.6 s
+	if _, err := p.CreateVolume("v", size, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < time.Duration(c.MemberTimeout) {
+		t.Fatalf("create took %v: the zeroing was not slower than the deadline, the test shows nothing", took)
+	}
+	for _, d := range p.Disks() {
+		if d.Status != StatusActive {
+			t.Fatalf("disk %s %s after a slow zeroing: %s", d.Path, d.Status, d.Reason)
+		}
+	}
+}
