@@ -247,7 +247,7 @@ func (o *qop) release() {
 	}
 	o.gen++
 	for k := range o.st {
-		o.st[k].Store(o.gen<<2 | copyIdle)
+		o.st[k].Store(o.gen << 2) // copyIdle: 0
 		o.ref[k].Store(nil)
 	}
 	o.bk, o.p, o.done, o.buf = nil, nil, nil, nil
