@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 )
 
 const (
@@ -56,8 +58,10 @@ type request struct {
 	errno  Errno
 	start  time.Duration // when it was decoded, since epoch (stats.go)
 
-	state atomic.Uint32 // slotIdle, slotQueued, ... and slotFenced (fence.go)
-	since atomic.Int64  // start of a modifying request, for the guard (fence.go); 0 for others
+	c      *conn         // its connection, for a queued request's completion (conn_queue.go)
+	queued bool          // it went through the queue
+	state  atomic.Uint32 // slotIdle, slotQueued, ... and slotFenced (fence.go)
+	since  atomic.Int64  // start of a modifying request, for the guard (fence.go); 0 for others
 }
 
 // conn is one client connection (or one socket of the kernel attach).
@@ -72,6 +76,9 @@ type conn struct {
 
 	free chan *request // idle slots: the reader blocks here at MaxInflight
 	work chan *request // read requests, to the workers
+	// q is the backend's asynchronous queue (conn_queue.go), nil without one. The reader
+	// role owns its submission side.
+	q blockdev.AsyncQueue
 
 	// Replies are written by whoever executed the request, under wmu. waiting counts the
 	// goroutines about to take wmu: the last writer of a burst (waiting == 0) flushes, so
@@ -82,8 +89,8 @@ type conn struct {
 	waiting atomic.Int32
 	// held is set when a reply was queued without a flush because the reader had more requests
 	// buffered to execute inline (a burst): the reader flushes before it waits on the socket.
-	held        atomic.Bool
-	flushHeldFn func() // c.flushHeld, bound once (a method value per request would allocate)
+	held         atomic.Bool
+	beforeWaitFn func() // c.beforeWait, bound once (a method value per request would allocate)
 	// execNs is the moving average of the execution time of reads and plain writes, in ns (a
 	// hint: racy updates may be lost); see fastExec.
 	execNs atomic.Int64
@@ -148,13 +155,15 @@ func (c *conn) transmit() error {
 		c.raw, _ = sc.SyscallConn()
 	}
 	c.bw = newReplyWriter(c.nc, writeBufferSize)
-	c.flushHeldFn = c.flushHeld
+	c.beforeWaitFn = c.beforeWait
 	c.free = make(chan *request, o.MaxInflight)
 	c.work = make(chan *request, o.MaxInflight)
 	c.ended = make(chan struct{})
 	for i := range c.slots {
+		c.slots[i].c = c
 		c.free <- &c.slots[i]
 	}
+	c.openQueue()
 	var workers sync.WaitGroup
 	for range o.Workers {
 		workers.Add(1)
@@ -187,6 +196,7 @@ func (c *conn) transmit() error {
 	finish := func() error {
 		workers.Wait()
 		c.readers.Wait()
+		c.closeQueue()
 		c.wmu.Lock()
 		if c.werr == nil {
 			c.werr = c.bw.flush()

@@ -21,7 +21,7 @@ func (c *conn) slot() (r *request, waited bool, err error) {
 		return r, false, nil
 	default:
 	}
-	c.flushHeld() // the replies a burst held back must not wait for a free slot
+	c.beforeWait()
 	t := time.NewTicker(hangupCheck)
 	defer t.Stop()
 	for {
@@ -73,6 +73,13 @@ func (c *conn) inline(r *request) (inline, hold bool) {
 	return false, false
 }
 
+// beforeWait is what the reader does before it may wait: submit what it queued, and write the
+// replies a burst held back; neither may wait for what the reader waits for.
+func (c *conn) beforeWait() {
+	c.submitQueued()
+	c.flushHeld()
+}
+
 // flushHeld writes the replies a burst held back (conn.held).
 func (c *conn) flushHeld() {
 	if !c.held.Swap(false) {
@@ -98,7 +105,7 @@ func (c *conn) readRequests() error {
 			return errHandedOver
 		}
 		if c.br.Buffered() < requestHeaderSize {
-			c.flushHeld() // the burst is over: this read may wait
+			c.beforeWait() // the burst is over: this read may wait
 		}
 		if n, err := io.ReadFull(c.br, h[:]); err != nil {
 			if c.handing.Load() {
@@ -124,6 +131,7 @@ func (c *conn) readRequests() error {
 		r.length = binary.BigEndian.Uint32(h[24:])
 		r.errno = ErrnoNone
 		r.buf = nil
+		r.queued = false
 		r.start = time.Since(epoch)
 		switch r.cmd {
 		case CmdDisc:
@@ -142,7 +150,7 @@ func (c *conn) readRequests() error {
 				continue
 			}
 			var bufWaited bool
-			r.buf, bufWaited = c.srv.pool.get(int(r.length), c.flushHeldFn)
+			r.buf, bufWaited = c.srv.pool.get(int(r.length), c.beforeWaitFn)
 			if r.buf == nil {
 				c.free <- r
 				return ErrServerClosed
@@ -179,7 +187,12 @@ func (c *conn) readRequests() error {
 			r.since.Store(0)
 		}
 		r.state.Store(slotQueued)
-		if inline, hold := c.inline(r); inline {
+		inline, hold := c.inline(r)
+		if !inline && c.queued(r) {
+			continue
+		}
+		if inline {
+			c.submitQueued() // nothing queued waits for a request run here
 			v := c.role.Load()
 			c.role.Store(v + 1)
 			c.srv.watch()

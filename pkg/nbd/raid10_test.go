@@ -46,7 +46,7 @@ func TestRAID10Backend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer arr.Close()
-	_, sock := startServer(t, Options{MinBlockSize: raid10.BlockSize}, Export{Backend: arr})
+	srv, sock := startServer(t, Options{MinBlockSize: raid10.BlockSize}, Export{Backend: arr})
 
 	size := arr.Size() &^ (1<<20 - 1)
 	img := make([]byte, size)
@@ -70,5 +70,14 @@ func TestRAID10Backend(t *testing.T) {
 		"--verify=crc32c", "--verify_state_save=0", "--verify_fatal=1", "--group_reporting")
 	if !bytes.Contains([]byte(o), []byte("err= 0")) {
 		t.Fatalf("fio:\n%s", o)
+	}
+	// The engine is an AsyncBackend: its reads and plain writes went through the queues.
+	st, err := srv.Stats("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("reads %d (%d queued), writes %d (%d queued)", st.Read.Requests, st.Read.Queued, st.Write.Requests, st.Write.Queued)
+	if st.Read.Queued == 0 || st.Write.Queued == 0 {
+		t.Fatalf("no request went through the asynchronous queue: %+v", st)
 	}
 }

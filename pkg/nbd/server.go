@@ -78,6 +78,10 @@ type Options struct {
 	// stay well below the client's request timeout (the kernel attach's, at least 2 s).
 	// Default 1 s.
 	SlowWrite time.Duration
+	// SyncOnly serves every request through the Backend's blocking methods even when it is a
+	// blockdev.AsyncBackend (whose reads and plain writes otherwise go through one
+	// asynchronous queue per connection): benchmarks compare the two.
+	SyncOnly bool
 
 	// fastExec is the threshold of conn.inline (default the constant fastExec); tests set
 	// another, so that what they check does not follow the machine's speed.

@@ -21,6 +21,9 @@ type OpStats struct {
 	// Bytes is the length of the successful ones: the payload of reads and writes, the range
 	// of trims and zeroes.
 	Bytes uint64
+	// Queued is the number of requests served through the backend's asynchronous queue
+	// (conn_queue.go) rather than a blocking call.
+	Queued uint64
 	// Latency counts the requests by the time from decoding the request to writing its
 	// reply: Latency[i] those within LatencyBounds[i] (and above the bound before), the last
 	// element those above every bound. LatencySum is the sum of the times.
@@ -37,6 +40,7 @@ func (o *OpStats) add(p *OpStats) {
 	o.Requests += p.Requests
 	o.Errors += p.Errors
 	o.Bytes += p.Bytes
+	o.Queued += p.Queued
 	for i := range o.Latency {
 		o.Latency[i] += p.Latency[i]
 	}
@@ -73,6 +77,9 @@ func (s *Stats) record(r *request) {
 		return
 	}
 	o.Requests++
+	if r.queued {
+		o.Queued++
+	}
 	if r.errno != ErrnoNone {
 		o.Errors++
 	} else {

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 	"github.com/raid10-csi/raid10-csi/pkg/uring"
 )
 
@@ -35,12 +36,23 @@ import (
 // path goes to the synchronous slow path too (readSlow for a read, the
 // failure and acknowledgement rules of finishWrite for a write).
 
-// Completer receives the outcome of a request submitted to a Queue. It is
-// called once per request, from the reaper or from a fallback goroutine,
-// never from inside Read or Write. Frontends implement it on their
-// preallocated request type, so a submission allocates nothing.
-type Completer interface {
-	Complete(err error)
+// Completer receives the outcome of a request submitted to a Queue (the
+// frontends' contract, blockdev.Completer): once per request, from the
+// reaper or from a fallback goroutine, never from inside Read or Write.
+type Completer = blockdev.Completer
+
+var (
+	_ blockdev.AsyncQueue   = (*Queue)(nil)
+	_ blockdev.AsyncBackend = (*Array)(nil)
+)
+
+// NewAsyncQueue implements blockdev.AsyncBackend with NewQueue.
+func (a *Array) NewAsyncQueue(depth int) (blockdev.AsyncQueue, error) {
+	q, err := a.NewQueue(depth)
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
 }
 
 // ringMember is a member whose I/O can go to an io_uring: ringTarget
