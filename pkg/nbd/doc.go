@@ -57,6 +57,14 @@
 // (and its held replies' flush); such a takeover also marks the backend slow, so the next
 // requests go to workers until their execution times say otherwise.
 // Flushes, FUA writes, trims and zeroes always go to workers.
+//
+// A backend that is a blockdev.AsyncBackend (the engine, on io_uring) gets one asynchronous
+// queue per connection (conn_queue.go): a read or plain write that is not run inline is
+// submitted to it by the reader, which goes on reading; the reader hands what it queued to the
+// kernel in one call before it waits for anything (the socket, a slot, a buffer) or runs a
+// request itself, and the queue's completion moves the slot and writes the reply. Writes wait
+// for the workers instead while a fenced write is up (below). Options.SyncOnly turns the queue
+// off.
 // Whoever executed a request writes its reply (out of order with respect to the requests,
 // matched by handle) under the connection's write lock; the last writer of a burst flushes,
 // so replies are batched into few writes without a reply ever waiting for a slow request.
