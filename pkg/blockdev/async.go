@@ -27,6 +27,9 @@ type AsyncQueue interface {
 // NewAsyncQueue fails (no io_uring), it serves through the Backend's blocking methods.
 type AsyncBackend interface {
 	Backend
-	// NewAsyncQueue returns a queue of at most depth requests in flight.
-	NewAsyncQueue(depth int) (AsyncQueue, error)
+	// NewAsyncQueue returns a queue of at most depth requests in flight. idle, when not nil,
+	// is called after every completion before the queue waits for more: once per batch of
+	// completions found together (and after each completion delivered from elsewhere), so
+	// that a frontend holding replies back writes a batch of them in one system call.
+	NewAsyncQueue(depth int, idle func()) (AsyncQueue, error)
 }

@@ -19,7 +19,7 @@ func (c *conn) openQueue() {
 	if !ok || c.srv.opts.SyncOnly {
 		return
 	}
-	q, err := ab.NewAsyncQueue(c.srv.opts.MaxInflight)
+	q, err := ab.NewAsyncQueue(c.srv.opts.MaxInflight, c.flushHeld)
 	if err != nil {
 		klog.InfoS("NBD connection serves through the blocking calls: no asynchronous queue", "export", c.exp.Name, "err", err)
 		return
@@ -99,5 +99,7 @@ func (r *request) Complete(err error) {
 		c.recycle(r) // orphaned
 		return
 	}
-	c.reply(r)
+	// Held: the queue flushes once it has delivered the completions at hand (its idle call,
+	// conn.flushHeld), so a batch of replies leaves in one write.
+	c.replyHold(r, true)
 }

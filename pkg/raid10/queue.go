@@ -47,8 +47,8 @@ var (
 )
 
 // NewAsyncQueue implements blockdev.AsyncBackend with NewQueue.
-func (a *Array) NewAsyncQueue(depth int) (blockdev.AsyncQueue, error) {
-	q, err := a.NewQueue(depth)
+func (a *Array) NewAsyncQueue(depth int, idle func()) (blockdev.AsyncQueue, error) {
+	q, err := a.newQueue(depth, idle)
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +73,8 @@ type Queue struct {
 	reap  chan struct{} // closed when the reaper has returned
 	slow  sync.WaitGroup
 	dirty bool // SQEs prepared since the last Submit (submitter-owned)
+	// idle, when set, runs after each batch of completions (blockdev.AsyncBackend).
+	idle func()
 
 	fast, fallbacks atomic.Uint64
 }
@@ -121,7 +123,9 @@ var ErrNoRing = errors.New("raid10: io_uring unavailable")
 
 // NewQueue returns a Queue of depth requests in flight at most, with a ring
 // of its own and a reaper goroutine. Close it before closing the array.
-func (a *Array) NewQueue(depth int) (*Queue, error) {
+func (a *Array) NewQueue(depth int) (*Queue, error) { return a.newQueue(depth, nil) }
+
+func (a *Array) newQueue(depth int, idle func()) (*Queue, error) {
 	if depth <= 0 || depth > 4096 {
 		return nil, invalidf("queue depth %d not in [1, 4096]", depth)
 	}
@@ -130,7 +134,7 @@ func (a *Array) NewQueue(depth int) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoRing, err)
 	}
-	q := &Queue{a: a, ring: ring, ops: make([]qop, depth), free: make(chan *qop, depth), reap: make(chan struct{})}
+	q := &Queue{a: a, ring: ring, ops: make([]qop, depth), free: make(chan *qop, depth), reap: make(chan struct{}), idle: idle}
 	for i := range q.ops {
 		o := &q.ops[i]
 		o.q, o.idx = q, uint64(i)+1
@@ -185,13 +189,20 @@ func (q *Queue) Close() error {
 // to the synchronous one.
 func (q *Queue) Stats() (fast, fallbacks uint64) { return q.fast.Load(), q.fallbacks.Load() }
 
+// reapBatch bounds the completions the reaper delivers between two idle calls.
+const reapBatch = 32
+
 // reaper finishes requests from the ring's completions until Close.
 func (q *Queue) reaper() {
 	defer close(q.reap)
 	runtime.LockOSThread() // it spends its life in io_uring_enter
 	defer runtime.UnlockOSThread()
+	batch := 0
 	for {
 		cqe, ok := q.ring.PeekCQE()
+		if batch++; !ok || batch%reapBatch == 0 {
+			q.batchDone() // also within a long run of completions: no reply waits long
+		}
 		if !ok {
 			if err := q.ring.WaitCompletions(1); err != nil {
 				klog.ErrorS(err, "raid10: queue reaper stops")
@@ -224,7 +235,15 @@ func (q *Queue) fallback(op opKind, p []byte, off int64, fua bool, done Complete
 			_, err = q.a.WriteAt(p, off)
 		}
 		done.Complete(err)
+		q.batchDone()
 	}()
+}
+
+// batchDone tells the frontend that the completions at hand are delivered.
+func (q *Queue) batchDone() {
+	if q.idle != nil {
+		q.idle()
+	}
 }
 
 // take returns a free op, waiting for one when depth requests are in flight

@@ -201,6 +201,7 @@ func (o *qop) outcome(k int, err error) {
 	go func() {
 		defer o.q.slow.Done()
 		o.finish(o.recover())
+		o.q.batchDone()
 	}()
 }
 
