@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"k8s.io/klog/v2"
@@ -105,16 +104,17 @@ func putBounce(b *[]byte) {
 type FileMember struct {
 	f  *os.File
 	fd int // f's descriptor, for ring I/O (queue.go)
-	// Ring I/O names the descriptor, not the *os.File: ringUsers counts the
-	// ring requests between ringTarget and ringDone, and Close waits for
-	// them, so that the descriptor is never closed (and reused by another
-	// open) under a prepared request.
-	ringUsers atomic.Int64
-	closing   atomic.Bool
-	path      string
-	size      int64
-	direct    bool
-	block     bool
+	// Ring I/O names the descriptor, not the *os.File: ringRefs counts the
+	// ring requests between ringTarget and ringDone (ringClosing set once
+	// Close was called), and the descriptor is closed only when none is
+	// left, so that it is never closed (and its number reused by another
+	// open) under a prepared or running request. Like os.File's own
+	// reference count, Close does not wait for a request stuck in a device.
+	ringRefs atomic.Int64
+	path     string
+	size     int64
+	direct   bool
+	block    bool
 }
 
 // OpenFileMember opens path (a regular file or a block device) read-write
@@ -151,21 +151,34 @@ func OpenFileMember(path string) (*FileMember, error) {
 	return m, nil
 }
 
+// ringClosing is the bit of FileMember.ringRefs that Close sets.
+const ringClosing = 1 << 62
+
 // ringTarget implements ringMember.
 func (m *FileMember) ringTarget(off, n int64) (int, int64, bool) {
 	if !m.direct {
 		return 0, 0, false
 	}
-	m.ringUsers.Add(1)
-	if m.closing.Load() {
-		m.ringUsers.Add(-1)
-		return 0, 0, false
+	for {
+		v := m.ringRefs.Load()
+		if v&ringClosing != 0 {
+			return 0, 0, false
+		}
+		if m.ringRefs.CompareAndSwap(v, v+1) {
+			return m.fd, off, true
+		}
 	}
-	return m.fd, off, true
 }
 
-// ringDone implements ringMember.
-func (m *FileMember) ringDone() { m.ringUsers.Add(-1) }
+// ringDone implements ringMember; the last hold of a closed member closes
+// its file.
+func (m *FileMember) ringDone() {
+	if m.ringRefs.Add(-1) == ringClosing {
+		if err := m.f.Close(); err != nil {
+			klog.ErrorS(err, "raid10: closing a member after its last ring request", "member", m.path)
+		}
+	}
+}
 
 // Path is the path the member was opened from.
 func (m *FileMember) Path() string { return m.path }
@@ -275,11 +288,19 @@ func (m *FileMember) Size() int64 { return m.size }
 
 // Close implements Member.
 func (m *FileMember) Close() error {
-	m.closing.Store(true)
-	for m.ringUsers.Load() > 0 {
-		time.Sleep(100 * time.Microsecond)
+	for {
+		v := m.ringRefs.Load()
+		if v&ringClosing != 0 {
+			return os.ErrClosed
+		}
+		if !m.ringRefs.CompareAndSwap(v, v|ringClosing) {
+			continue
+		}
+		if v != 0 {
+			return nil // the last ring request closes it (ringDone)
+		}
+		return m.f.Close()
 	}
-	return m.f.Close()
 }
 
 // ExtentMember is the byte range [off, off+length) of a base member, seen as

@@ -66,13 +66,19 @@ type ringMember interface {
 
 // Queue is an asynchronous submission queue of an Array; see above.
 type Queue struct {
-	a     *Array
-	ring  *uring.Ring
-	ops   []qop
-	free  chan *qop
-	reap  chan struct{} // closed when the reaper has returned
-	slow  sync.WaitGroup
-	dirty bool // SQEs prepared since the last Submit (submitter-owned)
+	a       *Array
+	ring    *uring.Ring
+	ops     []qop
+	free    chan *qop
+	reap    chan struct{} // closed when the reaper has returned
+	stopped chan struct{} // Close's last touch of the ring, before the reaper closes it
+	// pending counts the fast-path requests not yet ended, slow the
+	// goroutines that end requests off the reaper; zombies the abandoned
+	// copies whose late completions have not arrived.
+	pending sync.WaitGroup
+	slow    sync.WaitGroup
+	zombies atomic.Int64
+	dirty   bool // SQEs prepared since the last Submit (submitter-owned)
 	// idle, when set, runs after each batch of completions (blockdev.AsyncBackend).
 	idle func()
 
@@ -121,20 +127,26 @@ const stopTag = 1 << 1
 // synchronous path.
 var ErrNoRing = errors.New("raid10: io_uring unavailable")
 
-// NewQueue returns a Queue of depth requests in flight at most, with a ring
-// of its own and a reaper goroutine. Close it before closing the array.
+// NewQueue returns a Queue for depth requests in flight, with a ring of its
+// own and a reaper goroutine. Close it before closing the array. It keeps
+// the state of 3*depth requests: a request whose copy was abandoned (its
+// member killed under it) ends at once, but its state stays until the late
+// completion arrives, and the spare states keep the queue going meanwhile
+// (one killed member per mirror pair, each with at most depth copies).
 func (a *Array) NewQueue(depth int) (*Queue, error) { return a.newQueue(depth, nil) }
 
 func (a *Array) newQueue(depth int, idle func()) (*Queue, error) {
 	if depth <= 0 || depth > 4096 {
 		return nil, invalidf("queue depth %d not in [1, 4096]", depth)
 	}
-	// Two SQEs per request (a write's two copies) and a stop NOP.
+	// Two SQEs per request (a write's two copies) and a stop NOP; prep
+	// submits early if a caller prepares more.
 	ring, err := uring.New(uint32(2*depth+1), 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoRing, err)
 	}
-	q := &Queue{a: a, ring: ring, ops: make([]qop, depth), free: make(chan *qop, depth), reap: make(chan struct{}), idle: idle}
+	n := 3 * depth
+	q := &Queue{a: a, ring: ring, ops: make([]qop, n), free: make(chan *qop, n), reap: make(chan struct{}), stopped: make(chan struct{}, 1), idle: idle}
 	for i := range q.ops {
 		o := &q.ops[i]
 		o.q, o.idx = q, uint64(i)+1
@@ -160,16 +172,20 @@ func (q *Queue) Submit() error {
 }
 
 // Close waits for every request submitted to complete, stops the reaper and
-// releases the ring. The submitter calls it, after its last Submit.
+// releases the ring. The submitter calls it, after its last Submit. Copies
+// abandoned under a killed member may still be in their device: the reaper
+// then stays for their late completions and releases the ring after them,
+// and Close does not wait for it.
 func (q *Queue) Close() error {
 	if err := q.Submit(); err != nil {
 		return err
 	}
-	for range q.ops {
-		<-q.free
-	}
+	q.pending.Wait()
 	q.slow.Wait()
-	sqe, err := q.ring.GetSQE()
+	q.a.queuesMu.Lock() // no copy of it is pending now: nothing for abandonRing
+	delete(q.a.queues, q)
+	q.a.queuesMu.Unlock()
+	sqe, err := q.getSQE()
 	if err != nil {
 		return err
 	}
@@ -178,11 +194,26 @@ func (q *Queue) Close() error {
 	if _, err := q.ring.Submit(); err != nil {
 		return err
 	}
+	q.stopped <- struct{}{} // the reaper owns the ring from here
+	if n := q.zombies.Load(); n > 0 {
+		klog.InfoS("raid10: queue closed with abandoned member requests still in their device", "requests", n)
+		return nil
+	}
 	<-q.reap
-	q.a.queuesMu.Lock()
-	delete(q.a.queues, q)
-	q.a.queuesMu.Unlock()
-	return q.ring.Close()
+	return nil
+}
+
+// getSQE returns a submission slot, submitting what is prepared first when
+// the ring is full.
+func (q *Queue) getSQE() (*uring.SQE, error) {
+	sqe, err := q.ring.GetSQE()
+	if errors.Is(err, uring.ErrSQFull) {
+		if _, err = q.ring.Submit(); err != nil {
+			return nil, err
+		}
+		sqe, err = q.ring.GetSQE()
+	}
+	return sqe, err
 }
 
 // Stats returns how many requests took the fast path and how many fell back
@@ -195,10 +226,11 @@ const reapBatch = 32
 // reaper finishes requests from the ring's completions until Close.
 func (q *Queue) reaper() {
 	defer close(q.reap)
+	defer q.ring.Close()
 	runtime.LockOSThread() // it spends its life in io_uring_enter
 	defer runtime.UnlockOSThread()
-	batch := 0
-	for {
+	batch, stopping := 0, false
+	for !stopping || len(q.free) < len(q.ops) {
 		cqe, ok := q.ring.PeekCQE()
 		if batch++; !ok || batch%reapBatch == 0 {
 			q.batchDone() // also within a long run of completions: no reply waits long
@@ -212,7 +244,9 @@ func (q *Queue) reaper() {
 		}
 		q.ring.SeenCQE()
 		if cqe.UserData == stopTag {
-			return
+			<-q.stopped // Close is done with the ring
+			stopping = true
+			continue
 		}
 		o := &q.ops[cqe.UserData>>2-1]
 		o.completed(int(cqe.UserData&1), cqe.Res)
@@ -292,10 +326,10 @@ func (q *Queue) ringBuf(o *qop) []byte {
 
 // prep puts one member I/O of o (copy k) on the ring.
 func (q *Queue) prep(o *qop, k int, rm ringMember, fd int, at int64, buf []byte) {
-	sqe, err := q.ring.GetSQE()
+	sqe, err := q.getSQE()
 	if err != nil {
-		// Two SQEs per op and as many ops as the ring holds halves: only
-		// a ring closed under us gets here.
+		// Only a ring closed under its submitter (Close before the last
+		// Read or Write) gets here.
 		panic(fmt.Sprintf("raid10: queue ring: %v", err))
 	}
 	if o.op == opRead {
@@ -334,6 +368,7 @@ func (a *Array) abandonRing(r *memberRef) {
 				won := o.st[k].CompareAndSwap(w, w&^3|copyAbandoned)
 				if won {
 					a.zombies[zombieKey(r.m)]++
+					q.zombies.Add(1)
 				}
 				a.zombieMu.Unlock()
 				if won {

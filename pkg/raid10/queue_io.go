@@ -33,6 +33,7 @@ func (q *Queue) start(op opKind, p []byte, off int64, fua bool, done Completer) 
 		return
 	}
 	o := q.take()
+	q.pending.Add(1)
 	o.op, o.p, o.off, o.done = op, p, off, done
 	o.c, o.region = off>>a.geo.chunkShift, off/a.geo.region
 	var ok bool
@@ -43,6 +44,7 @@ func (q *Queue) start(op opKind, p []byte, off int64, fua bool, done Completer) 
 	}
 	if !ok {
 		o.p, o.done = nil, nil
+		q.pending.Done()
 		q.free <- o
 		q.fallback(op, p, off, fua, done)
 		return
@@ -144,6 +146,7 @@ func (o *qop) completed(k int, res int32) {
 	if w&3 != copyPending || !o.st[k].CompareAndSwap(w, w&^3|copyDone) {
 		// Abandoned: the late I/O is over; the member may be added back.
 		a.unzombie(r.m)
+		o.q.zombies.Add(-1)
 		klog.InfoS("raid10: abandoned ring request completed late", "member", x.s.idx, "res", res)
 		o.release()
 		return
@@ -232,9 +235,10 @@ func (o *qop) finish(err error) {
 	if o.bk != nil {
 		a.exit(o.bk)
 	}
-	done := o.done
+	done, q := o.done, o.q
 	o.release()
 	done.Complete(err)
+	q.pending.Done()
 }
 
 // release drops one hold on o (a completion, or the request's end); the
