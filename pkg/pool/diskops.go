@@ -435,7 +435,7 @@ func (p *Pool) readdRoles(d *disk) {
 		}
 		v.roles[x.Role] = &role{disk: d, ext: x, member: m}
 		if v.arr == nil {
-			p.assemble(v)
+			p.assembleLate(v)
 			continue
 		}
 		if err := p.readdMember(v, int(x.Role), m); err != nil {

@@ -52,7 +52,9 @@
 // Source restores a snapshot or clones a volume the same way into a served volume, usable at
 // once (uncopied regions are copied on access). Extent flags record the relation (snapshot,
 // copy target, copying, copy failed; the source's UUID prefix), so Open puts the hooks back
-// before anything is served. A finished copy depends on nothing. See docs/design.md,
+// before anything is served. A copy target whose copy failed, or is unfinished and cannot
+// run, is never served, whichever path assembles it (admit and servable, service.go). A
+// finished copy depends on nothing. See docs/design.md,
 // "Snapshots, clones and restores".
 //
 // # Scrub

@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"fmt"
 	"sort"
 
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
@@ -49,6 +48,10 @@ func (p *Pool) volumeInfoOf(v *volume, sp *raid10.Status) VolumeInfo {
 		vi.BadBlocks, vi.LostBlocks = st.BadBlocks, st.LostBlocks
 	} else if v.err != nil {
 		vi.Reason = v.err.Error()
+	}
+	if err := p.copyRefusal(v); err != nil && sp != nil {
+		// Assembled, but its copy failed while it ran: it is not served again (servable).
+		vi.Health, vi.Reason = Failed, err.Error()
 	}
 	for i, r := range v.roles {
 		mi := MemberInfo{Role: i, State: raid10.MemberMissing.String()}
@@ -111,7 +114,9 @@ func (p *Pool) Volume(name string) (VolumeInfo, error) {
 
 // Array returns the volume's array, the block device to serve (it implements pkg/nbd's
 // Backend with FUA, discard and write-zeroes). It stays the same object across disk
-// failures and rebuilds; it is closed by DeleteVolume and Close.
+// failures and rebuilds; it is closed by DeleteVolume and Close. A volume that does not
+// hold its source's data (its copy failed, or is stopped) is refused with
+// ErrFailedPrecondition saying so (servable); one not assembled with its assembly's error.
 func (p *Pool) Array(name string) (*raid10.Array, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -119,8 +124,8 @@ func (p *Pool) Array(name string) (*raid10.Array, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v.arr == nil {
-		return nil, fmt.Errorf("%w: %q: %w", errNotAssembled, name, v.err)
+	if err := p.servable(v); err != nil {
+		return nil, err
 	}
 	return v.arr, nil
 }

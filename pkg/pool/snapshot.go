@@ -66,6 +66,9 @@ func (p *Pool) CreateSnapshot(name, source string) (SnapshotInfo, error) {
 	if src == nil {
 		return SnapshotInfo{}, fmt.Errorf("%w: volume %q (the snapshot's source)", ErrNotFound, source)
 	}
+	if err := p.copyRefusal(src); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("pool: snapshot %q of %q: %w", name, source, err)
+	}
 	if src.arr == nil {
 		return SnapshotInfo{}, fmt.Errorf("%w: volume %q is not assembled: %w", ErrFailedPrecondition, source, src.err)
 	}
@@ -158,14 +161,11 @@ func (p *Pool) copySourceLocked(s Source) (*volume, error) {
 		if v = p.snaps[s.Snapshot]; v == nil {
 			return nil, fmt.Errorf("%w: snapshot %q (the source)", ErrNotFound, s.Snapshot)
 		}
-		if v.flags&ExtentFlagCopyFailed != 0 {
-			return nil, fmt.Errorf("%w: snapshot %q failed: it does not hold its volume's data", ErrFailedPrecondition, s.Snapshot)
-		}
-		if v.copying() && v.copy == nil {
-			return nil, fmt.Errorf("%w: snapshot %q: its copy cannot run (its source is not assembled)", ErrFailedPrecondition, s.Snapshot)
-		}
 	} else if v = p.byName[s.Volume]; v == nil {
 		return nil, fmt.Errorf("%w: volume %q (the source)", ErrNotFound, s.Volume)
+	}
+	if err := p.copyRefusal(v); err != nil {
+		return nil, fmt.Errorf("pool: source %q: %w", v.name, err)
 	}
 	if v.arr == nil {
 		return nil, fmt.Errorf("%w: source %q is not assembled: %w", ErrFailedPrecondition, v.name, v.err)
@@ -258,6 +258,7 @@ func (p *Pool) onCopyFail(v *volume) func(error) {
 		if p.closed || p.volumes[v.uuid] != v {
 			return
 		}
+		v.copyErr = err
 		if lerr := p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying); lerr != nil {
 			klog.ErrorS(lerr, "Recording a failed copy", "name", v.name)
 		}
@@ -268,78 +269,17 @@ func (p *Pool) onCopyFail(v *volume) func(error) {
 // resumeCopies runs at Open, after every array is assembled and before any is served: for
 // each copy target it reads the record, and puts the hooks of a running copy back (the
 // source's copy-before-write hook, the target's hydrate hook) before starting the copiers.
+// Each target is then admitted: one whose copy failed or cannot run is not served.
 func (p *Pool) resumeCopies() {
 	var started []*raid10.Copy
 	for _, v := range p.volumes {
 		if v.flags&ExtentFlagCopy == 0 {
 			continue
 		}
-		for _, s := range p.volumes {
-			if s != v && [8]byte(s.uuid[:8]) == v.copySource {
-				v.srcUUID = s.uuid
-			}
+		if c := p.resumeCopy(v); c != nil {
+			started = append(started, c)
 		}
-		if v.arr == nil {
-			if v.copying() {
-				// Its hook cannot go back in: the source may change under it from now on.
-				klog.ErrorS(v.err, "Copy target not assembled while its copy ran: marked failed", "name", v.name)
-				_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
-			}
-			continue
-		}
-		rec, err := raid10.ReadCopyRecord(v.arr)
-		switch {
-		case errors.Is(err, raid10.ErrNoCopyRecord) && !v.copying():
-			continue // a grown copy target: the record went with the old tail
-		case err != nil:
-			klog.ErrorS(err, "Copy record unreadable", "name", v.name)
-			if v.copying() {
-				_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
-			}
-			continue
-		}
-		v.srcUUID, v.cutAt, v.copySize, v.srcName, v.srcLive = rec.Source, rec.CutAt, uint64(rec.Size), rec.SourceName, rec.Live
-		switch rec.State {
-		case raid10.CopyReady:
-			if v.copying() {
-				_ = p.setFlags(v, 0, ExtentFlagCopying)
-			}
-			continue
-		case raid10.CopyFailed:
-			if v.flags&ExtentFlagCopyFailed == 0 {
-				_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
-			}
-		}
-		if !v.copying() {
-			if v.flags&ExtentFlagCopyFailed != 0 && !v.snap {
-				// A volume that does not hold its source's data is not served.
-				_ = v.arr.Close()
-				v.arr, v.err = nil, fmt.Errorf("%w: the copy from its source failed; the volume does not hold the source's data", ErrFailedPrecondition)
-			}
-			continue
-		}
-		src := p.volumes[rec.Source]
-		if src == nil || src.arr == nil {
-			klog.ErrorS(nil, "Copy cannot resume: its source is not assembled", "name", v.name, "source", rec.SourceName, "sourceUUID", UUID(rec.Source))
-			if !v.snap {
-				_ = v.arr.Close()
-				v.arr, v.err = nil, fmt.Errorf("%w: its copy from %q (%s) cannot resume: the source is not assembled", ErrFailedPrecondition, rec.SourceName, UUID(rec.Source))
-			}
-			continue
-		}
-		c, err := raid10.ResumeCopy(raid10.CopyConfig{Source: src.arr, Target: v.arr, OnFail: p.onCopyFail(v), OnReady: p.onCopyReady(v)})
-		if err != nil {
-			klog.ErrorS(err, "Copy cannot resume: marked failed", "name", v.name)
-			_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
-			if !v.snap {
-				_ = v.arr.Close()
-				v.arr, v.err = nil, fmt.Errorf("%w: its copy from its source cannot resume: %w", ErrFailedPrecondition, err)
-			}
-			continue
-		}
-		v.copy = c
-		started = append(started, c)
-		klog.InfoS("Copy resumed", "target", v.name, "source", src.name, "copied", c.Copied(), "of", rec.Size)
+		p.admit(v)
 	}
 	// A source whose superblocks count more running copies than were resumed has a copy
 	// target absent: its copy generation moves on (that record is void if it returns).
@@ -353,6 +293,69 @@ func (p *Pool) resumeCopies() {
 	for _, c := range started {
 		c.Start()
 	}
+}
+
+// resumeCopy settles the copy into target v at Open from its flags and its record: a
+// finished copy is recorded so, an unfinished one resumes (the returned copier, not started
+// yet) or, when it cannot, is marked failed, or stays stopped while its source is not
+// assembled. Caller holds p.mu.
+func (p *Pool) resumeCopy(v *volume) *raid10.Copy {
+	for _, s := range p.volumes {
+		if s != v && [8]byte(s.uuid[:8]) == v.copySource {
+			v.srcUUID = s.uuid
+		}
+	}
+	if v.arr == nil {
+		if v.copying() {
+			// Its hook cannot go back in: the source may change under it from now on.
+			klog.ErrorS(v.err, "Copy target not assembled while its copy ran: marked failed", "name", v.name)
+			v.copyErr = fmt.Errorf("it was not assembled when the pool opened while its copy ran: %w", v.err)
+			_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+		}
+		return nil
+	}
+	rec, err := raid10.ReadCopyRecord(v.arr)
+	switch {
+	case errors.Is(err, raid10.ErrNoCopyRecord) && !v.copying():
+		return nil // a grown copy target: the record went with the old tail
+	case err != nil:
+		klog.ErrorS(err, "Copy record unreadable", "name", v.name)
+		if v.copying() {
+			v.copyErr = fmt.Errorf("its copy record is unreadable: %w", err)
+			_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+		}
+		return nil
+	}
+	v.srcUUID, v.cutAt, v.copySize, v.srcName, v.srcLive = rec.Source, rec.CutAt, uint64(rec.Size), rec.SourceName, rec.Live
+	switch rec.State {
+	case raid10.CopyReady:
+		if v.copying() {
+			_ = p.setFlags(v, 0, ExtentFlagCopying)
+		}
+		return nil
+	case raid10.CopyFailed:
+		if v.flags&ExtentFlagCopyFailed == 0 {
+			_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+		}
+	}
+	if !v.copying() {
+		return nil
+	}
+	src := p.volumes[rec.Source]
+	if src == nil || src.arr == nil {
+		klog.ErrorS(nil, "Copy cannot resume: its source is not assembled", "name", v.name, "source", rec.SourceName, "sourceUUID", UUID(rec.Source))
+		return nil
+	}
+	c, err := raid10.ResumeCopy(raid10.CopyConfig{Source: src.arr, Target: v.arr, OnFail: p.onCopyFail(v), OnReady: p.onCopyReady(v)})
+	if err != nil {
+		klog.ErrorS(err, "Copy cannot resume: marked failed", "name", v.name)
+		v.copyErr = fmt.Errorf("it could not resume: %w", err)
+		_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+		return nil
+	}
+	v.copy = c
+	klog.InfoS("Copy resumed", "target", v.name, "source", src.name, "copied", c.Copied(), "of", rec.Size)
+	return c
 }
 
 // stopCopies stops every copier (Close); the records keep their progress.

@@ -107,6 +107,7 @@ type volume struct {
 	flags      uint32       // the set's persistent extent flags (ExtentFlagSnapshot...)
 	copySource [8]byte      // ExtentEntry.CopySource
 	copy       *raid10.Copy // the copy into this array, while it runs (and after, until reopened)
+	copyErr    error        // why the copy failed, when this process saw it fail
 	srcUUID    UUID         // the copy's source
 	srcName    string       // the source's name at the cut (the copy record keeps it)
 	srcLive    bool         // the source was a volume (a live cut), not a snapshot
