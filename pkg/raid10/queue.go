@@ -70,6 +70,7 @@ type Queue struct {
 	ring    *uring.Ring
 	ops     []qop
 	free    chan *qop
+	splits  chan *qsplit  // free split states (queue_io.go), depth of them
 	reap    chan struct{} // closed when the reaper has returned
 	stopped chan struct{} // Close's last touch of the ring, before the reaper closes it
 	// pending counts the fast-path requests not yet ended, slow the
@@ -151,6 +152,10 @@ func (a *Array) newQueue(depth int, idle func()) (*Queue, error) {
 		o := &q.ops[i]
 		o.q, o.idx = q, uint64(i)+1
 		q.free <- o
+	}
+	q.splits = make(chan *qsplit, depth)
+	for range depth {
+		q.splits <- &qsplit{q: q}
 	}
 	a.queuesMu.Lock()
 	a.queues[q] = struct{}{}
@@ -288,10 +293,17 @@ func (q *Queue) take() *qop {
 		return o
 	default:
 	}
+	q.submitQuietly()
+	return <-q.free
+}
+
+// submitQuietly submits before a wait for what only the submitted requests
+// give back; a failure is logged (the requests then never complete, which
+// the member deadline does not cover: the ring itself failed).
+func (q *Queue) submitQuietly() {
 	if err := q.Submit(); err != nil {
 		klog.ErrorS(err, "raid10: queue submit")
 	}
-	return <-q.free
 }
 
 // fastTarget returns where the piece's copy x goes on the ring, holding

@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// BenchmarkQueue compares 4 KiB random reads and writes through a Queue
+// BenchmarkQueue compares random reads and writes (4 KiB at depths 1 and
+// 32, 1 MiB at depth 8) through a Queue
 // (one submitting goroutine, the given depth in flight, io_uring members)
 // with fio's io_uring engine on the same four member files at the same
 // depth (direct I/O, one job), run just before in the same process:
@@ -24,18 +25,24 @@ import (
 //
 // Run with `go test -run '^$' -bench Queue -benchmem ./pkg/raid10`.
 func BenchmarkQueue(b *testing.B) {
+	cases := []struct {
+		bs int
+		qd []int
+	}{{BlockSize, []int{1, 32}}, {1 << 20, []int{8}}}
 	for _, media := range []string{"disk", "tmpfs"} {
 		for _, write := range []bool{false, true} {
-			for _, qd := range []int{1, 32} {
-				name := fmt.Sprintf("%s/%s/qd%d", media, map[bool]string{false: "randread", true: "randwrite"}[write], qd)
-				b.Run(name, func(b *testing.B) {
-					e := benchSetup(b, media)
-					ref := fioIOPS(b, e, write, qd)
-					ours := queueIOPS(b, e.arr, write, qd)
-					b.ReportMetric(ours, "iops")
-					b.ReportMetric(ref, "fio-iops")
-					b.ReportMetric(ours/ref, "x-fio")
-				})
+			for _, c := range cases {
+				for _, qd := range c.qd {
+					name := fmt.Sprintf("%s/%s/%dk/qd%d", media, map[bool]string{false: "randread", true: "randwrite"}[write], c.bs>>10, qd)
+					b.Run(name, func(b *testing.B) {
+						e := benchSetup(b, media)
+						ref := fioIOPS(b, e, write, c.bs, qd)
+						ours := queueIOPS(b, e.arr, write, c.bs, qd)
+						b.ReportMetric(ours, "iops")
+						b.ReportMetric(ref, "fio-iops")
+						b.ReportMetric(ours/ref, "x-fio")
+					})
+				}
 			}
 		}
 	}
@@ -45,8 +52,8 @@ var fioRef sync.Map // name -> fio IOPS
 
 // fioIOPS runs fio (io_uring, direct, 4 KiB random, one job at depth qd)
 // over the member files for 3 s and returns its IOPS, once per case.
-func fioIOPS(b *testing.B, e *benchEnv, write bool, qd int) float64 {
-	key := fmt.Sprintf("%s/%v/%d", filepath.Dir(e.files[0].Path()), write, qd)
+func fioIOPS(b *testing.B, e *benchEnv, write bool, bs, qd int) float64 {
+	key := fmt.Sprintf("%s/%v/%d/%d", filepath.Dir(e.files[0].Path()), write, bs, qd)
 	if v, ok := fioRef.Load(key); ok {
 		return v.(float64)
 	}
@@ -58,7 +65,7 @@ func fioIOPS(b *testing.B, e *benchEnv, write bool, qd int) float64 {
 	if write {
 		rw = "randwrite"
 	}
-	out, err := exec.Command("fio", "--name=ref", "--ioengine=io_uring", "--direct=1", "--rw="+rw, "--bs=4k",
+	out, err := exec.Command("fio", "--name=ref", "--ioengine=io_uring", "--direct=1", "--rw="+rw, fmt.Sprintf("--bs=%d", bs),
 		fmt.Sprintf("--iodepth=%d", qd), "--numjobs=1", "--time_based", "--runtime=3", "--filename="+strings.Join(names, ":"),
 		"--output-format=json").Output()
 	if err != nil {
@@ -93,7 +100,7 @@ func (o *benchOp) Complete(err error) { o.err = err; o.back <- o }
 
 // queueIOPS runs b.N random 4 KiB requests through a Queue of depth qd from
 // one goroutine that keeps qd in flight, and returns requests per second.
-func queueIOPS(b *testing.B, a *Array, write bool, qd int) float64 {
+func queueIOPS(b *testing.B, a *Array, write bool, bs, qd int) float64 {
 	q, err := a.NewQueue(qd)
 	if err != nil {
 		b.Skip(err)
@@ -101,12 +108,12 @@ func queueIOPS(b *testing.B, a *Array, write bool, qd int) float64 {
 	back := make(chan *benchOp, qd)
 	ops := make([]benchOp, qd)
 	rng := rand.New(rand.NewPCG(7, uint64(qd)))
-	blocks := a.Size() / BlockSize
+	blocks := a.Size() / int64(bs)
 	issue := func(o *benchOp) {
 		if write {
-			q.Write(o.p, rng.Int64N(blocks)*BlockSize, false, o)
+			q.Write(o.p, rng.Int64N(blocks)*int64(bs), false, o)
 		} else {
-			q.Read(o.p, rng.Int64N(blocks)*BlockSize, o)
+			q.Read(o.p, rng.Int64N(blocks)*int64(bs), o)
 		}
 	}
 	b.ReportAllocs()
@@ -114,7 +121,7 @@ func queueIOPS(b *testing.B, a *Array, write bool, qd int) float64 {
 	start := time.Now()
 	issued := 0
 	for i := range ops {
-		ops[i] = benchOp{p: AlignedBuffer(BlockSize), back: back}
+		ops[i] = benchOp{p: AlignedBuffer(bs), back: back}
 		if issued < b.N {
 			issue(&ops[i])
 			issued++

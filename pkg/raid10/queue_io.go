@@ -2,6 +2,7 @@ package raid10
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -27,9 +28,12 @@ func (q *Queue) Write(p []byte, off int64, fua bool, done Completer) {
 
 func (q *Queue) start(op opKind, p []byte, off int64, fua bool, done Completer) {
 	a, n := q.a, int64(len(p))
-	if n == 0 || fua || !isAligned(p) || a.check(off, n, false) != nil ||
-		off&(a.geo.chunk-1)+n > a.geo.chunk {
+	if n == 0 || fua || !isAligned(p) || a.check(off, n, false) != nil {
 		q.fallback(op, p, off, fua, done) // the synchronous path reports a bad request
+		return
+	}
+	if off&(a.geo.chunk-1)+n > a.geo.chunk {
+		q.split(op, p, off, done)
 		return
 	}
 	o := q.take()
@@ -50,6 +54,57 @@ func (q *Queue) start(op opKind, p []byte, off int64, fua bool, done Completer) 
 		return
 	}
 	q.fast.Add(1)
+}
+
+// qsplit is a request of several chunk pieces: each piece goes through the
+// queue as a request of its own (the fast path or the synchronous one, each
+// on its merits), and the last piece to end tells the caller, with the
+// first error of any.
+type qsplit struct {
+	q    *Queue
+	done Completer
+	left atomic.Int32
+	mu   sync.Mutex // guards err; taken only on an error
+	err  error
+}
+
+// split starts a request that spans chunks as one request per chunk piece.
+func (q *Queue) split(op opKind, p []byte, off int64, done Completer) {
+	chunk := q.a.geo.chunk
+	var s *qsplit
+	select {
+	case s = <-q.splits:
+	default:
+		q.submitQuietly()
+		s = <-q.splits
+	}
+	s.done = done
+	n := int64(len(p))
+	first := chunk - off&(chunk-1)
+	s.left.Store(int32(1 + (n-first+chunk-1)/chunk))
+	for i := int64(0); i < n; {
+		k := min(n-i, chunk-(off+i)&(chunk-1))
+		q.start(op, p[i:i+k], off+i, false, s)
+		i += k
+	}
+}
+
+// Complete implements Completer for the pieces.
+func (s *qsplit) Complete(err error) {
+	if err != nil {
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = err
+		}
+		s.mu.Unlock()
+	}
+	if s.left.Add(-1) > 0 {
+		return
+	}
+	done, err := s.done, s.err
+	s.done, s.err = nil, nil
+	s.q.splits <- s
+	done.Complete(err)
 }
 
 // startRead admits a read and prepares its member read, or reports false
