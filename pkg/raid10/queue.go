@@ -105,7 +105,8 @@ type qop struct {
 	refs   atomic.Int32  // completions outstanding, +1 until the request ends
 	gen    uint64        // submitter's: bumped each time o is freed
 
-	// Per copy, for the abandon scan (abandonRing): gen<<2 | a copyState,
+	// Per copy, for the abandon scan (abandonRing): gen<<3 | copyOwnBuf if
+	// its I/O uses o.buf | a copyState (copyMask),
 	// and the member it went to.
 	st  [2]atomic.Uint64
 	ref [2]atomic.Pointer[memberRef]
@@ -117,6 +118,10 @@ const (
 	copyPending
 	copyDone
 	copyAbandoned
+
+	copyMask   uint64 = 3
+	copyOwnBuf uint64 = 4 // the copy's I/O uses the queue's buffer, not the caller's
+	copyShift         = 3 // of the generation
 )
 
 // user_data of an SQE: the op's index shifted left by two, the copy in bit
@@ -356,7 +361,11 @@ func (q *Queue) prep(o *qop, k int, rm ringMember, fd int, at int64, buf []byte)
 	o.outs[k], o.rms[k] = out, rm
 	x.s.inflight.Add(1)
 	o.ref[k].Store(x.r)
-	o.st[k].Store(o.gen<<2 | copyPending)
+	st := o.gen<<copyShift | copyPending
+	if o.buf != nil {
+		st |= copyOwnBuf
+	}
+	o.st[k].Store(st)
 	q.dirty = true
 }
 
@@ -373,11 +382,15 @@ func (a *Array) abandonRing(r *memberRef) {
 			o := &q.ops[i]
 			for k := range o.st {
 				w := o.st[k].Load()
-				if w&3 != copyPending || o.ref[k].Load() != r {
+				// A copy whose I/O targets the caller's buffer (no deadline in
+				// force) cannot be abandoned: its late landing would write
+				// into memory the caller got back. Its request waits for it,
+				// as an inline call does.
+				if w&copyMask != copyPending || w&copyOwnBuf == 0 || o.ref[k].Load() != r {
 					continue
 				}
 				a.zombieMu.Lock()
-				won := o.st[k].CompareAndSwap(w, w&^3|copyAbandoned)
+				won := o.st[k].CompareAndSwap(w, w&^copyMask|copyAbandoned)
 				if won {
 					a.zombies[zombieKey(r.m)]++
 					q.zombies.Add(1)

@@ -198,7 +198,7 @@ func (o *qop) completed(k int, res int32) {
 	o.outs[k].Add(-1)
 	o.rms[k].ringDone()
 	x.s.inflight.Add(-1)
-	if w&3 != copyPending || !o.st[k].CompareAndSwap(w, w&^3|copyDone) {
+	if w&copyMask != copyPending || !o.st[k].CompareAndSwap(w, w&^copyMask|copyDone) {
 		// Abandoned: the late I/O is over; the member may be added back.
 		a.unzombie(r.m)
 		o.q.zombies.Add(-1)
@@ -307,7 +307,7 @@ func (o *qop) release() {
 	}
 	o.gen++
 	for k := range o.st {
-		o.st[k].Store(o.gen << 2) // copyIdle: 0
+		o.st[k].Store(o.gen << copyShift) // copyIdle: 0
 		o.ref[k].Store(nil)
 	}
 	o.bk, o.p, o.done, o.buf = nil, nil, nil, nil
