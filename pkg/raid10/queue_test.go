@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -187,6 +188,90 @@ func TestQueueCloseWaits(t *testing.T) {
 		}
 	}
 	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestQueueDeadlineAbandons puts an eventfd in place of one member's
+// descriptor, under a 300 ms member deadline: its ring reads hang (a read
+// waits until the eventfd is written) or fail, and the member is failed
+// (by the deadline, or by an error first). Either way the stuck reads are
+// abandoned and served from the other copy at once, and their late
+// completions (once the eventfd is written) release their state.
+func TestQueueDeadlineAbandons(t *testing.T) {
+	ms := fileMembers(t, 4, 16<<20)
+	opts := testOpts()
+	opts.MemberTimeout = 300 * time.Millisecond
+	a, err := Create(ms, CreateOptions{Options: opts, ChunkSize: testChunk, RegionSize: 1 << 20, AssumeClean: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	q, err := a.NewQueue(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := make([]byte, a.Size())
+	fillRand(rand.New(rand.NewPCG(3, 3)), model)
+	if _, err := a.WriteAt(model, 0); err != nil {
+		t.Fatal(err)
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	if err := unix.Dup2(efd, ms[0].(*FileMember).fd); err != nil {
+		t.Fatal(err)
+	}
+	// Reads of chunk 0 go to member 0 or 1; ask for many so that some hang.
+	done := make(doneCh, 8)
+	bufs := make([][]byte, 8)
+	for i := range bufs {
+		bufs[i] = AlignedBuffer(BlockSize)
+		q.Read(bufs[i], int64(i)*BlockSize, done)
+	}
+	if err := q.Submit(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for range bufs {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("reads stuck on the member were not abandoned") // the eventfd is never written before
+		}
+	}
+	t.Logf("8 reads, some stuck on member 0, completed in %v", time.Since(start).Round(time.Millisecond))
+	for i, b := range bufs {
+		if !bytes.Equal(b, model[i*BlockSize:(i+1)*BlockSize]) {
+			t.Fatalf("read %d differs", i)
+		}
+	}
+	if st := a.Status(); st.Members[0].State != MemberFaulty {
+		t.Fatalf("member 0: %+v, want faulty", st.Members[0])
+	}
+	if q.zombies.Load() == 0 {
+		t.Fatal("no ring copy was abandoned")
+	}
+	// The stuck reads complete (short) once the eventfd has a value.
+	if _, err := unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for q.zombies.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d abandoned copies never completed", q.zombies.Load())
+		}
+		if _, err := unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
 }
