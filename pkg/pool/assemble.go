@@ -136,11 +136,15 @@ func (p *Pool) assemble(v *volume) {
 	}
 	if v.flags&ExtentFlagCopy != 0 {
 		// The copy record's tail is not part of the volume.
-		if n := arr.Size() - int64(v.size); n < raid10.CopyRecordSize || arr.Reserve(n) != nil {
+		// An expand stopped after the engine grew the array leaves a longer tail: the
+		// volume stays its old size until ExpandVolume is retried (growLocked).
+		n := arr.Size() - int64(v.size)
+		if n < raid10.CopyRecordSize || arr.Reserve(n) != nil {
 			_ = arr.Close()
 			v.err = fmt.Errorf("%w: %q: array of %d bytes for a copy target of %d", ErrFailedPrecondition, v.name, arr.Size(), v.size)
 			return
 		}
+		v.arrTotal = v.size + uint64(n)
 	}
 	v.arr, v.err = arr, nil
 	h, _ := p.health(v)

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 )
@@ -114,4 +115,92 @@ func TestCrashAtEveryOrderingPoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExpandCopyTargetCrash: ExpandVolume of a clone (a copy target: its array is 1 MiB
+// longer than the volume, for the copy record) stopped after the engine grew the array and
+// before the labels recorded the new size, with the old record's tail zeroed or not yet.
+// After a restart the clone is its old size with its data; the retried expand succeeds (to
+// the same size, or to a smaller one than the stopped expand asked for), the array's size
+// is the new one, the old tail and the added range read zeroes, the data is intact and the
+// copy is still recorded finished (Hydrated). All of it holds after another restart, a
+// further expand works, and Check passes.
+func TestExpandCopyTargetCrash(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		point            string
+		stopped, retried uint64
+	}{
+		{"grow.engine", 32 * mib, 32 * mib},
+		{"grow.zeroed", 32 * mib, 32 * mib},
+		{"grow.engine", 48 * mib, 32 * mib},
+	} {
+		t.Run(fmt.Sprintf("%s/%dMiB-then-%dMiB", c.point, c.stopped/mib, c.retried/mib), func(t *testing.T) {
+			dir := t.TempDir()
+			makeDisks(t, dir, 2, 128*mib)
+			cfg := Config{Disks: []DiskConfig{{Path: filepath.Join(dir, "disk*.img")}}}
+			p := openPool(t, cfg)
+			defer func() { p.Close() }()
+			if _, err := p.CreateVolume("v", 16*mib, CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			data := randBytes(16 * mib)
+			writeVolume(t, p, "v", data, 0)
+			if _, err := p.CreateVolume("c", 16*mib, CreateOptions{Source: &Source{Volume: "v"}}); err != nil {
+				t.Fatal(err)
+			}
+			waitHydrated(t, p, "c")
+			hit := false
+			p.failpoint = crashAt(c.point, &hit)
+			if _, err := p.ExpandVolume("c", c.stopped); !hit || !errors.Is(err, errCrash) {
+				t.Fatalf("failpoint %s: %v", c.point, err)
+			}
+			p.failpoint = nil
+			p.Close()
+			p = openPool(t, cfg)
+			if vi := volumeInfo(t, p, "c"); vi.Size != 16*mib || !vi.Hydrated || vi.Health != Healthy {
+				t.Fatalf("clone after the crash: %+v", vi)
+			}
+			checkVolume(t, p, "c", data, 0)
+			if vi, err := p.ExpandVolume("c", c.retried); err != nil || vi.Size != c.retried || !vi.Hydrated {
+				t.Fatalf("expand retried after the crash: %+v, %v", vi, err)
+			}
+			checkGrownClone(t, p, data, c.retried)
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
+			p = openPool(t, cfg)
+			if vi := volumeInfo(t, p, "c"); vi.Size != c.retried || !vi.Hydrated || vi.Health != Healthy {
+				t.Fatalf("clone after a restart: %+v", vi)
+			}
+			checkGrownClone(t, p, data, c.retried)
+			if _, err := p.ExpandVolume("c", 48*mib); err != nil {
+				t.Fatal(err)
+			}
+			checkGrownClone(t, p, data, 48*mib)
+			if err := p.Check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// checkGrownClone checks clone "c" grown from 16 MiB to size: the array's size is size, the
+// first 16 MiB hold data, the rest reads zeroes (the old copy record's tail included) and
+// takes writes up to the end (zeroed again afterwards).
+func checkGrownClone(t *testing.T, p *Pool, data []byte, size uint64) {
+	t.Helper()
+	a, err := p.Array("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Size() != int64(size) {
+		t.Fatalf("clone's array: %d bytes, want %d", a.Size(), size)
+	}
+	checkVolume(t, p, "c", data, 0)
+	checkVolume(t, p, "c", make([]byte, size-16<<20), 16<<20)
+	end := randBytes(1 << 20)
+	writeVolume(t, p, "c", end, int64(size)-1<<20)
+	checkVolume(t, p, "c", end, int64(size)-1<<20)
+	writeVolume(t, p, "c", make([]byte, 1<<20), int64(size)-1<<20)
 }

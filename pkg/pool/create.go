@@ -290,6 +290,7 @@ func (p *Pool) createArray(c *creation) error {
 		p.abandon(v, false)
 		return fmt.Errorf("pool: create %s: %w", v.kindName(), err)
 	}
+	v.arrTotal = v.size + raid10.CopyRecordSize
 	return nil
 }
 

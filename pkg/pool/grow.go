@@ -39,7 +39,10 @@ func (p *Pool) readdMember(v *volume, slot int, m raid10.Member) error {
 //
 // Order: the labels are written with the longer extents first (the space is reserved; a
 // crash leaves a volume of the old size with spare room, and a retried expand continues),
-// then the engine grows, then the labels record the new volume size.
+// then the engine grows (a copy target's tail moves: growCopyTail), then the labels record
+// the new volume size. A crash after the engine grew leaves the array longer than the
+// labels' size: a copy target reserves the difference (assemble, v.arrTotal) and a retried
+// expand, to that size or a smaller one, continues from there.
 func (p *Pool) growLocked(v *volume, newSize, ext uint64) (VolumeInfo, error) {
 	g, ok := any(v.arr).(grower)
 	for _, r := range v.roles {
@@ -62,6 +65,8 @@ func (p *Pool) growLocked(v *volume, newSize, ext uint64) (VolumeInfo, error) {
 		}
 	}
 	for _, r := range v.roles {
+		// Never shorter than the member is: an expand to a larger size may have grown it.
+		ext := max(ext, r.ext.Length)
 		if err := p.writeLabel(r.disk, setLen(ext, v.size)); err != nil {
 			return VolumeInfo{}, err
 		}
@@ -72,17 +77,22 @@ func (p *Pool) growLocked(v *volume, newSize, ext uint64) (VolumeInfo, error) {
 	}
 	arrSize := newSize
 	if v.flags&ExtentFlagCopy != 0 {
-		arrSize += raid10.CopyRecordSize // the tail stays reserved
+		// The tail stays reserved; an array an interrupted expand grew further stays so.
+		arrSize = max(newSize+raid10.CopyRecordSize, v.arrTotal)
 	}
 	if err := g.Grow(int64(arrSize)); err != nil {
 		return VolumeInfo{}, fmt.Errorf("pool: grow volume %q: %w", v.name, err)
 	}
+	if err := p.fail("grow.engine"); err != nil {
+		return VolumeInfo{}, err
+	}
 	if v.flags&ExtentFlagCopy != 0 {
-		// The old tail (a finished copy's record) is now volume space: it reads zero. The
-		// new tail was zeroed by the growth: no record there means a finished copy.
-		if err := v.arr.WriteZeroes(int64(v.size), raid10.CopyRecordSize); err != nil {
-			return VolumeInfo{}, fmt.Errorf("pool: grow volume %q: zero the old copy record: %w", v.name, err)
+		if err := p.growCopyTail(v, newSize, arrSize); err != nil {
+			return VolumeInfo{}, err
 		}
+	}
+	if err := p.fail("grow.zeroed"); err != nil {
+		return VolumeInfo{}, err
 	}
 	for _, r := range v.roles {
 		if err := p.writeLabel(r.disk, setLen(ext, newSize)); err != nil {
@@ -93,4 +103,19 @@ func (p *Pool) growLocked(v *volume, newSize, ext uint64) (VolumeInfo, error) {
 	v.size = newSize
 	klog.InfoS("Volume expanded", "volume", v.name, "size", newSize)
 	return p.volumeInfo(v), nil
+}
+
+// growCopyTail moves copy target v's reserved tail to the end of its grown array of arrSize
+// bytes, past newSize, and zeroes the old one. The old tail (a finished copy's record) is
+// volume space now: it reads zero. The new tail's head, where a record would be, lies in
+// the range the growth zeroed: no record there means a finished copy. Caller holds p.mu.
+func (p *Pool) growCopyTail(v *volume, newSize, arrSize uint64) error {
+	v.arrTotal = arrSize
+	if err := v.arr.Reserve(int64(arrSize - newSize)); err != nil {
+		return fmt.Errorf("pool: grow volume %q: reserve the copy record: %w", v.name, err)
+	}
+	if err := v.arr.WriteZeroes(int64(v.size), raid10.CopyRecordSize); err != nil {
+		return fmt.Errorf("pool: grow volume %q: zero the old copy record: %w", v.name, err)
+	}
+	return nil
 }

@@ -101,6 +101,10 @@ type volume struct {
 	roles   []*role       // by slot; nil when the role's disk is not present or not usable
 	arr     *raid10.Array // nil when the volume could not be assembled
 	err     error         // why arr is nil
+	// arrTotal is a copy target's array size with the tail it reserves past the volume
+	// (Array.Reserve): CopyRecordSize, the copy record at its head; more after an expand
+	// stopped between the engine's growth and the labels (the labels keep the old size).
+	arrTotal uint64
 
 	// Snapshots and copies (snapshot.go).
 	snap       bool         // a snapshot, not a volume
