@@ -66,7 +66,7 @@ func codeOf(err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, ErrOutOfRange):
 		return codes.OutOfRange
-	case errors.Is(err, ErrFailedPrecondition), errors.Is(err, attach.ErrFrontendUnavailable),
+	case errors.Is(err, ErrFailedPrecondition), errors.Is(err, pool.ErrFailedPrecondition), errors.Is(err, attach.ErrFrontendUnavailable),
 		errors.Is(err, attach.ErrNotAttached), errors.Is(err, attach.ErrCannotGrow):
 		return codes.FailedPrecondition
 	case errors.Is(err, ErrNotReady), errors.Is(err, attach.ErrRetired), errors.Is(err, context.DeadlineExceeded):

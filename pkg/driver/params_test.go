@@ -137,8 +137,11 @@ func TestCodeOf(t *testing.T) {
 		ErrOutOfRange:           "OutOfRange",
 		ErrNotReady:             "DeadlineExceeded",
 		ErrFailedPrecondition:   "FailedPrecondition",
-		ErrUnimplemented:        "Unimplemented",
-		errors.New("boom"):      "Internal",
+		// The pool refuses to serve a clone whose copy failed, or to delete the only
+		// holder of a stopped copy's data.
+		pool.ErrFailedPrecondition: "FailedPrecondition",
+		ErrUnimplemented:           "Unimplemented",
+		errors.New("boom"):         "Internal",
 	} {
 		if got := codeOf(errors.Join(errors.New("context"), err)).String(); got != want {
 			t.Errorf("codeOf(%v) = %s, want %s", err, got, want)
