@@ -38,6 +38,12 @@ type queue struct {
 	wakeFd  int
 	wakeBuf [8]byte // target of the armed eventfd read
 
+	// aq is the backend's asynchronous queue (blockdev.AsyncBackend), owned by this thread:
+	// reads and plain writes go to it, and its completions (tagDone) hand the result back
+	// as a goroutine's would. nil without one.
+	aq    blockdev.AsyncQueue
+	dones []tagDone
+
 	mu       sync.Mutex
 	done     []completion // results to commit, filled by the request goroutines
 	sleeping atomic.Bool  // the thread is (about to be) waiting in io_uring_enter
@@ -132,6 +138,7 @@ func (q *queue) setup() error {
 	q.mu.Lock()
 	q.wakeFd = fd
 	q.mu.Unlock()
+	q.openAsync()
 	for tag := 0; tag < q.depth; tag++ {
 		if err := q.prepCmd(ioFetchReq, uint16(tag), 0); err != nil {
 			return err
@@ -151,6 +158,11 @@ func (q *queue) setup() error {
 }
 
 func (q *queue) teardown() {
+	if q.aq != nil {
+		if err := q.aq.Close(); err != nil { // its requests write into bufs
+			klog.ErrorS(err, "ublk: closing the queue's asynchronous queue", "device", q.d.id, "queue", q.id)
+		}
+	}
 	q.serving.Wait() // request goroutines write into bufs
 	if q.ring != nil {
 		_ = q.ring.Close()
@@ -297,7 +309,14 @@ func (q *queue) loop() error {
 		for _, tag := range ready {
 			q.serving.Add(1)
 			inflight++
-			go q.serve(tag)
+			if !q.queued(tag) {
+				go q.serve(tag)
+			}
+		}
+		if q.aq != nil {
+			if err := q.aq.Submit(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
