@@ -236,7 +236,11 @@ const reapBatch = 32
 // reaper finishes requests from the ring's completions until Close.
 func (q *Queue) reaper() {
 	defer close(q.reap)
-	defer q.ring.Close()
+	defer func() {
+		if err := q.ring.Close(); err != nil {
+			klog.ErrorS(err, "raid10: closing a queue's ring")
+		}
+	}()
 	runtime.LockOSThread() // it spends its life in io_uring_enter
 	defer runtime.UnlockOSThread()
 	batch, stopping := 0, false
