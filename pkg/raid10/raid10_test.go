@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -241,12 +242,22 @@ func TestFailoverAndRecovery(t *testing.T) {
 
 // TestRecoveryRateAndProgress checks the rate ceiling and that progress,
 // rate and ETA are reported while a recovery runs.
+// TestRecoveryRateAndProgress checks the recovery's ceiling (SyncRateMax)
+// and its progress, with small chunks and with 512 KiB ones under a ceiling
+// below one chunk per 200 ms (the throttle's longest single sleep).
 func TestRecoveryRateAndProgress(t *testing.T) {
+	for _, tc := range []struct {
+		chunk, ceiling int64
+	}{{testChunk, 4 << 20}, {512 << 10, 1 << 20}} {
+		t.Run(fmt.Sprintf("chunk%dk", tc.chunk>>10), func(t *testing.T) { recoveryRate(t, tc.chunk, tc.ceiling) })
+	}
+}
+
+func recoveryRate(t *testing.T, chunk, ceiling int64) {
 	ms := []Member{NewMemMember(4 << 20), NewMemMember(4 << 20)}
-	const ceiling = 4 << 20
 	a, err := Create(ms, CreateOptions{
 		Options:   Options{SyncRateMin: 1 << 20, SyncRateMax: ceiling, BitmapClearDelay: time.Hour},
-		ChunkSize: testChunk, AssumeClean: true,
+		ChunkSize: chunk, AssumeClean: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +289,7 @@ func TestRecoveryRateAndProgress(t *testing.T) {
 	}
 	el := time.Since(start)
 	total := a.Size()
-	if min := time.Duration(float64(total) / ceiling * 0.8 * float64(time.Second)); el < min {
+	if min := time.Duration(float64(total) / float64(ceiling) * 0.8 * float64(time.Second)); el < min {
 		t.Errorf("recovery of %d bytes took %v, the ceiling allows no less than %v", total, el, min)
 	}
 	if seen.Total != total || seen.Rate <= 0 || seen.ETA <= 0 {

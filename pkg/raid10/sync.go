@@ -96,16 +96,27 @@ func (a *Array) fgOps() uint64 {
 // throttle keeps the sync rate under SyncRateMax and, while foreground I/O
 // is running, yields to it as long as the rate stays above SyncRateMin
 // (md's sync_speed_max and sync_speed_min).
+// Above the maximum it sleeps until the rate is down to it, in steps of at
+// most 200 ms so that a stop is seen: a single capped sleep per chunk let a
+// 512 KiB chunk through every 200 ms (2.5 MiB/s) whatever the maximum.
 func (a *Array) throttle() {
-	a.progMu.Lock()
-	done := a.prog.Done - a.progBase // a resumed scrub's skipped part is not work done
-	el := time.Since(a.syncStart)
-	a.progMu.Unlock()
-	rate := float64(done) / max(el.Seconds(), 1e-6)
-	if mx := a.opts.SyncRateMax; mx > 0 && rate > float64(mx) {
+	for {
+		done, el := a.syncDone()
+		rate := float64(done) / max(el.Seconds(), 1e-6)
+		mx := a.opts.SyncRateMax
+		if mx <= 0 || rate <= float64(mx) {
+			break
+		}
 		want := time.Duration(float64(done) / float64(mx) * float64(time.Second))
 		a.sleep(min(want-el, 200*time.Millisecond))
-		return
+		if a.stopped() {
+			return
+		}
+	}
+	done, el := a.syncDone()
+	rate := float64(done) / max(el.Seconds(), 1e-6)
+	if mx := a.opts.SyncRateMax; mx > 0 && rate >= float64(mx)*0.999 {
+		return // at the maximum: no room to yield further
 	}
 	if fg := a.fgOps(); fg != a.lastFg {
 		// Foreground I/O since the last chunk: fall back towards the floor.
@@ -115,6 +126,14 @@ func (a *Array) throttle() {
 			a.sleep(min(want-el, 10*time.Millisecond))
 		}
 	}
+}
+
+// syncDone is the work the running sync has done (a resumed scrub's skipped
+// part is not work done) and the time since it began.
+func (a *Array) syncDone() (int64, time.Duration) {
+	a.progMu.Lock()
+	defer a.progMu.Unlock()
+	return a.prog.Done - a.progBase, time.Since(a.syncStart)
 }
 
 func (a *Array) sleep(d time.Duration) {
