@@ -294,16 +294,21 @@ func (a *Agent) reconcileNode(ctx context.Context, req reconcile.Request) (recon
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
-	last := a.replaceDisk(ctx, &n)
-	ps := a.pool.Status()
-	st := crstatus.NodeStatus(n.Status, ps, a.pool.MemberFree(), time.Now())
+	return a.writeNodeStatus(ctx, &n, a.replaceDisk(ctx, &n))
+}
+
+// writeNodeStatus writes the pool's state as n's status, with last as the outcome of the
+// last disk replacement, when it differs; disk Events are recorded once per transition
+// (nodeEvents). A conflict requeues without an error.
+func (a *Agent) writeNodeStatus(ctx context.Context, n *v1alpha1.Raid10Node, last *v1alpha1.DiskReplacementStatus) (reconcile.Result, error) {
+	st := crstatus.NodeStatus(n.Status, a.pool.Status(), a.pool.MemberFree(), time.Now())
 	st.LastDiskReplacement = last
-	a.nodeEvents(&n, st)
+	a.nodeEvents(n, st)
 	if equality.Semantic.DeepEqual(n.Status, st) {
 		return reconcile.Result{}, nil
 	}
 	n.Status = st
-	if err := a.c.Status().Update(ctx, &n); err != nil {
+	if err := a.c.Status().Update(ctx, n); err != nil {
 		return requeueOnConflict(err)
 	}
 	return reconcile.Result{}, nil
@@ -324,16 +329,7 @@ func (a *Agent) reportAllocation(ctx context.Context) (reconcile.Result, error) 
 		}
 		return reconcile.Result{}, err
 	}
-	st := crstatus.NodeStatus(n.Status, a.pool.Status(), a.pool.MemberFree(), time.Now())
-	st.LastDiskReplacement = n.Status.LastDiskReplacement
-	if equality.Semantic.DeepEqual(n.Status, st) {
-		return reconcile.Result{}, nil
-	}
-	n.Status = st
-	if err := a.c.Status().Update(ctx, &n); err != nil {
-		return requeueOnConflict(err)
-	}
-	return reconcile.Result{}, nil
+	return a.writeNodeStatus(ctx, &n, n.Status.LastDiskReplacement)
 }
 
 // capacityOf is the capacity a volume status reports, 0 before it has one.
