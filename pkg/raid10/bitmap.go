@@ -49,12 +49,8 @@ func newBitmap(a *Array) *bitmap {
 // The first write into a clean region persists its bit on every live
 // member (write + flush) before the data write may start.
 func (b *bitmap) startWrite(r int64) error {
-	st := &b.states()[r]
-	v := st.Add(1)
-	if v&bmOnDisk != 0 {
-		if v&bmCand != 0 {
-			st.And(^bmCand)
-		}
+	st, durable := b.count(r)
+	if durable {
 		return nil
 	}
 	if err := b.persist(r); err != nil {
@@ -68,16 +64,25 @@ func (b *bitmap) startWrite(r int64) error {
 // false (nothing taken) when the first write into a clean region would have
 // to persist it first.
 func (b *bitmap) tryStartWrite(r int64) bool {
+	st, durable := b.count(r)
+	if !durable {
+		st.Add(^uint32(0))
+	}
+	return durable
+}
+
+// count counts a write into region r and reports whether r's bit is
+// durable already (then a sweeper's clearing candidate mark is dropped).
+func (b *bitmap) count(r int64) (*atomic.Uint32, bool) {
 	st := &b.states()[r]
 	v := st.Add(1)
 	if v&bmOnDisk == 0 {
-		st.Add(^uint32(0))
-		return false
+		return st, false
 	}
 	if v&bmCand != 0 {
 		st.And(^bmCand)
 	}
-	return true
+	return st, true
 }
 
 func (b *bitmap) states() []atomic.Uint32 { return *b.stp.Load() }

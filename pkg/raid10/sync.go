@@ -100,24 +100,26 @@ func (a *Array) fgOps() uint64 {
 // most 200 ms so that a stop is seen: a single capped sleep per chunk let a
 // 512 KiB chunk through every 200 ms (2.5 MiB/s) whatever the maximum.
 func (a *Array) throttle() {
-	for {
+	for slept := false; ; slept = true {
 		done, el := a.syncDone()
 		rate := float64(done) / max(el.Seconds(), 1e-6)
-		mx := a.opts.SyncRateMax
-		if mx <= 0 || rate <= float64(mx) {
-			break
+		if mx := a.opts.SyncRateMax; mx > 0 && rate > float64(mx) {
+			want := time.Duration(float64(done) / float64(mx) * float64(time.Second))
+			a.sleep(min(want-el, 200*time.Millisecond))
+			if a.stopped() {
+				return
+			}
+			continue
 		}
-		want := time.Duration(float64(done) / float64(mx) * float64(time.Second))
-		a.sleep(min(want-el, 200*time.Millisecond))
-		if a.stopped() {
-			return
+		if !slept {
+			a.yield(done, el, rate)
 		}
+		return
 	}
-	done, el := a.syncDone()
-	rate := float64(done) / max(el.Seconds(), 1e-6)
-	if mx := a.opts.SyncRateMax; mx > 0 && rate >= float64(mx)*0.999 {
-		return // at the maximum: no room to yield further
-	}
+}
+
+// yield slows the sync towards SyncRateMin while foreground I/O runs.
+func (a *Array) yield(done int64, el time.Duration, rate float64) {
 	if fg := a.fgOps(); fg != a.lastFg {
 		// Foreground I/O since the last chunk: fall back towards the floor.
 		a.lastFg = fg
