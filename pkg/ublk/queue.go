@@ -322,13 +322,17 @@ func (q *queue) loop() error {
 	return nil
 }
 
+// request decodes the kernel's descriptor of tag: the operation, its flags, and the byte
+// range.
+func (q *queue) request(tag uint16) (op, flags uint32, off, n int64) {
+	desc := (*ioDesc)(unsafe.Pointer(&q.descs[int(tag)*ioDescSize]))
+	return desc.opFlags & 0xff, desc.opFlags >> 8 << 8, int64(desc.startSector) << sectorShift, int64(desc.nrSectors) << sectorShift
+}
+
 // serve carries out the request of tag on the backend and hands its result back.
 func (q *queue) serve(tag uint16) {
 	defer q.serving.Done()
-	desc := (*ioDesc)(unsafe.Pointer(&q.descs[int(tag)*ioDescSize]))
-	op, flags := desc.opFlags&0xff, desc.opFlags>>8<<8
-	off := int64(desc.startSector) << sectorShift
-	n := int64(desc.nrSectors) << sectorShift
+	op, flags, off, n := q.request(tag)
 	b := q.d.backend
 	var err error
 	res := int32(0)

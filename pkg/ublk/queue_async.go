@@ -1,8 +1,6 @@
 package ublk
 
 import (
-	"unsafe"
-
 	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
@@ -66,10 +64,7 @@ func (q *queue) queued(tag uint16) bool {
 	if q.aq == nil {
 		return false
 	}
-	desc := (*ioDesc)(unsafe.Pointer(&q.descs[int(tag)*ioDescSize]))
-	op, flags := desc.opFlags&0xff, desc.opFlags>>8<<8
-	off := int64(desc.startSector) << sectorShift
-	n := int64(desc.nrSectors) << sectorShift
+	op, flags, off, n := q.request(tag)
 	t := &q.dones[tag]
 	t.bytes = n
 	switch {
