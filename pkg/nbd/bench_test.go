@@ -47,16 +47,7 @@ func BenchmarkFioNBDDevice(b *testing.B) {
 func benchFio(b *testing.B, delay time.Duration, depths []int) {
 	needBinary(b, "fio")
 	needBinary(b, "nbdkit")
-	runtime := "3"
-	if r := os.Getenv("NBD_BENCH_RUNTIME"); r != "" {
-		runtime = r
-	}
-	rounds := 3
-	if r := os.Getenv("NBD_BENCH_ROUNDS"); r != "" {
-		if _, err := fmt.Sscan(r, &rounds); err != nil || rounds < 1 {
-			b.Fatalf("NBD_BENCH_ROUNDS=%q", r)
-		}
-	}
+	runtime, rounds := benchRuns(b)
 	const size = 256 << 20
 	dir := b.TempDir()
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
@@ -197,6 +188,21 @@ func benchFio(b *testing.B, delay time.Duration, depths []int) {
 			cpu[key{c, "raid10-csi"}], cpu[key{c, "nbdkit"}], cpu[key{c, "go-nbd"}])
 	}
 	b.Log(t.String())
+}
+
+// benchRuns returns the seconds per fio run (NBD_BENCH_RUNTIME, default 3) and the rounds
+// each case takes (NBD_BENCH_ROUNDS, default 3).
+func benchRuns(b *testing.B) (runtime string, rounds int) {
+	runtime, rounds = "3", 3
+	if r := os.Getenv("NBD_BENCH_RUNTIME"); r != "" {
+		runtime = r
+	}
+	if r := os.Getenv("NBD_BENCH_ROUNDS"); r != "" {
+		if _, err := fmt.Sscan(r, &rounds); err != nil || rounds < 1 {
+			b.Fatalf("NBD_BENCH_ROUNDS=%q", r)
+		}
+	}
+	return runtime, rounds
 }
 
 // delayBackend is a Backend whose reads and writes take d longer: a device with latency.

@@ -59,8 +59,7 @@ func (c *conn) recycle(r *request) {
 // execute runs one request against the backend and sets r.errno.
 func (c *conn) execute(r *request) {
 	x := c.exp
-	end := r.off + uint64(r.length)
-	inRange := end >= r.off && end <= uint64(x.size())
+	inRange := r.within(x.size())
 	fua := r.flags&CmdFlagFUA != 0
 	switch r.cmd {
 	case CmdRead:
@@ -127,6 +126,12 @@ func (c *conn) execute(r *request) {
 	default:
 		r.errno = ErrnoInval
 	}
+}
+
+// within reports whether r's range lies inside a device of size bytes (and does not wrap).
+func (r *request) within(size int64) bool {
+	end := r.off + uint64(r.length)
+	return end >= r.off && end <= uint64(size)
 }
 
 // writeZeroes zeroes a range of a backend that is no blockdev.ZeroWriter.

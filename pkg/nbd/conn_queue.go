@@ -67,7 +67,7 @@ func (c *conn) queued(r *request) bool {
 	default:
 		return false
 	}
-	if end := r.off + uint64(r.length); end < r.off || end > uint64(x.size()) {
+	if !r.within(x.size()) {
 		return false
 	}
 	if ok, _ := r.move(slotQueued, slotWaiting); !ok {

@@ -45,16 +45,7 @@ func BenchmarkFioRAID10(b *testing.B) {
 		_, sock := startServer(b, Options{MinBlockSize: raid10.BlockSize, SyncOnly: mode == "sync"}, Export{Backend: arr})
 		servers[mode] = sock
 	}
-	runtime := "3"
-	if r := os.Getenv("NBD_BENCH_RUNTIME"); r != "" {
-		runtime = r
-	}
-	rounds := 3
-	if r := os.Getenv("NBD_BENCH_ROUNDS"); r != "" {
-		if _, err := fmt.Sscan(r, &rounds); err != nil || rounds < 1 {
-			b.Fatalf("NBD_BENCH_ROUNDS=%q", r)
-		}
-	}
+	runtime, rounds := benchRuns(b)
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n%-22s %10s %10s %8s %14s %14s\n", "4k, fio nbd, 1 conn", "queue", "sync", "x-sync", "queue us CPU/IO", "sync us CPU/IO")
 	for _, rw := range []string{"randread", "randwrite"} {
