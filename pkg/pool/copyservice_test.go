@@ -35,7 +35,7 @@ func TestCopyTargetNeverServedUnlessWhole(t *testing.T) {
 		deleteAll(t, p)
 	})
 	t.Run("StoppedCopyReadd", func(t *testing.T) {
-		p, _, _ := stoppedCopy(t, true)
+		p, _, _, _ := stoppedCopy(t, true)
 		defer p.Close()
 		checkNotServed(t, p, "r", "stopped")
 		d := diskPathsOf(t, p, "r")[0]

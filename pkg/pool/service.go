@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"k8s.io/klog/v2"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // Which arrays may be handed out for I/O. A volume's array is served (Array), read as a copy
@@ -16,7 +18,9 @@ import (
 //     resumed or marked failed) and late, when a disk returns (AddDisk) or a failed disk is
 //     re-added (ReaddDisk), both through readdRoles. A volume it refuses gives its array
 //     back; its health is Failed with the reason. ReplaceDisk and the hot spares never
-//     assemble: they skip a volume without an array.
+//     assemble: they skip a volume without an array. A volume assembled late may be the
+//     source of copies that stopped at Open because it was not assembled: they resume
+//     (or are voided) before its array is handed out (resumeCopiesFrom).
 //   - servable is the check at every hand-out: Array, and the source checks of
 //     CreateSnapshot and copySourceLocked. It also catches a copy that fails while its
 //     volume is assembled (the engine then fails the volume's I/O into uncopied regions;
@@ -79,12 +83,54 @@ func (p *Pool) admit(v *volume) {
 }
 
 // assembleLate assembles v after Open, when a disk of it returned or was re-added, and
-// admits it. A volume that admit would refuse is not assembled at all. Caller holds p.mu.
+// admits it. A volume that admit would refuse is not assembled at all. Once assembled, v
+// may be the source of copies stopped at Open because it was not assembled then: they
+// resume (resumeCopiesFrom) before its array can be handed out. Caller holds p.mu.
 func (p *Pool) assembleLate(v *volume) {
 	if v.snap || p.copyRefusal(v) == nil {
 		p.assemble(v)
 	}
 	p.admit(v)
+	if v.arr != nil {
+		p.resumeCopiesFrom(v)
+	}
+}
+
+// resumeCopiesFrom resumes, at src's late assembly and before src's array is handed to
+// anyone, every copy from src that stopped at Open because src was not assembled: the
+// source's copy-before-write hook and the target's hydrate hook go in as at Open (a
+// target whose array admit gave back is assembled again first; one that cannot be is
+// marked failed). Then src.arr.CopiesResumed moves src's copy generation on if its
+// superblocks count a running copy that did not resume (its target is absent, or failed
+// to resume), so that copy's record is refused (raid10.ErrCopyStale) if it comes back:
+// src is served without its hook from now on. Resuming rather than voiding keeps the
+// snapshots and clones that can still be filled: src took no write since the pool
+// opened (it was not assembled), so their records still say what it holds.
+// Caller holds p.mu.
+func (p *Pool) resumeCopiesFrom(src *volume) {
+	var started []*raid10.Copy
+	for _, t := range p.volumes {
+		if t == src || !t.copying() || t.copy != nil || t.srcUUID != src.uuid {
+			continue
+		}
+		if t.arr == nil {
+			p.assemble(t)
+		}
+		if t.arr == nil {
+			klog.ErrorS(t.err, "Copy target not assembled when its source was: marked failed", "name", t.name, "source", src.name)
+			t.copyErr = fmt.Errorf("it could not be assembled when its source %q was: %w", src.name, t.err)
+			_ = p.setFlags(t, ExtentFlagCopyFailed, ExtentFlagCopying)
+		} else if c := p.resumeCopy(t); c != nil {
+			started = append(started, c)
+		}
+		p.admit(t)
+	}
+	if err := src.arr.CopiesResumed(); err != nil {
+		klog.ErrorS(err, "Recording the copy generation", "name", src.name)
+	}
+	for _, c := range started {
+		c.Start()
+	}
 }
 
 // labelsSay reports whether every present disk's entry of v carries flag. Caller holds p.mu.

@@ -21,7 +21,7 @@ func TestDeleteAroundStoppedCopy(t *testing.T) {
 			name = "RestoreFromSnapshot"
 		}
 		t.Run(name, func(t *testing.T) {
-			p, src, target := stoppedCopy(t, restore)
+			p, src, target, _ := stoppedCopy(t, restore)
 			defer p.Close()
 			deleteSrc, deleteTarget := p.DeleteVolume, p.DeleteSnapshot
 			if restore {
@@ -56,7 +56,8 @@ func TestDeleteAroundStoppedCopy(t *testing.T) {
 // unfinished and src is not assembled (two of its three disks are left out at the last
 // Open), so the copy could not resume. Without restore, src is a volume and target its
 // snapshot; with restore, src is a snapshot (ready) and target a volume restored from it.
-func stoppedCopy(t *testing.T, restore bool) (p *Pool, src, target string) {
+// absent are src's two disks left out.
+func stoppedCopy(t *testing.T, restore bool) (p *Pool, src, target string, absent []string) {
 	t.Helper()
 	dir := t.TempDir()
 	paths := makeDisks(t, dir, 6, 96<<20)
@@ -114,7 +115,7 @@ func stoppedCopy(t *testing.T, restore bool) (p *Pool, src, target string) {
 	if s == nil || s.arr != nil || tg == nil || !tg.copying() || tg.copy != nil {
 		t.Fatalf("test set-up: want %q unassembled and %q copying without a copier", src, target)
 	}
-	return p, src, target
+	return p, src, target, srcDisks[:2]
 }
 
 // diskPathsOf lists the disks of a volume's or snapshot's roles, in role order.
