@@ -190,6 +190,16 @@ func NewCopy(cfg CopyConfig) (*Copy, error) {
 		return nil, fmt.Errorf("copy: flush the record: %w", err)
 	}
 	c.install()
+	if cfg.Live {
+		// A copy from the source that failed unrecorded between the count and the install
+		// moved the generation on (void) without seeing this copy's hook.
+		src.metaMu.Lock()
+		gen := src.copyGen
+		src.metaMu.Unlock()
+		if err := c.followGen(gen); err != nil {
+			klog.ErrorS(err, "raid10: copy record not moved to the source's new copy generation (it is refused at the next assembly)", "target", fmt.Sprintf("%x", rec.Target))
+		}
+	}
 	return c, nil
 }
 
@@ -286,7 +296,9 @@ func (c *Copy) fail(err error) {
 		klog.ErrorS(err, "raid10: copy failed: the target does not hold the source's data", "source", fmt.Sprintf("%x", c.rec.Source), "target", fmt.Sprintf("%x", c.rec.Target))
 		go func() {
 			if werr := c.writeState(CopyFailed); werr != nil {
-				klog.V(1).InfoS("raid10: copy failure not recorded in the target's record", "err", werr)
+				// The record may still say running: void it before the hook goes.
+				klog.ErrorS(werr, "raid10: copy failure not recorded in the target's record: the source's copy generation moves on", "target", fmt.Sprintf("%x", c.rec.Target))
+				c.void()
 			}
 			if c.cfg.OnFail != nil {
 				c.cfg.OnFail(err)
@@ -337,6 +349,53 @@ func (c *Copy) ended() {
 	}
 }
 
+// void is ended for a live copy that failed without its target's record saying so (the
+// record write failed: it may still say running, with the source's generation). Before
+// the hook goes and a write into an uncopied region goes on without it, the source's copy
+// generation moves on in its superblocks, so that record is refused (ErrCopyStale) if the
+// target comes back; the other running live copies from the source take the new
+// generation into their records (followGen). A closed source takes no more writes: its
+// uncopied regions still hold the cut, and the record may resume.
+func (c *Copy) void() {
+	if !c.rec.Live || !c.counted.CompareAndSwap(true, false) {
+		return
+	}
+	a := c.src
+	if a.closed.Load() {
+		return
+	}
+	a.metaMu.Lock()
+	if a.liveCopies > 0 {
+		a.liveCopies--
+	}
+	a.copyGen++
+	gen := a.copyGen
+	a.writeSuperblocksLocked(true, false)
+	a.metaMu.Unlock()
+	if h := a.hooks.Load(); h != nil {
+		for _, o := range h.cow {
+			if o == c {
+				continue
+			}
+			if err := o.followGen(gen); err != nil {
+				klog.ErrorS(err, "raid10: copy record not moved to the source's new copy generation (it is refused at the next assembly)", "target", fmt.Sprintf("%x", o.rec.Target))
+			}
+		}
+	}
+}
+
+// followGen writes the source's copy generation gen into the header of a running live
+// copy's record (its state unchanged), unless it holds gen or a later one already.
+func (c *Copy) followGen(gen uint32) error {
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	if CopyState(c.state.Load()) != CopyRunning || c.rec.SrcGen >= gen {
+		return nil
+	}
+	c.rec.SrcGen = gen
+	return c.writeHeaderLocked()
+}
+
 // CopiesResumed is called by the owner of a source array after ResumeCopy
 // of every copy it found, before it serves the array. If the source's
 // superblocks count more running live copies than were resumed, some copy
@@ -365,10 +424,7 @@ func (a *Array) CopiesResumed() error {
 	}
 	var first error
 	for _, c := range resumed {
-		c.recMu.Lock()
-		c.rec.SrcGen = gen
-		c.recMu.Unlock()
-		if err := c.writeState(CopyRunning); err != nil && first == nil {
+		if err := c.followGen(gen); err != nil && first == nil {
 			first = err
 		}
 	}

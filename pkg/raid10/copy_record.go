@@ -196,6 +196,12 @@ func (c *Copy) writeState(st CopyState) error {
 	c.recMu.Lock()
 	defer c.recMu.Unlock()
 	c.rec.State = st
+	return c.writeHeaderLocked()
+}
+
+// writeHeaderLocked writes the header as c.rec holds it into the slot not holding the
+// current one, with FUA. Caller holds recMu.
+func (c *Copy) writeHeaderLocked() error {
 	seq := c.rec.seq + 1
 	b := c.encodeHeader(seq)
 	if _, err := c.tgt.write(opWrite, b, c.recOff+int64(seq%2)*crSlot, crSlot, true, true); err != nil {

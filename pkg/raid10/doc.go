@@ -240,7 +240,9 @@
 //     there too, never zeroes). A target that cannot be written fails the
 //     copy: OnFail (the pool records it in its labels) runs before source
 //     writes into uncopied regions go on; target I/O into uncopied regions
-//     then fails with EIO.
+//     then fails with EIO. A live copy whose record cannot say failed
+//     either moves its source's copy generation on first (as for an absent
+//     target, below), so the record, still running, is never resumed.
 //   - Crash: ResumeCopy reads the record; a running copy gets its hooks
 //     back (the owner calls it before serving either array) and the copier
 //     continues from the bits.
