@@ -40,7 +40,7 @@ func (p *Pool) copyRefusal(v *volume) error {
 		return fmt.Errorf("%w: %s does not hold its source's data: its copy from %s failed%s; delete it, and create it again from its source",
 			ErrFailedPrecondition, v.kindName(), p.sourceDesc(v), why)
 	case v.copying() && v.copy == nil:
-		return fmt.Errorf("%w: %s does not hold its source's data yet: its copy from %s is unfinished and stopped, because the source was not assembled when the pool opened; it is served again once the pool opens with the source assembled and the copy resumes",
+		return fmt.Errorf("%w: %s does not hold its source's data yet: its copy from %s is unfinished and stopped, because the source was not assembled (or its own copy was stopped) when the pool opened; it is served again once the pool opens with the source assembled and the copy resumes",
 			ErrFailedPrecondition, v.kindName(), p.sourceDesc(v))
 	}
 	return nil
@@ -124,6 +124,9 @@ func (p *Pool) resumeCopiesFrom(src *volume) {
 			started = append(started, c)
 		}
 		p.admit(t)
+		if t.copy != nil && t.arr != nil {
+			p.resumeCopiesFrom(t) // restores stopped because t, their source, was stopped
+		}
 	}
 	if err := src.arr.CopiesResumed(); err != nil {
 		klog.ErrorS(err, "Recording the copy generation", "name", src.name)

@@ -270,16 +270,27 @@ func (p *Pool) onCopyFail(v *volume) func(error) {
 // each copy target it reads the record, and puts the hooks of a running copy back (the
 // source's copy-before-write hook, the target's hydrate hook) before starting the copiers.
 // Each target is then admitted: one whose copy failed or cannot run is not served.
+// A target is settled after its source (a restore after the snapshot it reads, which may
+// be filling itself), so resumeCopy sees whether the source holds its data.
 func (p *Pool) resumeCopies() {
 	var started []*raid10.Copy
-	for _, v := range p.volumes {
-		if v.flags&ExtentFlagCopy == 0 {
-			continue
+	settled := map[*volume]bool{}
+	var settle func(v *volume)
+	settle = func(v *volume) {
+		if settled[v] || v.flags&ExtentFlagCopy == 0 {
+			return
+		}
+		settled[v] = true
+		if s := p.sourceByPrefix(v); s != nil {
+			settle(s)
 		}
 		if c := p.resumeCopy(v); c != nil {
 			started = append(started, c)
 		}
 		p.admit(v)
+	}
+	for _, v := range p.volumes {
+		settle(v)
 	}
 	// A source whose superblocks count more running copies than were resumed has a copy
 	// target absent: its copy generation moves on (that record is void if it returns).
@@ -300,10 +311,8 @@ func (p *Pool) resumeCopies() {
 // yet) or, when it cannot, is marked failed, or stays stopped while its source is not
 // assembled. Caller holds p.mu.
 func (p *Pool) resumeCopy(v *volume) *raid10.Copy {
-	for _, s := range p.volumes {
-		if s != v && [8]byte(s.uuid[:8]) == v.copySource {
-			v.srcUUID = s.uuid
-		}
+	if s := p.sourceByPrefix(v); s != nil {
+		v.srcUUID = s.uuid
 	}
 	if v.arr == nil {
 		if v.copying() {
@@ -346,6 +355,18 @@ func (p *Pool) resumeCopy(v *volume) *raid10.Copy {
 		klog.ErrorS(nil, "Copy cannot resume: its source is not assembled", "name", v.name, "source", rec.SourceName, "sourceUUID", UUID(rec.Source))
 		return nil
 	}
+	if err := p.copyRefusal(src); err != nil {
+		// The source's own copy failed or is stopped: it has no hook to fill what it lacks,
+		// so reading it would copy whatever its extents hold.
+		if src.flags&ExtentFlagCopyFailed == 0 {
+			klog.ErrorS(err, "Copy cannot resume: its source's own copy is stopped", "name", v.name, "source", src.name)
+			return nil
+		}
+		klog.ErrorS(err, "Copy cannot resume: its source's own copy failed: marked failed", "name", v.name, "source", src.name)
+		v.copyErr = fmt.Errorf("its source %s does not hold its data: its own copy failed", src.kindName())
+		_ = p.setFlags(v, ExtentFlagCopyFailed, ExtentFlagCopying)
+		return nil
+	}
 	c, err := raid10.ResumeCopy(raid10.CopyConfig{Source: src.arr, Target: v.arr, OnFail: p.onCopyFail(v), OnReady: p.onCopyReady(v)})
 	if err != nil {
 		klog.ErrorS(err, "Copy cannot resume: marked failed", "name", v.name)
@@ -356,6 +377,17 @@ func (p *Pool) resumeCopy(v *volume) *raid10.Copy {
 	v.copy = c
 	klog.InfoS("Copy resumed", "target", v.name, "source", src.name, "copied", c.Copied(), "of", rec.Size)
 	return c
+}
+
+// sourceByPrefix is the volume or snapshot whose UUID starts with v's CopySource (its copy
+// source as the labels keep it), or nil. Caller holds p.mu.
+func (p *Pool) sourceByPrefix(v *volume) *volume {
+	for _, s := range p.volumes {
+		if s != v && [8]byte(s.uuid[:8]) == v.copySource {
+			return s
+		}
+	}
+	return nil
 }
 
 // stopCopies stops every copier (Close); the records keep their progress.

@@ -25,21 +25,24 @@ func (c *Copy) stopped() bool {
 // the cut: their bits are clear, and the caller holds them busy) into the
 // target, makes them durable and durably sets their bits. Blocks the source
 // cannot deliver are recorded bad on every copy of the target (reads of
-// them fail there as on the source), never zero.
+// them fail there as on the source), never zero. A source that is itself
+// a copy target whose copy failed (a restore from a snapshot still being
+// filled) does not hold the regions it never got: that fails this copy
+// too, since they are not lost media but data this target can never have.
 func (c *Copy) copyRegions(r, k int64, b []byte) error {
 	off := r << c.shift
 	n := min(k<<c.shift, c.rec.Size-off)
 	buf := b[:n]
 	var lost []badRange
 	if _, err := c.src.ReadAt(buf, off); err != nil {
-		if errors.Is(err, ErrClosed) {
+		if err := notLost(err, r); err != nil {
 			return err
 		}
 		// Block by block: a block no copy of the source has is lost.
 		for b := int64(0); b < n; b += BlockSize {
 			p := buf[b : b+BlockSize]
 			if _, err := c.src.ReadAt(p, off+b); err != nil {
-				if errors.Is(err, ErrClosed) {
+				if err := notLost(err, r); err != nil {
 					return err
 				}
 				clear(p)
@@ -60,6 +63,19 @@ func (c *Copy) copyRegions(r, k int64, b []byte) error {
 		}
 	}
 	return c.commit(r, k, n)
+}
+
+// notLost is the error copyRegions returns for a source read error of region r that is
+// not lost media: the source closed (ErrClosed), or the source's own copy failed there
+// (ErrCopyFailed, which fails this copy). nil for a read error of the media.
+func notLost(err error, r int64) error {
+	switch {
+	case errors.Is(err, ErrClosed):
+		return err
+	case errors.Is(err, ErrCopyFailed):
+		return fmt.Errorf("copy: region %d: the source does not hold it, its own copy failed: %w", r, err)
+	}
+	return nil
 }
 
 // claim marks up to most consecutive uncopied regions from r busy for the
