@@ -376,7 +376,9 @@ func (s *story) reboot(ctx context.Context) {
 	for _, p := range ioPods {
 		before[p], _ = s.latestIOLog(ctx, p)
 	}
+	began := time.Now()
 	s.r.Stop()
+	t.Logf("wait: the node stopped after %v", time.Since(began).Round(100*time.Millisecond))
 	s.r.Boot(ctx)
 	s.waitPodsReady(ctx, ns, 4)
 	for _, p := range ioPods {
@@ -715,11 +717,17 @@ func (s *story) create(ctx context.Context, obj ctrlclient.Object) {
 }
 
 // poll calls f every 2 s until it returns nil; at ctx's end the test fails with f's error.
+// A wait of 5 s or more is logged with its time, so a step's time can be read wait by wait
+// (where the story spends its minutes on the emulated node; issue 24).
 func (s *story) poll(ctx context.Context, what string, f func() error) {
 	s.t.Helper()
+	start := time.Now()
 	var last error
 	for {
 		if last = f(); last == nil {
+			if d := time.Since(start); d >= 5*time.Second {
+				s.t.Logf("wait: %s after %v", what, d.Round(100*time.Millisecond))
+			}
 			return
 		}
 		select {
