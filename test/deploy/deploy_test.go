@@ -163,6 +163,7 @@ func TestManifestsApplyAndRBAC(t *testing.T) {
 	}
 
 	t.Run("ServiceAccountsDoTheirJobs", func(t *testing.T) { serviceAccountsDoTheirJobs(t, env) })
+	t.Run("NodeChangesOnlyItsOwnObjects", func(t *testing.T) { nodeChangesOnlyItsOwnObjects(t, env) })
 
 	// The StorageClass is the documented one.
 	sc := objs[slices.IndexFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "StorageClass" })]

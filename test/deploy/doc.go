@@ -2,6 +2,9 @@
 //
 //   - TestManifestsApplyAndRBAC: every object of deploy/ is accepted by a real kube-apiserver
 //     (CRDs first), and the ServiceAccounts get what their containers need and nothing more.
+//     Its NodeChangesOnlyItsOwnObjects plays two node plugins (node ServiceAccount tokens
+//     bound to pods on node-a and node-b): each changes its own node's objects, the chart's
+//     ValidatingAdmissionPolicy denies it the other's.
 //   - TestHelmLint, TestHelmTemplate, TestHelmSchemaRefusesBadValues: helm lint --strict;
 //     helm template with the defaults (equal to deploy/), a custom StorageClass, a block of
 //     disks (the pool ConfigMap decoded and validated by pkg/pool as the node plugin would),

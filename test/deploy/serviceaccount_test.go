@@ -46,7 +46,9 @@ func raid10Client(t *testing.T, cfg *rest.Config) client.Client {
 func serviceAccountsDoTheirJobs(t *testing.T, env *kubeenv.Env) {
 	ctx := t.Context()
 	ctrl := raid10Client(t, env.ServiceAccountConfig(t, namespace, "raid10-csi-controller"))
-	agent := raid10Client(t, env.ServiceAccountConfig(t, namespace, "raid10-csi-node"))
+	// The agent's token is bound to its pod on node-1, as the kubelet projects it: the
+	// chart's admission policy lets the node ServiceAccount change only its node's objects.
+	agent := raid10Client(t, env.NodeServiceAccountConfig(t, namespace, "raid10-csi-node", "node-1"))
 
 	// The agent registers its pool.
 	n := &v1alpha1.Raid10Node{}

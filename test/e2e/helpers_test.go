@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -152,7 +151,7 @@ func applyManifest(t *testing.T, env *kubeenv.Env) {
 }
 
 // saClient is an uncached client that authenticates as the chart's ServiceAccount name.
-func (cl *cluster) saClient(t *testing.T, name string) (client.Client, *rest.Config) {
+func (cl *cluster) saClient(t *testing.T, name string) client.Client {
 	t.Helper()
 	cfg := cl.env.ServiceAccountConfig(t, namespace, name)
 	s, err := agent.Scheme()
@@ -163,7 +162,7 @@ func (cl *cluster) saClient(t *testing.T, name string) (client.Client, *rest.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, cfg
+	return c
 }
 
 // registerNode creates what a kubelet and the node plugin's registration would: the Node,
@@ -265,11 +264,13 @@ func filePool(t *testing.T, active, spare int, diskSize int64, rebuildRate int64
 }
 
 // startAgent runs the node agent for node over pl in the test process, as the chart's node
-// ServiceAccount, until the test ends, and waits until its Raid10Node reports every disk
-// with free space.
+// ServiceAccount with a token bound to a pod on node (as the kubelet projects it: the chart's
+// admission policy lets the node ServiceAccount change only the objects of the node its token
+// names), until the test ends, and waits until its Raid10Node reports every disk with free
+// space.
 func (cl *cluster) startAgent(t *testing.T, node string, pl *pool.Pool, disks int) {
 	t.Helper()
-	_, cfg := cl.saClient(t, nodeSA)
+	cfg := cl.env.NodeServiceAccountConfig(t, namespace, nodeSA, node)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx, cfg, agent.Options{NodeName: node, Pool: pl}) }()
@@ -295,7 +296,7 @@ func (cl *cluster) startAgent(t *testing.T, node string, pl *pool.Pool, disks in
 // the socket's path once it accepts connections.
 func (cl *cluster) startController(t *testing.T, readyTimeout time.Duration) string {
 	t.Helper()
-	c, _ := cl.saClient(t, controllerSA)
+	c := cl.saClient(t, controllerSA)
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	d, err := driver.NewDriver(
 		driver.WithMode(driver.ModeController),
