@@ -74,6 +74,14 @@ func (p *Pool) assembleAll() {
 			x.MemberDisks, x.VolumeSize, x.Epoch, x.Name = v.disks, v.size, v.epoch, v.name
 			v.roles[r] = &role{disk: c.d, ext: x}
 		}
+		if d := p.deletedAway(v); d != nil {
+			// Deleted while this disk was away: the disks that were present forgot it.
+			klog.InfoS("Releasing the extents of a volume deleted while they were away", "volume", v.name, "volumeUUID", u, "memberDisk", d.path)
+			if err := p.finishDelete(u); err != nil {
+				klog.ErrorS(err, "Finishing delete", "volumeUUID", u)
+			}
+			continue
+		}
 		if repair {
 			klog.InfoS("Bringing member maps up to date", "volume", v.name, "epoch", v.epoch)
 			if err := p.rewriteMap(v); err != nil {
@@ -149,4 +157,24 @@ func (p *Pool) assemble(v *volume) {
 	v.arr, v.err = arr, nil
 	h, _ := p.health(v)
 	klog.InfoS("Volume assembled", "volume", v.name, "volumeUUID", v.uuid, "members", len(members), "of", v.members, "health", h)
+}
+
+// deletedAway returns a disk that v's member map names, that is present and Active and
+// that holds no extent of v: v was deleted while its other disks were away (a delete
+// removes the extents of the present disks only), and those disks' extents are what is
+// left of it. nil when every usable member disk holds its role. A replace writes the new
+// disk's extent before any member map names it, and a create or delete stopped half-way
+// is flagged on every extent, so no live volume matches.
+func (p *Pool) deletedAway(v *volume) *disk {
+	for r, u := range v.disks {
+		if v.roles[r] != nil {
+			continue
+		}
+		for _, d := range p.disks {
+			if d.uuid == u && d.usable() {
+				return d
+			}
+		}
+	}
+	return nil
 }
