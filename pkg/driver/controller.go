@@ -160,6 +160,7 @@ func newVolume(id, name, node string, size int64, p volumeParams, shape volumeSh
 		v1alpha1.PVCNameAnnotation:      p.pvcName,
 		v1alpha1.PVCNamespaceAnnotation: p.pvcNamespace,
 		v1alpha1.PVNameAnnotation:       p.pvName,
+		maxSnapshotsAnnotation:          p.maxSnapshots,
 	} {
 		if v != "" {
 			vol.Annotations[k] = v

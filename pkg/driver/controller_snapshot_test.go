@@ -125,6 +125,8 @@ func snapshotSuite(t *testing.T, c client.Client, cc csi.ControllerClient, agent
 		})
 	})
 
+	t.Run("Limits", func(t *testing.T) { snapshotLimitSuite(t, c, cc) })
+
 	t.Run("ListSnapshots", func(t *testing.T) {
 		if _, err := cc.CreateVolume(ctx, createReq("pvc-src2", gib, "node-a")); err != nil {
 			t.Fatal(err)

@@ -50,6 +50,7 @@ type volumeParams struct {
 	pvcNamespace string
 	pvName       string
 	frontend     attach.Frontend // "" when the StorageClass does not say: the node's --frontend
+	maxSnapshots string          // ParamMaxSnapshots as validated, "" when unset
 }
 
 // parseParams validates StorageClass parameters. An unknown or invalid one is an error
@@ -83,6 +84,11 @@ func parseParams(in map[string]string) (volumeParams, error) {
 				return p, fmt.Errorf("parameter %s: %w: %w", k, err, ErrInvalidArgument)
 			}
 			p.frontend = f
+		case ParamMaxSnapshots:
+			if _, err := parseMaxSnapshots(v); err != nil {
+				return p, fmt.Errorf("parameter %s: %w", k, err)
+			}
+			p.maxSnapshots = v
 		case paramPVCName:
 			p.pvcName = v
 		case paramPVCNamespace:
@@ -90,7 +96,7 @@ func parseParams(in map[string]string) (volumeParams, error) {
 		case paramPVName:
 			p.pvName = v
 		default:
-			return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ErrInvalidArgument)
+			return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ParamMaxSnapshots, ErrInvalidArgument)
 		}
 	}
 	return p, nil

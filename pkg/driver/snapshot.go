@@ -51,12 +51,9 @@ func (c *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 	if source == "" {
 		return nil, fmt.Errorf("source_volume_id: must not be empty: %w", ErrInvalidArgument)
 	}
-	for k := range req.GetParameters() {
-		switch k {
-		case paramSnapshotName, paramSnapshotNamespace, paramSnapshotContentName:
-		default:
-			return nil, fmt.Errorf("parameters: %q: VolumeSnapshotClass parameters are not supported (a snapshot takes its source's layout): %w", k, ErrInvalidArgument)
-		}
+	limits, err := parseSnapshotParams(req.GetParameters())
+	if err != nil {
+		return nil, fmt.Errorf("parameters: %w", err)
 	}
 	id := snapshotID(name)
 	if err := c.locks.TryAcquire(snapshotLockKey(id)); err != nil {
@@ -87,15 +84,7 @@ func (c *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		if vol.Status.Phase == v1alpha1.VolumePhaseFailed || vol.Status.Capacity == nil {
 			return nil, fmt.Errorf("source volume %q is not provisioned (phase %q): %w", source, vol.Status.Phase, ErrFailedPrecondition)
 		}
-		size := vol.Status.Capacity.Value()
-		if err := c.checkCapacity(ctx, vol.Spec.Node, vol.Spec.Layout, size, size, ""); err != nil {
-			return nil, fmt.Errorf("snapshot of volume %q: %w", source, err)
-		}
-		snap = newSnapshot(id, name, vol, req.GetParameters())
-		if err := c.store.CreateSnapshot(ctx, snap); err != nil {
-			if errors.Is(err, ErrAlreadyExists) {
-				return nil, fmt.Errorf("snapshot %q: created concurrently: %w", id, ErrConflict)
-			}
+		if err := c.createSnapshot(ctx, id, name, vol, req.GetParameters(), limits); err != nil {
 			return nil, err
 		}
 	default:
@@ -107,6 +96,30 @@ func (c *ControllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		return nil, err
 	}
 	return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(snap)}, nil
+}
+
+// createSnapshot creates the Raid10Snapshot id of vol once the node's free space and the
+// snapshot limits allow it. The limits are checked and the object created under the node's
+// snapshot-limit lock.
+func (c *ControllerServer) createSnapshot(ctx context.Context, id, name string, vol *v1alpha1.Raid10Volume, params map[string]string, limits snapshotLimits) error {
+	if err := c.locks.TryAcquire(snapshotLimitLockKey(vol.Spec.Node)); err != nil {
+		return err
+	}
+	defer c.locks.Release(snapshotLimitLockKey(vol.Spec.Node))
+	size := vol.Status.Capacity.Value()
+	if err := c.checkSnapshotLimits(ctx, vol, size, limits); err != nil {
+		return fmt.Errorf("snapshot of volume %q: %w", vol.Name, err)
+	}
+	if err := c.checkCapacity(ctx, vol.Spec.Node, vol.Spec.Layout, size, size, ""); err != nil {
+		return fmt.Errorf("snapshot of volume %q: %w", vol.Name, err)
+	}
+	if err := c.store.CreateSnapshot(ctx, newSnapshot(id, name, vol, params)); err != nil {
+		if errors.Is(err, ErrAlreadyExists) {
+			return fmt.Errorf("snapshot %q: created concurrently: %w", id, ErrConflict)
+		}
+		return err
+	}
+	return nil
 }
 
 func newSnapshot(id, name string, vol *v1alpha1.Raid10Volume, params map[string]string) *v1alpha1.Raid10Snapshot {
