@@ -61,8 +61,12 @@ bench-vm: deps ## Run the VM benchmark: md raid10 vs the engine over NBD and ubl
 	source hack/tool-env.sh && RAID10_PERF_TABLE=$(abspath $(or $(TABLE),_output/perf.md)) $(GO) test -run '^$$' -bench '^BenchmarkVM$$' -benchtime=1x -timeout 30m -v ./test/perf/
 
 .PHONY: soak
-soak: ## Run the engine's fault matrix, then the snapshot copy crash test, each with random seeds for SOAK (default 10m); RAID10_SEED=<seed> replays a round.
-	set -o pipefail; RAID10_SOAK=$${SOAK:-10m} $(GO) test -race -count=1 -timeout 0 -run '^(TestFaultMatrix|TestCopyCrash)$$' -v ./pkg/raid10/ 2>&1 | grep -v '^[IEW][0-9]'
+soak: ## Run the engine's fault matrix (on the synchronous calls, then with Queues), then the snapshot copy crash test, each with random seeds for SOAK (default 10m); RAID10_SEED=<seed> replays a round.
+	set -o pipefail; RAID10_SOAK=$${SOAK:-10m} $(GO) test -race -count=1 -timeout 0 -run '^(TestFaultMatrix|TestFaultMatrixQueue|TestCopyCrash)$$' -v ./pkg/raid10/ 2>&1 | grep -v '^[IEW][0-9]'
+
+.PHONY: soak-pool
+soak-pool: ## Run the pool's fault matrix with random seeds for SOAK (default 10m); POOL_MATRIX_SEED=<seed> replays a walk.
+	set -o pipefail; POOL_MATRIX_SOAK=$${SOAK:-10m} $(GO) test -race -count=1 -timeout 0 -run '^TestPoolMatrix$$' -v ./pkg/pool/ 2>&1 | grep -v '^[IEW][0-9]'
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).

@@ -279,8 +279,16 @@ func (d *disk) openBase() error {
 		return fmt.Errorf("pool: open data path of %s: %w", d.path, err)
 	}
 	d.base = m
+	if wrapDiskBase != nil {
+		d.base = wrapDiskBase(d.path, m)
+	}
 	return nil
 }
+
+// wrapDiskBase, set by tests before Open, wraps the data path of every disk the pool opens
+// (the pool fault matrix puts a volatile write cache there, which its simulated crashes
+// drop). Labels do not go through it.
+var wrapDiskBase func(path string, m raid10.Member) raid10.Member
 
 // claimBlank claims the blank disks (and, with wipe, the refused ones); a disk that cannot
 // be claimed is refused.
