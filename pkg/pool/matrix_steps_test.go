@@ -265,7 +265,13 @@ func (w *walk) disksWith(st ...DiskStatus) []string {
 
 // out counts the disks not serving now: failed, missing, pulled or left out.
 func (w *walk) out() int {
-	return len(w.disksWith(StatusFailed, StatusMissing)) + len(w.pulled)
+	n := len(w.absent) + len(w.pulled)
+	for _, path := range w.disksWith(StatusFailed, StatusMissing) {
+		if !w.absent[path] && !w.pulled[path] {
+			n++
+		}
+	}
+	return n
 }
 
 func (w *walk) failDisk() error {
@@ -311,7 +317,16 @@ func (w *walk) returnDisk() error {
 	_, err := w.p.AddDisk(DiskConfig{Path: path})
 	if err == nil {
 		delete(w.absent, path)
-		w.checkListing()
+		// A volume whose disks were all away stays unknown until the next Open: AddDisk
+		// brings back the roles of known volumes only. Those that are listed again are
+		// back in the walk.
+		for _, o := range w.objs {
+			if o.hidden {
+				_, errV := w.p.Volume(o.name)
+				_, errS := w.p.Snapshot(o.name)
+				o.hidden = errV != nil && errS != nil
+			}
+		}
 	}
 	return err
 }
