@@ -38,7 +38,9 @@ const restartFaultless = 3
 
 type restartEnv struct {
 	fs           []*FaultyMember
+	arr          []Member // the member fs[k] injects faults into, as the array holds it
 	ms           []Member
+	queue        *queueCounts // set: the verification reads go through a Queue
 	opts         Options
 	geo          *geometry
 	model        []blockHistory
@@ -115,7 +117,7 @@ func restartFaulted(t *testing.T, rng *rand.Rand, kind string, e restartEnv) {
 		unavailable(i)
 		f.Disappear()
 		for k, m := range ms {
-			if m == Member(f) {
+			if m == e.arr[i] {
 				ms[k] = nil
 			}
 		}
@@ -180,28 +182,27 @@ func restartFaulted(t *testing.T, rng *rand.Rand, kind string, e restartEnv) {
 			r := b.slots[d].inSync()
 			return r != nil && !r.timedOut.Load()
 		}
-		p := make([]byte, BlockSize)
 		var eio int64
-		for blk := int64(0); blk < b.Size()/BlockSize; blk++ {
-			if _, err := b.ReadAt(p, blk*BlockSize); err != nil {
+		readAllBlocks(t, b, e.queue, func(blk int64, p []byte, err error) {
+			if err != nil {
 				d0, d1, _, _ := b.geo.mapChunk(blk * BlockSize >> b.geo.chunkShift)
 				if !errors.Is(err, syscall.EIO) || !e.model[blk].indet && !poisoned(blk) && (available(d0) || available(d1)) {
 					t.Errorf("restart fault %s on member %d: %s: block %d: %v (it has a good copy); status %+v", kind, i, when, blk, err, b.Status())
 				}
 				eio++
-				continue
+				return
 			}
 			if !e.model[blk].matches(p, e.crashed) {
 				e.wrong.Add(1)
 				t.Errorf("restart fault %s on member %d: %s: block %d: wrong data: it holds %s", kind, i, when, blk, e.model[blk].explain(p))
 			}
-		}
+		})
 		t.Logf("restart fault %s on member %d: %s: state %v, EIO blocks %d", kind, i, when, b.State(), eio)
 	}
 	verify("after assembly")
 	if kind == fkRestartGone {
 		f.Reappear()
-		if _, err := b.AddMember(f); err != nil {
+		if _, err := b.AddMember(e.arr[i]); err != nil {
 			t.Errorf("re-adding member %d after the restart: %v", i, err)
 		} else {
 			verify("after its re-add")

@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +32,8 @@ import (
 // RAID10_SEED=<seed> replays one round (30 steps, or RAID10_STEPS).
 // After every round the array is restarted twice: in two rounds in three
 // with a fault kept across the restart (restartFaulted), then calmly.
+// TestFaultMatrixQueue (matrix_queue_test.go) runs the same rounds with a
+// share of the foreground reads and writes on Queues (the io_uring path).
 
 // Fault kinds of the matrix.
 const (
@@ -49,99 +48,38 @@ const (
 	matrixMember = 4 << 20
 )
 
-type matrixTotals struct {
-	stepsPer      int // fault steps per round
-	mu            sync.Mutex
-	rounds        int
-	steps         int
-	ops           int64
-	faults        map[string]map[string]int // kind -> phase -> count
-	eioRead       int64                     // blocks that failed a read during the rounds
-	eioEnd        int64                     // blocks that read as EIO after reassembly
-	lostRep       int64                     // lost blocks the engine reported at the end
-	wrong         int64                     // must stay 0
-	timeouts      uint64
-	crashBroken   int   // crash rounds with a member broken at the crash
-	restarts      int   // restarts with a fault kept that assembled
-	discardsAfter int64 // blocks that held what a discard left after a crash
-}
-
-func (m *matrixTotals) fault(kind, phase string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.faults[kind] == nil {
-		m.faults[kind] = map[string]int{}
-	}
-	m.faults[kind][phase]++
-}
-
 func TestFaultMatrix(t *testing.T) {
-	// The fixed set runs shorter rounds (make test's time); the soak and
-	// replays 30 steps unless RAID10_STEPS says otherwise.
-	tot := &matrixTotals{faults: map[string]map[string]int{}, stepsPer: 30}
-	if os.Getenv("RAID10_SEED") == "" && os.Getenv("RAID10_SOAK") == "" {
-		tot.stepsPer = 26
-	}
-	if v := os.Getenv("RAID10_STEPS"); v != "" {
-		k, err := strconv.Atoi(v)
-		if err != nil || k < 1 {
-			t.Fatalf("RAID10_STEPS=%q: want a positive number of steps", v)
-		}
-		tot.stepsPer = k
-	}
-	runSeeds(t, 12, 0, func(t *testing.T, s uint64) { matrixRound(t, s, tot) })
-	var b strings.Builder
-	kinds := make([]string, 0, len(tot.faults))
-	for k := range tot.faults {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
-		fmt.Fprintf(&b, "\n  %-18s", k)
-		phases := make([]string, 0)
-		for p := range tot.faults[k] {
-			phases = append(phases, p)
-		}
-		sort.Strings(phases)
-		for _, p := range phases {
-			fmt.Fprintf(&b, " %s=%d", p, tot.faults[k][p])
-		}
-	}
-	t.Logf("fault matrix: %d rounds, %d steps, %d I/O ops, %d member timeouts; EIO blocks during rounds %d, after reassembly %d (engine reported %d lost); wrong data %d; crashes with a member broken %d; blocks holding a discard's leftover after a crash %d; restarts with a fault kept that assembled %d\nfaults by kind and phase:%s",
-		tot.rounds, tot.steps, tot.ops, tot.timeouts, tot.eioRead, tot.eioEnd, tot.lostRep, tot.wrong, tot.crashBroken, tot.discardsAfter, tot.restarts, b.String())
-	if tot.wrong != 0 {
-		t.Fatalf("%d reads returned wrong data", tot.wrong)
-	}
+	runMatrix(t, 12, 0, 26, matrixCfg{})
 }
 
-// arrayBlockOf maps member d's member block mb to the array block it holds
-// a copy of (-1 outside the data).
-func arrayBlockOf(g *geometry, d int, mb int64) int64 {
-	rel := mb - g.dataOffset/BlockSize
-	per := g.chunk / BlockSize
-	if rel < 0 {
-		return -1
-	}
-	row, within := rel/per, rel%per
-	c := (row*int64(g.n) + int64(d)) / 2
-	return c*per + within
-}
-
-func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
-	t.Logf("seed %d (replay with RAID10_SEED=%d RAID10_STEPS=%d go test -run TestFaultMatrix)", seed, seed, tot.stepsPer)
+func matrixRound(t *testing.T, seed uint64, tot *matrixTotals, cfg matrixCfg) {
+	t.Logf("seed %d (replay with RAID10_SEED=%d RAID10_STEPS=%d go test -run '^%s$')", seed, seed, tot.stepsPer, strings.Split(t.Name(), "/")[0])
 	rng := rand.New(rand.NewPCG(seed, 0xfa17))
 	n := 2 + rng.IntN(3)
 	chunk := int64(BlockSize) << rng.IntN(3)
-	bases := make([]*MemMember, n)
+	// fs[i] injects the faults of the member the array holds as arr[i]:
+	// itself, or (Queue rounds) the ringFaulty around it.
+	newMember := func() (*FaultyMember, Member) {
+		f := NewFaultyMember(NewMemMember(matrixMember))
+		return f, f
+	}
+	var rings *ringMembers
+	var qc *queueCounts // the Queue rounds' counts
+	if cfg.queueShare > 0 {
+		qc = &tot.queue
+		rings = &ringMembers{dir: t.TempDir(), size: matrixMember, c: qc}
+		defer rings.close() // deferred first: runs after the last array's Close
+		newMember = func() (*FaultyMember, Member) { return rings.member(t) }
+	}
 	fs := make([]*FaultyMember, n)
+	arr := make([]Member, n)
 	ms := make([]Member, n)
 	volatile := rng.IntN(2) == 0
 	latency := rng.IntN(2) == 0
 	for i := range ms {
-		bases[i] = NewMemMember(matrixMember)
-		fs[i] = NewFaultyMember(bases[i])
+		fs[i], arr[i] = newMember()
 		fs[i].SetVolatile(volatile)
-		ms[i] = fs[i]
+		ms[i] = arr[i]
 	}
 	opts := testOpts()
 	opts.SyncRateMax = 16 << 20 // syncs last long enough to be hit
@@ -190,14 +128,66 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	section := size / workers / BlockSize
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
+	// checkRead checks a read of blocks [b, b+l) that returned p and err.
+	checkRead := func(b, l int64, p []byte, err error) error {
+		if err != nil && !errors.Is(err, syscall.EIO) {
+			return fmt.Errorf("read [%d,+%d): %w", b, l, err)
+		}
+		for i := int64(0); i < l; i++ {
+			q := p[i*BlockSize : (i+1)*BlockSize]
+			if err != nil {
+				// Which blocks failed: read them one by one.
+				if _, e := a.ReadAt(q, (b+i)*BlockSize); e != nil {
+					// Allowed: a block a fault may have left without a
+					// good copy, one a failed write left undefined, or
+					// any while the array says Failed (a last copy past
+					// its deadline: a slow scheduler can cause it).
+					if !model[b+i].indet && !poisoned(b+i) && a.State() != ArrayFailed {
+						return fmt.Errorf("block %d: EIO but it has a good copy (%w); status %+v", b+i, e, a.Status())
+					}
+					eioRead.Add(1)
+					continue
+				}
+			}
+			if !model[b+i].matches(q, false) {
+				wrong.Add(1)
+				return fmt.Errorf("block %d: wrong data (it holds %s); status %+v", b+i, model[b+i].explain(q), a.Status())
+			}
+		}
+		return nil
+	}
+	mq := &matrixQueue{a: a, model: model, check: checkRead}
 	for w := 0; w < workers; w++ {
 		wrng := rand.New(rand.NewPCG(seed, uint64(w)+7))
+		var q *Queue // the worker's, as an NBD connection's
+		if cfg.queueShare > 0 {
+			if q, err = a.NewQueue(8); err != nil {
+				t.Fatal(err)
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if q != nil {
+				defer func() {
+					if err := q.Close(); err != nil {
+						errc <- fmt.Errorf("closing worker %d's queue: %w", w, err)
+					}
+					qc.add(q)
+				}()
+			}
 			lo := int64(w) * section
 			var touched []int64
 			for !stop.Load() {
+				if q != nil && wrng.Float64() < cfg.queueShare {
+					if err := mq.batch(q, wrng, lo, section, &touched); err != nil {
+						errc <- err
+						stop.Store(true)
+						return
+					}
+					ops.Add(1)
+					continue
+				}
 				b := lo + wrng.Int64N(section)
 				l := min(lo+section-b, 1+wrng.Int64N(8))
 				switch op := wrng.IntN(20); {
@@ -222,36 +212,10 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 				case op < 16: // read and check
 					p := make([]byte, l*BlockSize)
 					_, err := a.ReadAt(p, b*BlockSize)
-					if err != nil && !errors.Is(err, syscall.EIO) {
-						errc <- fmt.Errorf("read [%d,+%d): %w", b, l, err)
+					if err := checkRead(b, l, p, err); err != nil {
+						errc <- err
 						stop.Store(true)
 						return
-					}
-					for i := int64(0); i < l; i++ {
-						q := p[i*BlockSize : (i+1)*BlockSize]
-						if err != nil {
-							// Which blocks failed: read them one by one.
-							if _, e := a.ReadAt(q, (b+i)*BlockSize); e != nil {
-								// Allowed: a block a fault may have left
-								// without a good copy, one a failed write
-								// left undefined, or any while the array
-								// says Failed (a last copy past its
-								// deadline: a slow scheduler can cause it).
-								if !model[b+i].indet && !poisoned(b+i) && a.State() != ArrayFailed {
-									errc <- fmt.Errorf("block %d: EIO but it has a good copy (%w); status %+v", b+i, e, a.Status())
-									stop.Store(true)
-									return
-								}
-								eioRead.Add(1)
-								continue
-							}
-						}
-						if !model[b+i].matches(q, false) {
-							wrong.Add(1)
-							errc <- fmt.Errorf("block %d: wrong data; status %+v", b+i, a.Status())
-							stop.Store(true)
-							return
-						}
 					}
 				case op < 17: // flush: what this worker had acknowledged is durable
 					snap := make([][]byte, len(touched))
@@ -398,15 +362,14 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 				// Back in: re-add (bitmap recovery) or a blank disk (full).
 				var err error
 				if rng.IntN(3) == 0 {
-					bases[w] = NewMemMember(matrixMember)
-					fs[w] = NewFaultyMember(bases[w])
+					fs[w], arr[w] = newMember()
 					fs[w].SetVolatile(volatile)
 					if latency {
 						fs[w].SetLatency(25 * time.Microsecond)
 					}
-					err = a.ReplaceMember(w, fs[w])
+					err = a.ReplaceMember(w, arr[w])
 				} else {
-					_, err = a.AddMember(fs[w])
+					_, err = a.AddMember(arr[w])
 				}
 				if err == nil {
 					whole = -1 // recovering now; faults may hit it again
@@ -464,11 +427,20 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	}
 	if crashed {
 		tot.fault(fkCrash, phase(false))
+		var crashWait func()
+		if rings != nil { // Queue writes in flight when the power goes
+			var inflight func() int
+			inflight, crashWait = crashBatch(t, a, model, rng, qc)
+			qc.crashInflight.Add(uint64(inflight()))
+		}
 		for _, k := range rng.Perm(n) {
 			fs[k].Disappear()
 		}
 		for _, f := range fs {
 			f.Crash(rng)
+		}
+		if crashWait != nil {
+			crashWait()
 		}
 		_ = a.Close() // the members are gone: only stops the goroutines
 		// A crash ends every call of the old process: none may land after
@@ -498,9 +470,12 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 			}
 		}
 	}
+	if rings != nil {
+		rings.quiesce(t)
+	}
 	ms2 := make([]Member, n)
 	for k, p := range rng.Perm(n) {
-		ms2[k] = fs[p]
+		ms2[k] = arr[p]
 	}
 	// What reassembly starts from, for the report of a wrong block.
 	image := make([][]byte, n) // by slot
@@ -537,9 +512,12 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 		kind := restartFaults[k]
 		tot.fault(kind, "restart")
 		restartFaulted(t, rng, kind, restartEnv{
-			fs: fs, ms: ms2, opts: opts, geo: &geo, model: model, crashed: crashed,
+			fs: fs, arr: arr, ms: ms2, queue: qc, opts: opts, geo: &geo, model: model, crashed: crashed,
 			poisonMember: poisonMember, poisoned: poisoned, wrong: &wrong, tot: tot,
 		})
+	}
+	if rings != nil {
+		rings.quiesce(t) // the restart's abandoned copies have landed
 	}
 	// No faults from here on: a deadline the loaded test machine cannot
 	// miss, so a slow scheduler never fails a member.
@@ -561,15 +539,13 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 		t.Fatalf("failed after reassembly: %+v", st)
 	}
 	var eioEnd, discardsAfter int64
-	p := make([]byte, BlockSize)
-	for blk := int64(0); blk < b.Size()/BlockSize; blk++ {
-		_, err := b.ReadAt(p, blk*BlockSize)
+	readAllBlocks(t, b, qc, func(blk int64, p []byte, err error) {
 		if err != nil {
 			if !errors.Is(err, syscall.EIO) || !model[blk].indet && !poisoned(blk) {
 				t.Errorf("block %d after reassembly: %v (it has a good copy)", blk, err)
 			}
 			eioEnd++
-			continue
+			return
 		}
 		if crashed && model[blk].discarded {
 			m := model[blk]
@@ -583,7 +559,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 			t.Errorf("block %d after reassembly (crash %v): wrong data: it holds %s; the copies before reassembly: %s\nslots at the end of the round: %s\nsuperblocks: %s",
 				blk, crashed, model[blk].explain(p), copiesOf(blk), strings.Join(atEnd, "; "), strings.Join(sbs, "; "))
 		}
-	}
+	})
 	if st.LostBlocks != eioEnd {
 		t.Errorf("engine reports %d lost blocks, %d read as EIO", st.LostBlocks, eioEnd)
 	}
@@ -591,7 +567,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals) {
 	if err != nil || res.Mismatches != 0 {
 		t.Errorf("check after reassembly: %+v %v", res, err)
 		// Which blocks, and what each copy holds.
-		q := make([]byte, BlockSize)
+		p, q := make([]byte, BlockSize), make([]byte, BlockSize)
 		for blk := int64(0); blk < b.Size()/BlockSize; blk++ {
 			c, within := blk*BlockSize>>geo.chunkShift, blk*BlockSize&(geo.chunk-1)
 			d0, d1, o0, o1 := b.geo.mapChunk(c)

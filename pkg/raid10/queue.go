@@ -84,6 +84,7 @@ type Queue struct {
 	idle func()
 
 	fast, fallbacks atomic.Uint64
+	abandoned       atomic.Uint64 // ring copies abandoned (abandonRing), for the tests' counts
 }
 
 // qop is one request in flight on the fast path.
@@ -398,6 +399,7 @@ func (a *Array) abandonRing(r *memberRef) {
 				if won {
 					a.zombies[zombieKey(r.m)]++
 					q.zombies.Add(1)
+					q.abandoned.Add(1)
 				}
 				a.zombieMu.Unlock()
 				if won {
