@@ -3,11 +3,18 @@
 #
 #   ${RAID10_CACHE:-~/.cache/raid10-csi}/<name>-<version>/<binary>
 #
-# Each tool is built in a throwaway module under a temporary directory, so the project's
-# go.mod never sees kube-apiserver's dependency tree. A binary already in the cache that
-# runs `--version` is not built again, so a second run (even from a fresh clone) only
-# checks. At the end the script writes ${RAID10_CACHE}/env.sh, which hack/tool-env.sh
-# sources before `go test`:
+# Every tool is built in ONE throwaway module under a temporary directory (so the project's
+# go.mod never sees kube-apiserver's dependency tree) that requires all of them at their
+# pins: minimal version selection gives the Kubernetes binaries, etcd and the CSI sidecars one
+# version of each shared dependency (client-go, apimachinery, grpc, protobuf,
+# OpenTelemetry...), so each shared package is compiled once for all of them instead of once
+# per tool; the pins in hack/versions.sh are chosen so that they agree (KUBE_VERSION's go.mod
+# requires ETCD_VERSION; the sidecars' releases build on the same k8s.io minor). A pin that
+# the shared module resolves to another version fails the build with both versions named.
+#
+# A binary already in the cache that runs `--version` is not built again, so a second run
+# (even from a fresh clone) only checks, and does not create the module. At the end the
+# script writes ${RAID10_CACHE}/env.sh, which hack/tool-env.sh sources before `go test`:
 #
 #   RAID10_KUBE_BIN_DIR     etcd, kube-apiserver, kube-controller-manager (test/kubeenv);
 #                           kube-scheduler, kubelet, kubectl (test/cluster)
@@ -16,13 +23,9 @@
 #   RAID10_CSI_SNAPSHOTTER  the external-snapshotter sidecar, csi-snapshotter (test/e2e)
 #   RAID10_SNAPSHOT_CONTROLLER  the external-snapshotter's snapshot-controller (test/e2e)
 #
-# To add a tool, pin its version in hack/versions.sh and add one build_go_tool call (and, if
-# the tests need it, an env_export line) in main below.
+# To add a tool, pin its version in hack/versions.sh, add its module to MODULES and one
+# build_go_tool call (and, if the tests need it, an env_export line) in main below.
 # Usage: hack/build-tools.sh  (set RAID10_CACHE to move the cache)
-#
-# kube-scheduler, kubelet and kubectl (test/cluster, the story on a real kubelet) come from
-# the same k8s.io/kubernetes module as kube-apiserver, after it, so most packages come from
-# the Go build cache.
 set -euo pipefail
 
 # The versions (KUBE_VERSION, ETCD_VERSION, PROVISIONER_VERSION, RESIZER_VERSION,
@@ -57,9 +60,9 @@ binary_ok() {
   fi
 }
 
-# kube_staging_replaces DIR: the hook for k8s.io/kubernetes. Its go.mod requires the
-# k8s.io/<staging> modules at v0.0.0 and replaces them with ./staging/...; a module that
-# depends on k8s.io/kubernetes must replace each of them with its released version. The list
+# kube_staging_replaces DIR: k8s.io/kubernetes's go.mod requires the k8s.io/<staging>
+# modules at v0.0.0 and replaces them with ./staging/...; a module that depends on
+# k8s.io/kubernetes (the shared module) must replace each of them with its released version. The list
 # is read from k8s.io/kubernetes's own go.mod, so it follows the pinned version.
 kube_staging_replaces() {
   local dir=$1 gomod staging
@@ -77,14 +80,49 @@ kube_staging_replaces() {
   log "k8s.io/kubernetes@$KUBE_VERSION: replaced $(wc -w <<<"$staging") staging modules with $STAGING_VERSION"
 }
 
-# build_go_tool KEY MODULE VERSION BINARY=PACKAGE...
-#   Builds each PACKAGE of MODULE@VERSION into $CACHE/KEY/BINARY, unless that binary is
-#   already there and runs --version. Optional environment for the call:
-#     PREPARE=fn      run "fn DIR" on the throwaway module after it requires MODULE@VERSION
-#     LDFLAGS=...     extra -ldflags (e.g. -X version stamps)
+# The modules the tools come from, at their pins: the one throwaway module requires them all.
+MODULES=(
+  "k8s.io/kubernetes@$KUBE_VERSION"
+  "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  "github.com/kubernetes-csi/external-provisioner/v6@$PROVISIONER_VERSION"
+  "github.com/kubernetes-csi/external-resizer/v2@$RESIZER_VERSION"
+  "github.com/kubernetes-csi/external-snapshotter/v8@$SNAPSHOTTER_VERSION"
+)
+
+# tools_module sets MODULE_DIR to the shared throwaway module, creating it on the first call
+# (call it in this shell, not in $(...), or the next call creates it again): it requires
+# every MODULES pin, replaces k8s.io/kubernetes's staging modules, resolves the packages of
+# PACKAGES, and checks that each pin resolved to itself.
+MODULE_DIR=""
+PACKAGES=()
+tools_module() {
+  [[ -z $MODULE_DIR ]] || return 0
+  local dir=$WORK/tools start=$SECONDS m args=()
+  mkdir -p "$dir"
+  for m in "${MODULES[@]}"; do args+=("-require=$m"); done
+  (
+    cd "$dir"
+    go mod init raid10-csi-tools >/dev/null 2>&1
+    go mod edit "${args[@]}"
+    kube_staging_replaces "$dir"
+    go get "${PACKAGES[@]}" >get.log 2>&1 || { cat get.log >&2; exit 1; }
+    local got
+    for m in "${MODULES[@]}"; do
+      got=$(go list -m -f '{{.Version}}' "${m%@*}")
+      [[ $got == "${m#*@}" ]] || { log "${m%@*}: pinned ${m#*@}, but the shared module resolves $got (hack/versions.sh)"; exit 1; }
+    done
+  ) >&2
+  log "shared module of ${#MODULES[@]} modules ready in $((SECONDS - start))s"
+  MODULE_DIR=$dir
+}
+
+# build_go_tool KEY BINARY=PACKAGE...
+#   Builds each PACKAGE in the shared module into $CACHE/KEY/BINARY, unless that binary is
+#   already there and runs --version. LDFLAGS=... in the call's environment adds -ldflags
+#   (e.g. -X version stamps).
 build_go_tool() {
-  local key=$1 module=$2 version=$3
-  shift 3
+  local key=$1
+  shift
   local out=$CACHE/$key spec bin pkgs=() bins=()
   mkdir -p "$out"
   for spec in "$@"; do
@@ -98,23 +136,14 @@ build_go_tool() {
   done
   ((${#pkgs[@]})) || return 0
 
-  local dir=$WORK/$key start=$SECONDS
-  mkdir -p "$dir"
-  log "$key: building ${bins[*]} from $module@$version"
-  (
-    cd "$dir"
-    go mod init raid10-csi-tools/"$key" >/dev/null 2>&1
-    go mod edit -require="$module@$version"
-    if [[ -n ${PREPARE:-} ]]; then "$PREPARE" "$dir"; fi
-    go get "${pkgs[@]/%/@$version}" >get.log 2>&1 || { cat get.log >&2; exit 1; }
-  )
-  log "$key: module ready in $((SECONDS - start))s"
+  local start=$SECONDS
+  tools_module
   # One binary at a time, so the first is usable early and each build is timed; packages
-  # they share come from the Go build cache the second time.
+  # they share come from the Go build cache after the first.
   local i t
   for i in "${!pkgs[@]}"; do
     t=$SECONDS
-    (cd "$dir" && go build -ldflags="-s -w ${LDFLAGS:-}" -o "$out/${bins[$i]}.tmp" "${pkgs[$i]}")
+    (cd "$MODULE_DIR" && go build -ldflags="-s -w ${LDFLAGS:-}" -o "$out/${bins[$i]}.tmp" "${pkgs[$i]}")
     mv -f "$out/${bins[$i]}.tmp" "$out/${bins[$i]}"
     binary_ok "$out/${bins[$i]}" || { log "$out/${bins[$i]} does not run --version"; return 1; }
     log "$key: built ${bins[$i]} in $((SECONDS - t))s"
@@ -145,20 +174,25 @@ main() {
     log "unknown argument $1 (usage: hack/build-tools.sh)"
     return 2
   fi
+  local k=k8s.io/kubernetes/cmd prov=github.com/kubernetes-csi/external-provisioner/v6
+  local rsz=github.com/kubernetes-csi/external-resizer/v2 snap=github.com/kubernetes-csi/external-snapshotter/v8
+  # What the shared module resolves, each package at its module's pin.
+  PACKAGES=(
+    "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    "$k/kube-apiserver@$KUBE_VERSION" "$k/kube-controller-manager@$KUBE_VERSION"
+    "$k/kube-scheduler@$KUBE_VERSION" "$k/kubelet@$KUBE_VERSION" "$k/kubectl@$KUBE_VERSION"
+    "$prov/cmd/csi-provisioner@$PROVISIONER_VERSION" "$rsz/cmd/csi-resizer@$RESIZER_VERSION"
+    "$snap/cmd/csi-snapshotter@$SNAPSHOTTER_VERSION" "$snap/cmd/snapshot-controller@$SNAPSHOTTER_VERSION"
+  )
 
-  build_go_tool "etcd-$ETCD_VERSION" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" \
-    etcd=go.etcd.io/etcd/server/v3
-
+  # kube-apiserver first: it compiles most of what the others share.
   local kv=k8s.io/component-base/version minor=${KUBE_VERSION#v*.}
   minor=${minor%%.*}
-  PREPARE=kube_staging_replaces \
-    LDFLAGS="-X $kv.gitVersion=$KUBE_VERSION -X $kv.gitMajor=1 -X $kv.gitMinor=$minor -X $kv.gitTreeState=clean" \
-    build_go_tool "kube-$KUBE_VERSION" k8s.io/kubernetes "$KUBE_VERSION" \
-    kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
-    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-    kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
-    kubelet=k8s.io/kubernetes/cmd/kubelet \
-    kubectl=k8s.io/kubernetes/cmd/kubectl
+  LDFLAGS="-X $kv.gitVersion=$KUBE_VERSION -X $kv.gitMajor=1 -X $kv.gitMinor=$minor -X $kv.gitTreeState=clean" \
+    build_go_tool "kube-$KUBE_VERSION" \
+    kube-apiserver=$k/kube-apiserver kube-controller-manager=$k/kube-controller-manager \
+    kube-scheduler=$k/kube-scheduler kubelet=$k/kubelet kubectl=$k/kubectl
+  build_go_tool "etcd-$ETCD_VERSION" etcd=go.etcd.io/etcd/server/v3
 
   env_export RAID10_KUBE_BIN_DIR "$(link_dir "kube-$KUBE_VERSION-etcd-$ETCD_VERSION" \
     "$CACHE/etcd-$ETCD_VERSION/etcd" \
@@ -169,26 +203,18 @@ main() {
     "$CACHE/kube-$KUBE_VERSION/kubectl")"
 
   # The real sidecar that turns PVCs into CreateVolume calls and publishes CSIStorageCapacity.
-  # Its own go.mod pins released k8s.io modules, so it needs no replace hook.
   LDFLAGS="-X main.version=$PROVISIONER_VERSION" \
-    build_go_tool "csi-provisioner-$PROVISIONER_VERSION" \
-    github.com/kubernetes-csi/external-provisioner/v5 "$PROVISIONER_VERSION" \
-    csi-provisioner=github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner
+    build_go_tool "csi-provisioner-$PROVISIONER_VERSION" csi-provisioner=$prov/cmd/csi-provisioner
   env_export RAID10_CSI_PROVISIONER "$CACHE/csi-provisioner-$PROVISIONER_VERSION/csi-provisioner"
-  # It turns a claim's larger request into ControllerExpandVolume. It shares the
-  # provisioner's k8s.io dependencies, so most of its packages come from the build cache.
+  # It turns a claim's larger request into ControllerExpandVolume.
   LDFLAGS="-X main.version=$RESIZER_VERSION" \
-    build_go_tool "csi-resizer-$RESIZER_VERSION" \
-    github.com/kubernetes-csi/external-resizer "$RESIZER_VERSION" \
-    csi-resizer=github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
+    build_go_tool "csi-resizer-$RESIZER_VERSION" csi-resizer=$rsz/cmd/csi-resizer
   env_export RAID10_CSI_RESIZER "$CACHE/csi-resizer-$RESIZER_VERSION/csi-resizer"
   # The snapshot sidecar (VolumeSnapshotContent -> CreateSnapshot/DeleteSnapshot) and the
   # cluster's snapshot-controller (VolumeSnapshot -> VolumeSnapshotContent), one module.
   LDFLAGS="-X main.version=$SNAPSHOTTER_VERSION" \
     build_go_tool "external-snapshotter-$SNAPSHOTTER_VERSION" \
-    github.com/kubernetes-csi/external-snapshotter/v8 "$SNAPSHOTTER_VERSION" \
-    csi-snapshotter=github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter \
-    snapshot-controller=github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
+    csi-snapshotter=$snap/cmd/csi-snapshotter snapshot-controller=$snap/cmd/snapshot-controller
   env_export RAID10_CSI_SNAPSHOTTER "$CACHE/external-snapshotter-$SNAPSHOTTER_VERSION/csi-snapshotter"
   env_export RAID10_SNAPSHOT_CONTROLLER "$CACHE/external-snapshotter-$SNAPSHOTTER_VERSION/snapshot-controller"
 

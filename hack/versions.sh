@@ -12,22 +12,25 @@
 # version the chart is rendered for (hack/render-deploy.sh: helm template --kube-version).
 KUBE_VERSION=v1.37.2
 
-# go.etcd.io/etcd/server/v3: the etcd behind test/kubeenv's kube-apiserver, a release that
-# kube-apiserver KUBE_VERSION supports (hack/build-tools.sh).
-ETCD_VERSION=v3.6.5
+# go.etcd.io/etcd/server/v3: the etcd behind test/kubeenv's kube-apiserver: the release that
+# KUBE_VERSION's go.mod requires, so that it builds in hack/build-tools.sh's shared module.
+ETCD_VERSION=v3.7.0
 
-# github.com/kubernetes-csi/external-provisioner/v5: the csi-provisioner sidecar of test/e2e
-# (hack/build-tools.sh); the same version as its image in charts/raid10-csi/values.yaml.
-PROVISIONER_VERSION=v5.3.0
+# github.com/kubernetes-csi/external-provisioner/v6: the csi-provisioner sidecar of test/e2e
+# (hack/build-tools.sh); the same version as its image in charts/raid10-csi/values.yaml. A
+# release built on KUBE_VERSION's k8s.io minor (or the one before), so that the shared module
+# compiles client-go and its neighbours once for every tool.
+PROVISIONER_VERSION=v6.4.0
 
-# github.com/kubernetes-csi/external-resizer: the csi-resizer sidecar of test/e2e
-# (hack/build-tools.sh); the same version as its image in charts/raid10-csi/values.yaml.
-RESIZER_VERSION=v1.14.0
+# github.com/kubernetes-csi/external-resizer/v2: the csi-resizer sidecar of test/e2e
+# (hack/build-tools.sh); the same version as its image in charts/raid10-csi/values.yaml, on
+# KUBE_VERSION's k8s.io minor like the provisioner.
+RESIZER_VERSION=v2.3.0
 
 # github.com/kubernetes-csi/external-snapshotter/v8: csi-snapshotter and snapshot-controller
 # (hack/build-tools.sh, test/e2e), and the snapshot CRDs of its client/v8 module that the
 # chart ships (hack/update-codegen.sh); the same version as their images in
-# charts/raid10-csi/values.yaml.
+# charts/raid10-csi/values.yaml; on KUBE_VERSION's k8s.io minor like the provisioner.
 SNAPSHOTTER_VERSION=v8.7.0
 
 # sigs.k8s.io/controller-tools: controller-gen writes the deepcopy functions and the CRDs

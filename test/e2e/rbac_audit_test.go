@@ -652,7 +652,7 @@ func ownedPod(t *testing.T, cl *cluster, name string) string {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: controllerSA,
-					Containers:         []corev1.Container{{Name: "csi-provisioner", Image: "registry.k8s.io/sig-storage/csi-provisioner:v5.3.0"}},
+					Containers:         []corev1.Container{{Name: "csi-provisioner", Image: "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0"}},
 				},
 			},
 		},
