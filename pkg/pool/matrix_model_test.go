@@ -165,7 +165,7 @@ type matrixDisk struct {
 }
 
 func (m *matrixDisk) Close() error {
-	_ = m.FaultyMember.Flush()
+	_ = m.Flush()
 	return m.file.Close()
 }
 
