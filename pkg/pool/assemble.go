@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"k8s.io/klog/v2"
@@ -177,4 +178,44 @@ func (p *Pool) deletedAway(v *volume) *disk {
 		}
 	}
 	return nil
+}
+
+// releaseDeletedAway releases the extents on d, a disk that returned after Open (AddDisk),
+// of the volumes deleted while it was away: the pool does not know the volume, and its
+// member map names another present, Active disk that holds no extent of it (the delete
+// removed the extents of the disks present then), the rule deletedAway applies at Open.
+// Left on d, such an extent brought the deleted volume back at a later Open that went
+// without that other disk. A volume the pool does not know because all of its other disks
+// are away keeps its extents. Caller holds p.mu.
+func (p *Pool) releaseDeletedAway(d *disk) {
+	var gone []UUID
+	for _, x := range d.label.Extents {
+		u := x.Volume
+		if p.volumes[u] != nil || slices.Contains(gone, u) {
+			continue
+		}
+		if p.forgotten(d, x) {
+			gone = append(gone, u)
+		}
+	}
+	for _, u := range gone {
+		klog.InfoS("Releasing the extents of a volume deleted while their disk was away", "volumeUUID", u, "disk", d.path)
+		if err := p.finishDelete(u); err != nil {
+			klog.ErrorS(err, "Finishing delete", "volumeUUID", u)
+		}
+	}
+}
+
+// forgotten reports whether x's member map names a disk other than d that is present and
+// Active and holds no extent of x's volume. Caller holds p.mu.
+func (p *Pool) forgotten(d *disk, x ExtentEntry) bool {
+	holders := p.holdersOf(x.Volume)
+	for _, m := range x.MemberDisks {
+		for _, o := range p.disks {
+			if o.uuid == m && o != d && o.usable() && !slices.Contains(holders, o) {
+				return true
+			}
+		}
+	}
+	return false
 }

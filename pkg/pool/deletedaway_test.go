@@ -58,3 +58,52 @@ func TestDeleteWhileDiskAway(t *testing.T) {
 	}
 	checkFreed(t, p, start)
 }
+
+// TestDeleteWhileDiskAwayReturnedByAddDisk: a volume deleted while one of its disks is
+// left out, whose disk then returns through AddDisk, stays deleted at a later Open that
+// goes without its other disk: AddDisk releases the returning disk's extent. Before the
+// fix that extent stayed, and the Open without the other disk assembled the deleted
+// volume from it (Degraded, with the deleted data).
+func TestDeleteWhileDiskAwayReturnedByAddDisk(t *testing.T) {
+	paths := makeDisks(t, t.TempDir(), 3, 96<<20)
+	p := openPool(t, configFor(paths...))
+	start := p.Capacity()
+	if _, err := p.CreateVolume("v", 16<<20, CreateOptions{Members: 2}); err != nil {
+		t.Fatal(err)
+	}
+	members := diskPathsOf(t, p, "v")
+	away, other := members[0], members[1]
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	without := func(x string) []string {
+		var rest []string
+		for _, path := range paths {
+			if path != x {
+				rest = append(rest, path)
+			}
+		}
+		return rest
+	}
+	p = openPool(t, configFor(without(away)...))
+	if err := p.DeleteVolume("v"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.AddDisk(DiskConfig{Path: away}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	p = openPool(t, configFor(without(other)...))
+	if vs := p.Volumes(); len(vs) != 0 {
+		t.Fatalf("after an Open without %s: %+v; want no volume (v was deleted)", other, vs)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = openPool(t, configFor(paths...))
+	defer p.Close()
+	checkFreed(t, p, start)
+}

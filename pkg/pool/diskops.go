@@ -391,6 +391,7 @@ func (p *Pool) returnDisk(d *disk, f *diskFile, ls labelSlots, dc DiskConfig) (D
 	}
 	if d.state == DiskActive {
 		p.readdRoles(d)
+		p.releaseDeletedAway(d)
 	}
 	klog.InfoS("Disk returned", "disk", d.path, "diskUUID", d.uuid, "state", d.state)
 	return p.diskInfo(d), nil
