@@ -128,11 +128,22 @@ func TestBlockIdentity(t *testing.T) {
 func TestBlockDevicesReadZeroes(t *testing.T) {
 	testenv.RequireRoot(t, "loop devices")
 	const diskSize = 128 << 20
-	files := makeDisks(t, t.TempDir(), 3, diskSize)
 	var devs []string
-	for _, f := range files {
-		fillPattern(t, f, 0, diskSize)
+	for _, f := range makeDisks(t, t.TempDir(), 3, diskSize) {
 		devs = append(devs, losetup(t, f))
+	}
+	readZeroesOn(t, devs, diskSize)
+}
+
+// readZeroesOn is TestBlockDevicesReadZeroes's body on the block devices devs, each
+// diskSize bytes: loop devices on the host, the guest's emulated NVMe and virtio disks in
+// TestBlockDevicesReadZeroesInGuest. The devices are filled with the pattern first (and one
+// MiB of each read back, so a device that drops writes cannot pass for one that zeroes).
+func readZeroesOn(t *testing.T, devs []string, diskSize int64) {
+	t.Helper()
+	for _, d := range devs {
+		fillPattern(t, d, 0, diskSize)
+		requirePattern(t, d, diskSize-1<<20, 1<<20)
 	}
 	p := openPool(t, configFor(devs...))
 	defer p.Close()
@@ -143,11 +154,11 @@ func TestBlockDevicesReadZeroes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("created a 16 MiB volume over 3 loop devices (zeroing included) in %v", time.Since(start))
+		t.Logf("created a 16 MiB volume over %d block devices (zeroing included) in %v", len(devs), time.Since(start))
+		requireZeroes(t, p, "z", 0, 16<<20)
 		if vi.Sync != nil {
 			t.Fatalf("new volume on zeroed block extents resyncs: %+v", vi.Sync)
 		}
-		requireZeroes(t, p, "z", 0, 16<<20)
 	}
 	createZeroed()
 	writeVolume(t, p, "z", randBytes(16<<20), 0)
@@ -197,10 +208,7 @@ func fillPattern(t *testing.T, path string, off, n int64) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	b := make([]byte, 1<<20)
-	for i := range b {
-		b[i] = byte(i%251) + 1
-	}
+	b := pattern()
 	for done := int64(0); done < n; done += int64(len(b)) {
 		if _, err := f.WriteAt(b[:min(int64(len(b)), n-done)], off+done); err != nil {
 			t.Fatal(err)
@@ -208,6 +216,33 @@ func fillPattern(t *testing.T, path string, off, n int64) {
 	}
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// pattern is what fillPattern writes: a MiB whose bytes are never zero, repeated.
+func pattern() []byte {
+	b := make([]byte, 1<<20)
+	for i := range b {
+		b[i] = byte(i%251) + 1
+	}
+	return b
+}
+
+// requirePattern fails the test unless [off, off+n) of path (n at most a MiB, off a
+// multiple of one) reads fillPattern's bytes.
+func requirePattern(t *testing.T, path string, off, n int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, n)
+	if _, err := f.ReadAt(got, off); err != nil {
+		t.Fatalf("%s: read at %d: %v", path, off, err)
+	}
+	if !bytes.Equal(got, pattern()[:n]) {
+		t.Fatalf("%s: the pattern written at %d does not read back", path, off)
 	}
 }
 
