@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // The pool fault matrix's transitions (see TestPoolMatrix).
@@ -34,6 +36,7 @@ var matrixSteps = []struct {
 	{"disk-spare", 1, (*walk).spare},
 	{"restart", 2, (*walk).restart},
 	{"crash", 2, (*walk).crash},
+	{"late-source", 2, (*walk).lateSource},
 }
 
 // faultKinds are the transitions counted as faults, by the phase they met.
@@ -115,7 +118,11 @@ func (w *walk) write() error {
 	}
 	n := int64(len(o.blocks))
 	first := w.rng.Int64N(n)
-	k := min(n-first, 1+w.rng.Int64N(24))
+	return w.writeRange(o, a, first, min(n-first, 1+w.rng.Int64N(24)))
+}
+
+// writeRange writes k new blocks to o's array a at block first.
+func (w *walk) writeRange(o *objModel, a *raid10.Array, first, k int64) error {
 	tags := make([]uint64, k)
 	buf := make([]byte, k*mBlock)
 	for i := range tags {
@@ -123,7 +130,7 @@ func (w *walk) write() error {
 		tags[i] = w.tag
 		fillTag(buf[int64(i)*mBlock:int64(i+1)*mBlock], w.tag)
 	}
-	_, err = a.WriteAt(buf, first*mBlock)
+	_, err := a.WriteAt(buf, first*mBlock)
 	o.wrote(first, tags, err)
 	return err
 }
@@ -170,6 +177,11 @@ func (w *walk) snapshot() error {
 	if src == nil {
 		return errSkip
 	}
+	return w.snapshotOf(src)
+}
+
+// snapshotOf cuts a new snapshot of src.
+func (w *walk) snapshotOf(src *objModel) error {
 	name := w.newName("s")
 	if _, err := w.p.CreateSnapshot(name, src.name); err != nil {
 		return err
@@ -314,6 +326,11 @@ func (w *walk) returnDisk() error {
 	if path == "" {
 		return errSkip
 	}
+	return w.returnPath(path)
+}
+
+// returnPath brings back path, left out at the last Open, through AddDisk.
+func (w *walk) returnPath(path string) error {
 	_, err := w.p.AddDisk(DiskConfig{Path: path})
 	if err == nil {
 		delete(w.absent, path)
@@ -377,7 +394,12 @@ func (w *walk) leaveOut() []string {
 
 // restart closes the pool cleanly and opens it again, perhaps without some disks.
 func (w *walk) restart() error {
-	out := w.leaveOut()
+	w.restartWithout(w.leaveOut())
+	return nil
+}
+
+// restartWithout closes the pool cleanly and opens it again without the disks out.
+func (w *walk) restartWithout(out []string) {
 	w.beforeStop()
 	if err := w.p.Close(); err != nil {
 		w.t.Logf("close: %v", err)
@@ -387,7 +409,6 @@ func (w *walk) restart() error {
 	}
 	w.afterStop()
 	w.open(out)
-	return nil
 }
 
 // crash stops the pool as a killed process stops: under its lock (no label write runs),
