@@ -37,6 +37,7 @@ var matrixSteps = []struct {
 	{"restart", 2, (*walk).restart},
 	{"crash", 2, (*walk).crash},
 	{"late-source", 2, (*walk).lateSource},
+	{"late-target", 2, (*walk).lateTarget},
 }
 
 // faultKinds are the transitions counted as faults, by the phase they met.
