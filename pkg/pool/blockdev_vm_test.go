@@ -39,7 +39,7 @@ func TestBlockDevicesReadZeroesInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestBlockDevicesReadZeroesVM")
 	nvme, _ := filepath.Glob("/dev/nvme[0-9]n1")
 	virtio, _ := filepath.Glob("/dev/vd[a-z]")
-	devs := append(nvme, virtio...)
+	devs := append(append([]string{}, nvme...), virtio...)
 	if len(nvme) != 2 || len(virtio) != 1 {
 		t.Fatalf("want 2 NVMe and 1 virtio-blk disk in the guest, found %q", devs)
 	}
