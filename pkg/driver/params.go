@@ -2,8 +2,9 @@ package driver
 
 import (
 	"fmt"
+	"maps"
 	"math/bits"
-	"sort"
+	"slices"
 	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -57,12 +58,7 @@ type volumeParams struct {
 // wrapping ErrInvalidArgument that names it.
 func parseParams(in map[string]string) (volumeParams, error) {
 	p := volumeParams{layout: v1alpha1.Layout{Members: DefaultMembers, ChunkSizeBytes: DefaultChunkSizeBytes}}
-	keys := make([]string, 0, len(in))
-	for k := range in {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // report the first bad parameter deterministically
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(in)) { // the first bad parameter, deterministically
 		v := in[k]
 		switch k {
 		case ParamMembers:

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -43,12 +44,7 @@ type snapshotLimits struct {
 // ErrInvalidArgument that names it.
 func parseSnapshotParams(in map[string]string) (snapshotLimits, error) {
 	var l snapshotLimits
-	keys := make([]string, 0, len(in))
-	for k := range in {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // report the first bad parameter deterministically
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(in)) { // the first bad parameter, deterministically
 		v := in[k]
 		switch k {
 		case paramSnapshotName, paramSnapshotNamespace, paramSnapshotContentName:
