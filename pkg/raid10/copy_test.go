@@ -525,19 +525,8 @@ func TestCopyStale(t *testing.T) {
 	c.Stop() // a shutdown with the copy running: still counted
 	_ = r.src.Close()
 	_ = r.tgt.Close()
-	asm := func(bs []*MemMember) *Array {
-		ms := make([]Member, len(bs))
-		for i := range bs {
-			ms[i] = bs[i]
-		}
-		a, err := Assemble(ms, AssembleOptions{Options: testOpts()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
 	// Both present: resumed, generation unchanged.
-	src, tgt := asm(r.srcBase), asm(r.tgtBase)
+	src, tgt := assembleMem(t, r.srcBase), assembleMem(t, r.tgtBase)
 	if err := tgt.Reserve(CopyRecordSize); err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +541,7 @@ func TestCopyStale(t *testing.T) {
 	_ = src.Close()
 	_ = tgt.Close()
 	// The target absent: the source is served, the generation moves on.
-	src = asm(r.srcBase)
+	src = assembleMem(t, r.srcBase)
 	if err := src.CopiesResumed(); err != nil || src.copyGen != 1 || src.liveCopies != 0 {
 		t.Fatalf("served without its copy's target: generation %d, running %d, %v", src.copyGen, src.liveCopies, err)
 	}
@@ -563,7 +552,7 @@ func TestCopyStale(t *testing.T) {
 	}
 	_ = src.Close()
 	// The target is back: its record is void.
-	src, tgt = asm(r.srcBase), asm(r.tgtBase)
+	src, tgt = assembleMem(t, r.srcBase), assembleMem(t, r.tgtBase)
 	defer src.Close()
 	defer tgt.Close()
 	if err := tgt.Reserve(CopyRecordSize); err != nil {
