@@ -108,12 +108,18 @@ func (w *walk) newName(prefix string) string {
 	return fmt.Sprintf("%s%d", prefix, w.seq)
 }
 
-func (w *walk) write() error {
+// served picks a volume or snapshot of the model and asks the pool for its array.
+func (w *walk) served() (*objModel, *raid10.Array, error) {
 	o := w.objs[w.pick(w.names(false))]
 	if o == nil {
-		return errSkip
+		return nil, nil, errSkip
 	}
 	a, err := w.p.Array(o.name)
+	return o, a, err
+}
+
+func (w *walk) write() error {
+	o, a, err := w.served()
 	if err != nil {
 		return err
 	}
@@ -137,11 +143,7 @@ func (w *walk) writeRange(o *objModel, a *raid10.Array, first, k int64) error {
 }
 
 func (w *walk) flush() error {
-	o := w.objs[w.pick(w.names(false))]
-	if o == nil {
-		return errSkip
-	}
-	a, err := w.p.Array(o.name)
+	o, a, err := w.served()
 	if err != nil {
 		return err
 	}
@@ -399,8 +401,8 @@ func (w *walk) restart() error {
 	return nil
 }
 
-// restartWithout closes the pool cleanly and opens it again without the disks out.
-func (w *walk) restartWithout(out []string) {
+// stopClean closes the pool cleanly: every acknowledged write is on its disks.
+func (w *walk) stopClean() {
 	w.beforeStop()
 	if err := w.p.Close(); err != nil {
 		w.t.Logf("close: %v", err)
@@ -409,6 +411,11 @@ func (w *walk) restartWithout(out []string) {
 		o.closedClean()
 	}
 	w.afterStop()
+}
+
+// restartWithout closes the pool cleanly and opens it again without the disks out.
+func (w *walk) restartWithout(out []string) {
+	w.stopClean()
 	w.open(out)
 }
 

@@ -373,14 +373,7 @@ func (w *walk) settle() {
 	for path := range w.pulled {
 		dataPath(path).Reappear()
 	}
-	w.beforeStop()
-	if err := w.p.Close(); err != nil {
-		w.t.Logf("close: %v", err)
-	}
-	for _, o := range w.objs {
-		o.closedClean()
-	}
-	w.afterStop()
+	w.stopClean()
 	w.absent = map[string]bool{}
 	w.rate = 256 << 20
 	w.open(nil)
