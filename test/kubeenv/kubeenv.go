@@ -298,9 +298,15 @@ func (e *Env) ServiceAccountConfig(t testing.TB, namespace, name string) *rest.C
 	if err != nil {
 		t.Fatalf("kubeenv: token for ServiceAccount %s/%s: %v", namespace, name, err)
 	}
+	return e.tokenConfig(tr.Status.Token)
+}
+
+// tokenConfig is a client configuration for this control plane that authenticates with
+// the bearer token.
+func (e *Env) tokenConfig(token string) *rest.Config {
 	return &rest.Config{
 		Host:            e.Host,
-		BearerToken:     tr.Status.Token,
+		BearerToken:     token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: e.pki.caCertPEM},
 		QPS:             e.Config.QPS,
 		Burst:           e.Config.Burst,

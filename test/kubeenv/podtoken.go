@@ -46,11 +46,5 @@ func (e *Env) NodeServiceAccountConfig(t testing.TB, namespace, name, node strin
 	if err != nil {
 		t.Fatalf("kubeenv: token for ServiceAccount %s/%s bound to pod %s: %v", namespace, name, created.Name, err)
 	}
-	return &rest.Config{
-		Host:            e.Host,
-		BearerToken:     tr.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: e.pki.caCertPEM},
-		QPS:             e.Config.QPS,
-		Burst:           e.Config.Burst,
-	}
+	return e.tokenConfig(tr.Status.Token)
 }
