@@ -26,6 +26,7 @@ type memberRef struct {
 	// failed.
 	out      [epochRing]atomic.Int64
 	timedOut atomic.Bool
+	slowLast atomic.Bool // a request to this last copy passed the deadline and is waited for
 	gone     atomic.Bool
 	dead     chan struct{}
 	deadOnce sync.Once
@@ -43,6 +44,7 @@ type slot struct {
 	wlat     atomic.Int64 // moving average of write latency, ns
 
 	timeouts            atomic.Uint64
+	slowLast            atomic.Uint64 // stalls of a last copy waited for (timeoutMayFail)
 	readErrs, writeErrs atomic.Uint64
 	readOps, writeOps   atomic.Uint64
 	readBytes, wrBytes  atomic.Uint64
@@ -105,6 +107,7 @@ type Array struct {
 
 	closed       atomic.Bool
 	monitorOn    bool         // the deadline monitor runs (start, Assemble)
+	serving      atomic.Bool  // started (Create or Assemble returned it); see timeoutMayFail
 	slowOps      atomic.Int32 // requests in a slow path outside any bucket
 	largeReads   atomic.Int32 // large reads in flight (readlarge.go)
 	handoffBelow int64        // in-flight count under which the copies go in parallel
@@ -204,6 +207,7 @@ func (a *Array) start() {
 		a.workers.Add(1)
 		go a.worker(false)
 	}
+	a.serving.Store(true)
 	a.bg.Add(2)
 	go a.syncDaemon()
 	go a.bm.sweeper()

@@ -113,21 +113,90 @@ func (a *Array) deadlineMonitor() {
 					stuck += r.out[k%epochRing].Load()
 				}
 			}
-			if stuck > 0 {
-				r.timedOut.Store(true)
-				s.timeouts.Add(1)
-				klog.ErrorS(errTimedOut, "raid10: member request passed the deadline, failing the member", "member", s.idx, "deadline", a.timeout(), "requests", stuck)
-				a.kill(r)
-				// Not on this goroutine: the superblock writes may take a
-				// while, and other members are watched meanwhile.
-				a.fails.Add(1)
-				go func() {
-					defer a.fails.Done()
-					a.memberFailed(s, r, "timeout", errTimedOut)
-				}()
+			if stuck == 0 {
+				// A stall waited for ends when nothing is in flight: a
+				// request older than the ring is counted again when its
+				// epoch comes round, as the same stall.
+				if r.slowLast.Load() && r.idle() {
+					r.slowLast.Store(false)
+				}
+				continue
 			}
+			if !a.timeoutMayFail(s) {
+				// The last in-sync copy of some chunk: wait for it.
+				if !r.slowLast.Swap(true) {
+					s.slowLast.Add(1)
+					klog.ErrorS(errTimedOut, "raid10: member holding the last in-sync copy of some chunk passed the deadline: not failed, its requests wait",
+						"member", s.idx, "deadline", a.timeout(), "requests", stuck)
+				}
+				continue
+			}
+			r.timedOut.Store(true)
+			s.timeouts.Add(1)
+			klog.ErrorS(errTimedOut, "raid10: member request passed the deadline, failing the member", "member", s.idx, "deadline", a.timeout(), "requests", stuck)
+			a.kill(r)
+			// Not on this goroutine: the superblock writes may take a
+			// while, and other members are watched meanwhile.
+			a.fails.Add(1)
+			go func() {
+				defer a.fails.Done()
+				a.memberFailed(s, r, "timeout", errTimedOut)
+			}()
 		}
 	}
+}
+
+// idle reports whether no request to r is running.
+func (r *memberRef) idle() bool {
+	for i := range r.out {
+		if r.out[i].Load() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// timeoutMayFail reports whether member s, which has a request older than
+// the deadline, may be failed for it: the array is not serving (Create and
+// Assemble refuse a hung member, the caller retries; Close must not wait
+// for a hung disk), s is not in sync, or the other copy
+// of each of its chunks is in sync, neither failing nor broken, and has not
+// passed the deadline itself. Otherwise s holds the last good copy of some
+// chunk, and failing it for a slow answer would turn a stall into lost
+// data: its ref would refuse every later request, so every chunk it holds
+// alone would fail with EIO until the array is assembled again. The
+// monitor waits for it instead, as md waits for its last device (whose
+// own timeout bounds the wait; the NBD request timeout bounds it for the
+// client). Of two partners that pass the deadline in the same tick, the
+// first one seen is failed and the second waits.
+//
+// It reads the slots without metaMu (the monitor must not wait for a
+// holder of metaMu that waits for a stuck member): a partner failed by an
+// I/O error at the same moment can still leave s broken, which
+// memberFailedLocked decides under the lock.
+func (a *Array) timeoutMayFail(s *slot) bool {
+	if !a.serving.Load() || a.closed.Load() || MemberState(s.state.Load()) != MemberInSync {
+		return true
+	}
+	for _, p := range a.geo.pairs() {
+		other := -1
+		if p[0] == s.idx {
+			other = p[1]
+		} else if p[1] == s.idx {
+			other = p[0]
+		}
+		if other < 0 {
+			continue
+		}
+		o := a.slots[other]
+		if MemberState(o.state.Load()) != MemberInSync || o.failing.Load() || o.broken.Load() {
+			return false
+		}
+		if r := o.ref.Load(); r == nil || r.timedOut.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // handedOff runs one member call on a worker and waits for it or for the

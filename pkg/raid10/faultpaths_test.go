@@ -347,3 +347,94 @@ func TestFailedWriteOnRecoveredChunk(t *testing.T) {
 		t.Fatal("data outside the failed write changed")
 	}
 }
+
+// TestSlowLastCopyWaits: a request to the last in-sync copy of a chunk
+// that passes the member deadline is waited for; the member is not failed.
+// Failing it would refuse every later request to it, so every chunk it
+// holds alone would read EIO until the array is assembled again: a stall
+// would become data loss (the kubelet story saw it on a loaded machine,
+// where a degraded volume's remaining copy answered late and mkfs then
+// met EIO on every retry). Of two partners that stall together, one is
+// failed and the other waits.
+func TestSlowLastCopyWaits(t *testing.T) {
+	opts := testOpts()
+	opts.MemberTimeout = 40 * time.Millisecond
+	data := make([]byte, 64<<10)
+	fillRand(rand.New(rand.NewPCG(3, 4)), data)
+	setup := func(t *testing.T) (*Array, []*FaultyMember) {
+		fs := []*FaultyMember{NewFaultyMember(NewMemMember(2 << 20)), NewFaultyMember(NewMemMember(2 << 20))}
+		a, err := Create([]Member{fs[0], fs[1]}, CreateOptions{Options: opts, ChunkSize: BlockSize, Size: 1 << 20, AssumeClean: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Close() })
+		if _, err := a.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		return a, fs
+	}
+	// stalled runs io while the members in stall hang for several deadlines,
+	// and checks that it completes once they answer.
+	stalled := func(t *testing.T, fs []*FaultyMember, stall []int, io func() error) {
+		for _, i := range stall {
+			fs[i].Stall()
+		}
+		done := make(chan error, 1)
+		go func() { done <- io() }()
+		time.Sleep(5 * opts.MemberTimeout)
+		for _, i := range stall {
+			fs[i].Unstall()
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("the request to the stalled last copy: %v", err)
+		}
+	}
+	check := func(t *testing.T, a *Array) {
+		p := make([]byte, len(data))
+		for range 3 { // the ref of the waited-for member still serves
+			if _, err := a.ReadAt(p, 0); err != nil || !bytes.Equal(p, data) {
+				t.Fatalf("read after the stall: %v, data equal %v; status %+v", err, bytes.Equal(p, data), a.Status())
+			}
+		}
+		if _, err := a.WriteAt(data[:BlockSize], 0); err != nil {
+			t.Fatalf("write after the stall: %v", err)
+		}
+		if st := a.State(); st != ArrayDegraded {
+			t.Fatalf("state %v after the stall, want degraded", st)
+		}
+	}
+
+	t.Run("degraded", func(t *testing.T) {
+		a, fs := setup(t)
+		if err := a.FailMember(0); err != nil {
+			t.Fatal(err)
+		}
+		p := make([]byte, len(data))
+		stalled(t, fs, []int{1}, func() error { _, err := a.ReadAt(p, 0); return err })
+		if !bytes.Equal(p, data) {
+			t.Fatal("the waited-for read returned other data")
+		}
+		check(t, a)
+		m := a.Status().Members[1]
+		if m.State != MemberInSync || m.TimedOut != 0 || m.SlowLastCopy != 1 {
+			t.Fatalf("last copy after its stall: %+v, want in sync, not timed out, one slow stall", m)
+		}
+	})
+	t.Run("both copies", func(t *testing.T) {
+		a, fs := setup(t)
+		stalled(t, fs, []int{0, 1}, func() error { _, err := a.WriteAt(data, 0); return err })
+		waitFor(t, "one member failed", func() bool { return a.State() == ArrayDegraded })
+		st := a.Status()
+		faulty, slow := 0, uint64(0)
+		for _, m := range st.Members {
+			if m.State == MemberFaulty {
+				faulty++
+			}
+			slow += m.SlowLastCopy
+		}
+		if faulty != 1 || slow != 1 {
+			t.Fatalf("both copies stalled: %d failed and %d slow stalls waited for, want 1 and 1; status %+v", faulty, slow, st)
+		}
+		check(t, a)
+	})
+}

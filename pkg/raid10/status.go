@@ -74,16 +74,17 @@ func (a *Array) Status() Status {
 	}
 	for _, s := range a.slots {
 		ms := MemberStatus{
-			Slot:        s.idx,
-			State:       MemberState(s.state.Load()),
-			ReadErrors:  s.readErrs.Load(),
-			WriteErrors: s.writeErrs.Load(),
-			ReadOps:     s.readOps.Load(),
-			WriteOps:    s.writeOps.Load(),
-			ReadBytes:   s.readBytes.Load(),
-			WriteBytes:  s.wrBytes.Load(),
-			InFlight:    s.inflight.Load(),
-			TimedOut:    s.timeouts.Load(),
+			Slot:         s.idx,
+			State:        MemberState(s.state.Load()),
+			ReadErrors:   s.readErrs.Load(),
+			WriteErrors:  s.writeErrs.Load(),
+			ReadOps:      s.readOps.Load(),
+			WriteOps:     s.writeOps.Load(),
+			ReadBytes:    s.readBytes.Load(),
+			WriteBytes:   s.wrBytes.Load(),
+			InFlight:     s.inflight.Load(),
+			TimedOut:     s.timeouts.Load(),
+			SlowLastCopy: s.slowLast.Load(),
 		}
 		if r := s.ref.Load(); r != nil {
 			ms.UUID = r.uuid

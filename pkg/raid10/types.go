@@ -177,6 +177,10 @@ type MemberStatus struct {
 	BadBlocks int64
 	// TimedOut counts member requests that passed Options.MemberTimeout.
 	TimedOut uint64
+	// SlowLastCopy counts the stalls past Options.MemberTimeout of this
+	// member while it held the last in-sync copy of some chunk: the member
+	// was not failed (that would lose the chunk), its requests waited.
+	SlowLastCopy uint64
 }
 
 // Status is a snapshot of the array for the node agent, metrics and kubectl.
