@@ -732,6 +732,7 @@ func (s *story) poll(ctx context.Context, what string, f func() error) {
 		}
 		select {
 		case <-ctx.Done():
+			s.dumpPlugin()
 			s.r.dumpNode()
 			s.t.Fatalf("%s: %v (%v)", what, last, ctx.Err())
 		case <-time.After(2 * time.Second):
@@ -875,4 +876,22 @@ func (s *story) run(ctx context.Context, bin string, args ...string) string {
 		s.t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// dumpPlugin logs, for a wait that timed out, what the node and the API server say of the
+// volumes: the node plugin's warnings and errors and the tail of its log (from the node's
+// /var/log/pods), and the Raid10Volumes with their status. Best effort: the node may be
+// gone.
+func (s *story) dumpPlugin() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := s.r.Exec(ctx, `for f in /var/log/pods/raid10-csi_raid10-csi-node-*/raid10-csi/*.log; do
+[ -f "$f" ] || continue
+echo "== $f: warnings and errors"; grep -E ' [EW][0-9]{4} ' "$f" | tail -n 80
+echo "== $f: last lines"; tail -n 40 "$f"
+done`)
+	s.t.Logf("cluster: node plugin log (err %v):\n%s", err, out)
+	cmd := exec.CommandContext(ctx, s.kubectl, "--kubeconfig", s.r.Env.Kubeconfig, "get", "r10v", "-o", "yaml")
+	b, err := cmd.CombinedOutput()
+	s.t.Logf("cluster: kubectl get r10v -o yaml (err %v):\n%s", err, b)
 }
