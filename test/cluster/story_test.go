@@ -723,12 +723,22 @@ func (s *story) poll(ctx context.Context, what string, f func() error) {
 	s.t.Helper()
 	start := time.Now()
 	var last error
+	var seen []string // what was waited on, each change with its time (a wait of 30 s or more logs them)
 	for {
 		if last = f(); last == nil {
 			if d := time.Since(start); d >= 5*time.Second {
 				s.t.Logf("wait: %s after %v", what, d.Round(100*time.Millisecond))
+				if d >= 30*time.Second {
+					s.t.Logf("wait: %s: what it waited on:\n%s", what, strings.Join(seen, "\n"))
+				}
 			}
 			return
+		}
+		if msg := last.Error(); len(seen) == 0 || !strings.HasSuffix(seen[len(seen)-1], "] "+msg) {
+			if len(seen) == 20 {
+				seen = append(seen[:10], seen[11:]...) // the first and the latest changes
+			}
+			seen = append(seen, fmt.Sprintf("  [+%v] %s", time.Since(start).Round(time.Second), msg))
 		}
 		select {
 		case <-ctx.Done():
