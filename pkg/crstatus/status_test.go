@@ -208,7 +208,7 @@ func TestVolumeStatusBlocks(t *testing.T) {
 	mem := func(bad ...int64) []pool.MemberInfo {
 		m := members("in-sync", "in-sync")
 		for i := range m {
-			m[i].BadBlocks, m[i].TimedOut = bad[i], uint64(i)
+			m[i].BadBlocks, m[i].TimedOut, m[i].SlowLastCopy = bad[i], uint64(i), uint64(2*i)
 		}
 		return m
 	}
@@ -229,7 +229,7 @@ func TestVolumeStatusBlocks(t *testing.T) {
 				t.Fatalf("badBlocks %d lostBlocks %d message %q", st.BadBlocks, st.LostBlocks, st.Message)
 			}
 			for i, m := range st.Members {
-				if m.BadBlocks != tc.info.Members[i].BadBlocks || m.Timeouts != int64(i) {
+				if m.BadBlocks != tc.info.Members[i].BadBlocks || m.Timeouts != int64(i) || m.SlowStalls != int64(2*i) {
 					t.Errorf("member %d: %+v", i, m)
 				}
 				if (m.BadBlocks > 0) != strings.Contains(m.Message, "recorded bad") {

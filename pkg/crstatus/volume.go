@@ -97,7 +97,7 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 	var notes []string
 	for _, m := range info.Members {
 		ms := v1alpha1.MemberStatus{Index: int32(m.Role), Disk: ids[m.DiskUUID], State: memberState(m.State),
-			BadBlocks: m.BadBlocks, Timeouts: int64(m.TimedOut)}
+			BadBlocks: m.BadBlocks, Timeouts: int64(m.TimedOut), SlowStalls: int64(m.SlowLastCopy)}
 		switch ms.State {
 		case v1alpha1.MemberStateRebuilding:
 			if rebuilding < 0 {

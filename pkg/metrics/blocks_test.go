@@ -21,15 +21,15 @@ func (s statusSource) Array(string) (*raid10.Array, error) {
 	return nil, errors.New("no arrays here")
 }
 
-// TestPoolCollectorBlocks: bad and lost blocks per volume, bad blocks and deadline timeouts
-// per member, as the engine reports them through the pool.
+// TestPoolCollectorBlocks: bad and lost blocks per volume, bad blocks, deadline timeouts and
+// stalls of a last copy per member, as the engine reports them through the pool.
 func TestPoolCollectorBlocks(t *testing.T) {
 	src := statusSource{pool.Status{Name: "default", Volumes: []pool.VolumeInfo{
 		{Name: "clean", Health: pool.Healthy, Members: []pool.MemberInfo{
 			{Role: 0, DiskUUID: "d0", State: "in-sync"}, {Role: 1, DiskUUID: "d1", State: "in-sync"}}},
 		{Name: "worn", Health: pool.Degraded, BadBlocks: 5, LostBlocks: 2, TimedOut: 3, Members: []pool.MemberInfo{
 			{Role: 0, DiskUUID: "d0", State: "in-sync", BadBlocks: 3, TimedOut: 1},
-			{Role: 1, DiskUUID: "d1", State: "in-sync", BadBlocks: 2, TimedOut: 2}}},
+			{Role: 1, DiskUUID: "d1", State: "in-sync", BadBlocks: 2, TimedOut: 2, SlowLastCopy: 4}}},
 	}}}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.NewPoolCollector(src))
@@ -54,7 +54,14 @@ raid10_volume_member_timeouts_total{disk="d0",member="0",volume="clean"} 0
 raid10_volume_member_timeouts_total{disk="d0",member="0",volume="worn"} 1
 raid10_volume_member_timeouts_total{disk="d1",member="1",volume="clean"} 0
 raid10_volume_member_timeouts_total{disk="d1",member="1",volume="worn"} 2
-`), "raid10_volume_bad_blocks", "raid10_volume_lost_blocks", "raid10_volume_member_bad_blocks", "raid10_volume_member_timeouts_total"); err != nil {
+# HELP raid10_volume_member_slow_last_copy_total Stalls past the member deadline of one member of a volume while it held the last in-sync copy of some chunk: waited for, not failed.
+# TYPE raid10_volume_member_slow_last_copy_total counter
+raid10_volume_member_slow_last_copy_total{disk="d0",member="0",volume="clean"} 0
+raid10_volume_member_slow_last_copy_total{disk="d0",member="0",volume="worn"} 0
+raid10_volume_member_slow_last_copy_total{disk="d1",member="1",volume="clean"} 0
+raid10_volume_member_slow_last_copy_total{disk="d1",member="1",volume="worn"} 4
+`), "raid10_volume_bad_blocks", "raid10_volume_lost_blocks", "raid10_volume_member_bad_blocks", "raid10_volume_member_timeouts_total",
+		"raid10_volume_member_slow_last_copy_total"); err != nil {
 		t.Fatal(err)
 	}
 	problems, err := testutil.GatherAndLint(reg)

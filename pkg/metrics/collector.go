@@ -56,6 +56,7 @@ var (
 	volLostBlocks = desc("volume_lost_blocks", "Blocks bad on every copy: reads there fail with an I/O error until the block is written again.", "volume")
 	memBadBlocks  = desc("volume_member_bad_blocks", "Blocks recorded bad on one member of a volume; sum by (disk) for a disk.", "volume", "member", "disk")
 	memTimeouts   = desc("volume_member_timeouts_total", "Requests of one member of a volume that passed the member deadline (--member-timeout); each fails the member.", "volume", "member", "disk")
+	memSlowLast   = desc("volume_member_slow_last_copy_total", "Stalls past the member deadline of one member of a volume while it held the last in-sync copy of some chunk: waited for, not failed.", "volume", "member", "disk")
 	volScrubMism  = desc("volume_scrub_mismatches_total", "Blocks (4 KiB) whose two copies a scrub (check or repair) found different, summed over every scrub since the plugin started.", "volume")
 	volScrubLast  = desc("volume_scrub_last_completed_timestamp_seconds", "When a scrub of the volume last reached its end (Unix time); absent before the first since the plugin started.", "volume")
 	memState      = desc("volume_member_state", "State of one member of a volume (engine's view): 1 for the current state.", "volume", "member", "state")
@@ -89,7 +90,7 @@ func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		volReadOps, volWriteOps, volReadBytes, volWriteBytes, volSize, volHealth, volMembers, volInSync,
 		volSyncRatio, volSyncRate, volSyncLeft, volSyncETA, memErrors, memState,
-		volBadBlocks, volLostBlocks, memBadBlocks, memTimeouts, volScrubMism, volScrubLast,
+		volBadBlocks, volLostBlocks, memBadBlocks, memTimeouts, memSlowLast, volScrubMism, volScrubLast,
 		volHydCopied, volHydrated, snapSize, snapCopied, snapReady, snapCut, snapHealth,
 		diskInfo, diskState, diskSize, diskFree,
 		poolRaw, poolUsable, poolFreeRaw, poolFreeUse, poolLargest, poolSpare,
@@ -185,6 +186,7 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(memBadBlocks, float64(m.BadBlocks), v.Name, slot, m.DiskUUID)
 			counter(memTimeouts, m.TimedOut, v.Name, slot, m.DiskUUID)
+			counter(memSlowLast, m.SlowLastCopy, v.Name, slot, m.DiskUUID)
 		}
 		arr, err := c.src.Array(v.Name)
 		if err != nil {

@@ -57,7 +57,7 @@ func (p *Pool) volumeInfoOf(v *volume, sp *raid10.Status) VolumeInfo {
 		mi := MemberInfo{Role: i, State: raid10.MemberMissing.String()}
 		if i < len(st.Members) {
 			ms := st.Members[i]
-			mi.State, mi.BadBlocks, mi.TimedOut = ms.State.String(), ms.BadBlocks, ms.TimedOut
+			mi.State, mi.BadBlocks, mi.TimedOut, mi.SlowLastCopy = ms.State.String(), ms.BadBlocks, ms.TimedOut, ms.SlowLastCopy
 			vi.TimedOut += ms.TimedOut
 			if ms.State == raid10.MemberInSync {
 				vi.InSync++

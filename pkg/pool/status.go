@@ -68,6 +68,10 @@ type MemberInfo struct {
 	// TimedOut counts this member's requests that passed the member deadline
 	// (Config.MemberTimeout) since the array was assembled.
 	TimedOut uint64 `json:"timedOut,omitempty"`
+	// SlowLastCopy counts this member's stalls past the member deadline while it held the
+	// last in-sync copy of some chunk: waited for, not failed (failing it would lose the
+	// chunk). A disk that stalls is a candidate for replacement.
+	SlowLastCopy uint64 `json:"slowLastCopy,omitempty"`
 }
 
 // Progress is the progress of a rebuild or resync.

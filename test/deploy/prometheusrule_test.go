@@ -95,9 +95,9 @@ func TestPrometheusRule(t *testing.T) {
 		set    []string
 		alerts int
 	}{
-		{"Enabled", []string{"--set", "prometheusRule.enabled=true"}, 9},
+		{"Enabled", []string{"--set", "prometheusRule.enabled=true"}, 10},
 		{"WithCapacityAndLabels", []string{"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.largestVolumeBelowBytes=107374182400",
-			"--set", "prometheusRule.labels.release=kube-prometheus-stack", "--set", "prometheusRule.degradedFor=1h"}, 10},
+			"--set", "prometheusRule.labels.release=kube-prometheus-stack", "--set", "prometheusRule.degradedFor=1h"}, 11},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := renderChart(t, bin, tc.set...)

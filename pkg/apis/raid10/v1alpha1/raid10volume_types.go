@@ -242,6 +242,12 @@ type MemberStatus struct {
 	// (--member-timeout) since the array was assembled.
 	// +optional
 	Timeouts int64 `json:"timeouts,omitempty"`
+	// SlowStalls counts this member's stalls past the member deadline while it held the
+	// last in-sync copy of some chunk: its requests were waited for and it was not failed
+	// (failing it would have lost that chunk). A disk that stalls is a candidate for
+	// replacement.
+	// +optional
+	SlowStalls int64 `json:"slowStalls,omitempty"`
 }
 
 // RebuildProgress is the progress of a running rebuild (recovery onto a replacement member).
