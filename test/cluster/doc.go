@@ -52,8 +52,9 @@
 //     tarball again and unpacks the binaries' layer; the cache is then refreshed, 3 s), 3 to
 //     5 minutes on a cold cache (every image imported).
 //   - Pod starts: each pod sandbox and container start takes 10 to 30 s on the emulated
-//     CPUs, so step 1 (the controller's two pods of four containers each) is among the
-//     longest. Step 5 changes node values only (node.logLevel and the disk list), so it rolls
+//     CPUs. The story installs one controller pod (four containers), not the chart's two:
+//     on a one-node rig a second replica adds no availability, only container starts at
+//     install and at the reboot. Step 5 changes node values only (node.logLevel and the disk list), so it rolls
 //     the node DaemonSet alone and checks that the controller pods were left running:
 //     rolling them too added 1 to 6.5 minutes of container starts and tested nothing of
 //     the I/O path.
