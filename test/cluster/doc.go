@@ -54,10 +54,10 @@
 //   - Pod starts: each pod sandbox and container start takes 10 to 30 s on the emulated
 //     CPUs. The story installs one controller pod (four containers), not the chart's two:
 //     on a one-node rig a second replica adds no availability, only container starts at
-//     install and at the reboot. Step 5 changes node values only (node.logLevel and the disk list), so it rolls
-//     the node DaemonSet alone and checks that the controller pods were left running:
-//     rolling them too added 1 to 6.5 minutes of container starts and tested nothing of
-//     the I/O path.
+//     install and at the reboot. Step 5 changes node values only (node.logLevel and the
+//     disk list), so it rolls the node DaemonSet alone and checks that the controller pods
+//     were left running: rolling them too added 1 to 6.5 minutes of container starts and
+//     tested nothing of the I/O path.
 //   - ioverify writes and verifies 2 MiB in 64 KiB blocks per round (a few seconds a
 //     round), so "two more rounds" after an event waits seconds, not minutes (with 4 KiB
 //     blocks a round took up to a minute under load).
