@@ -14,7 +14,8 @@ import (
 // with the highest epoch carries the volume's member map, and only extents that map names
 // are used (a replaced disk that comes back is not); roles on failed or missing disks are
 // left out, so the array starts degraded.
-// Volumes marked deleting are deleted; superseded extents on present disks are released.
+// Volumes marked deleting or tombstoned are deleted; superseded extents on present disks
+// are released.
 func (p *Pool) assembleAll() {
 	type cand struct {
 		d *disk
@@ -28,7 +29,7 @@ func (p *Pool) assembleAll() {
 		}
 		for _, x := range d.label.Extents {
 			byVol[x.Volume] = append(byVol[x.Volume], cand{d, x})
-			if x.Flags&(ExtentFlagDeleting|ExtentFlagCreating) != 0 {
+			if x.Flags&(ExtentFlagDeleting|ExtentFlagCreating) != 0 || p.tombstoned(x.Volume) {
 				deleting[x.Volume] = true
 			}
 		}
@@ -41,7 +42,8 @@ func (p *Pool) assembleAll() {
 	for _, u := range uuids {
 		cs := byVol[u]
 		if deleting[u] {
-			klog.InfoS("Finishing an interrupted volume delete, or rolling back an interrupted create", "volumeUUID", u, "volume", cs[0].x.Name)
+			klog.InfoS("Finishing an interrupted volume delete, rolling back an interrupted create, or releasing a deleted volume's extents (tombstone)",
+				"volumeUUID", u, "volume", cs[0].x.Name, "tombstone", p.tombstoned(u))
 			if err := p.finishDelete(u); err != nil {
 				klog.ErrorS(err, "Finishing delete", "volumeUUID", u)
 			}

@@ -10,7 +10,8 @@ import (
 // disk's label re-reads equal to the in-memory one from disk (both slots decode, at least
 // one is current), extents lie in the data area without overlap, every volume's entries
 // agree on name, size and member count, no role is held twice, every volume's array is
-// assembled and, for a Healthy volume, the engine's scrub finds no mismatch.
+// assembled, no volume the pool knows is tombstoned (deleted) and, for a Healthy volume,
+// the engine's scrub finds no mismatch.
 func (p *Pool) Check() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -58,6 +59,9 @@ func (p *Pool) Check() error {
 		}
 	}
 	for _, v := range p.volumes {
+		if p.tombstoned(v.uuid) {
+			errs = append(errs, fmt.Errorf("volume %q (%s) is known but tombstoned (deleted)", v.name, v.uuid))
+		}
 		if v.arr == nil {
 			errs = append(errs, fmt.Errorf("volume %q not assembled: %w", v.name, v.err))
 			continue

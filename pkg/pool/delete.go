@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"slices"
 
 	"k8s.io/klog/v2"
 )
@@ -88,6 +89,19 @@ func (p *Pool) deleteLocked(v *volume) error {
 	return nil
 }
 
+// spreadTombstone writes the tombstone of u to every present disk in service that is not
+// one of holders (they have it already). A failure is logged: the holders carry it.
+func (p *Pool) spreadTombstone(u UUID, holders []*disk) {
+	for _, d := range p.disks {
+		if !d.present || d.file == nil || (d.state != DiskActive && d.state != DiskSpare) || slices.Contains(holders, d) {
+			continue
+		}
+		if err := p.writeLabel(d, nil); err != nil {
+			klog.ErrorS(err, "Writing a tombstone", "disk", d.path, "volumeUUID", u)
+		}
+	}
+}
+
 // markDeleting flags every extent of u on the present disks deleting.
 func (p *Pool) markDeleting(u UUID) error {
 	for _, d := range p.holdersOf(u) {
@@ -98,8 +112,12 @@ func (p *Pool) markDeleting(u UUID) error {
 	return nil
 }
 
-// finishDelete marks, discards and removes every extent of volume u on the present disks.
+// finishDelete tombstones volume u, then marks, discards and removes every extent of it on
+// the present disks. The tombstone goes with the first label written (the holders' marks)
+// and then to every other present disk that is in service, so that whichever disks the
+// next Open finds, one of them knows u is deleted (see tombstone.go).
 func (p *Pool) finishDelete(u UUID) error {
+	p.addTombstone(u)
 	holders := p.holdersOf(u)
 	for i, d := range holders {
 		if i == 1 {
@@ -111,6 +129,7 @@ func (p *Pool) finishDelete(u UUID) error {
 			return err
 		}
 	}
+	p.spreadTombstone(u, holders)
 	if err := p.fail("delete.marked"); err != nil {
 		return err
 	}

@@ -386,12 +386,20 @@ func (p *Pool) returnDisk(d *disk, f *diskFile, ls labelSlots, dc DiskConfig) (D
 	if d.state == DiskRemoved {
 		return p.diskInfo(d), nil
 	}
+	// Its tombstones first: its label is rewritten with the pool's list.
+	learnt := p.takeTombstones(d)
 	if err := p.writeLabel(d, nil); err != nil {
 		return DiskInfo{}, err
 	}
 	if d.state == DiskActive {
+		p.releaseTombstoned(d)
 		p.readdRoles(d)
 		p.releaseDeletedAway(d)
+	}
+	if learnt {
+		if err := p.writeTable(false); err != nil {
+			klog.ErrorS(err, "Spreading the tombstones of a returning disk")
+		}
 	}
 	klog.InfoS("Disk returned", "disk", d.path, "diskUUID", d.uuid, "state", d.state)
 	return p.diskInfo(d), nil
@@ -413,7 +421,10 @@ func (p *Pool) ReaddDisk(ref string) (DiskInfo, error) {
 	if err := p.writeTable(true); err != nil {
 		return DiskInfo{}, err
 	}
+	// Deleted while the disk was failed (its label not written then): release, as Open does.
+	p.releaseTombstoned(d)
 	p.readdRoles(d)
+	p.releaseDeletedAway(d)
 	return p.diskInfo(d), nil
 }
 

@@ -20,9 +20,11 @@
 // The first LabelAreaSize (1 MiB) of every disk holds the label, twice (slots at 0 and
 // 256 KiB, crc32c, the higher valid generation wins): pool UUID and name, disk UUID, data
 // area, the pool's disk table (every disk's UUID, state and identity) and this disk's
-// extent table (volume UUID, name, size, member count, role, epoch, offset, length). The
-// byte map is in docs/on-disk-format.md, section "Pool label". A label is never
-// overwritten in place: the new image goes to the other slot and is synced first.
+// extent table (volume UUID, name, size, member count, role, epoch, offset, length), and
+// the pool's tombstones (the UUIDs of deleted objects that a disk away at the delete may
+// still hold: no assembly path brings them back, see tombstone.go). The byte map is in
+// docs/on-disk-format.md, section "Pool label". A label is never overwritten in place:
+// the new image goes to the other slot and is synced first.
 //
 // # Volumes
 //

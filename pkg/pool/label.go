@@ -17,12 +17,17 @@ const (
 	// LabelSlotSize is the size of each of the two label copies (slot 0 at byte 0, slot 1
 	// at byte LabelSlotSize).
 	LabelSlotSize = 256 << 10
-	// LabelVersion is the label format version this code writes and reads.
-	LabelVersion = 1
+	// LabelVersion is the label format version this code writes. It reads this one and
+	// labelVersionNoTombstones.
+	LabelVersion = 2
+	// labelVersionNoTombstones is the first version: no tombstone table (header bytes
+	// 168..171 zero). Labels of this version are still read.
+	labelVersionNoTombstones = 1
 
 	labelHeaderSize = 256
 	diskEntrySize   = 64
 	extentEntrySize = 128
+	tombstoneSize   = 32
 	maxNameLen      = 63 // volume and pool names: NUL-padded 64-byte fields
 	maxIdentityLen  = 31
 	// MaxDisks is how many disks one pool's disk table holds.
@@ -30,6 +35,9 @@ const (
 	// MaxExtentsPerDisk bounds the extents on one disk; fewer fit when volumes have many
 	// members (each extent also carries its volume's member map, 16 bytes per member).
 	MaxExtentsPerDisk = 1024
+	// MaxTombstones bounds the tombstone table of a label: when a delete would add one
+	// more, the entry with the lowest sequence number is dropped.
+	MaxTombstones = 256
 )
 
 // labelMagic opens every label slot.
@@ -94,6 +102,16 @@ type ExtentEntry struct {
 	MemberDisks []UUID
 }
 
+// Tombstone records a deleted volume, snapshot or clone, so that no assembly path brings
+// it back from extents left on a disk that was away (or failed) when it was deleted. The
+// same list is written into every label the pool writes; Open takes the union of the
+// lists of every disk it reads.
+type Tombstone struct {
+	Volume  UUID   // the deleted object's UUID (UUIDs are never reused)
+	Seq     uint64 // delete sequence: one more than the highest the pool knew at the delete
+	Deleted int64  // delete time, Unix nanoseconds (for operators; Seq orders)
+}
+
 // Label is the decoded pool label of one disk.
 type Label struct {
 	Generation uint64 // raised on every write of this disk's label
@@ -107,6 +125,9 @@ type Label struct {
 	Alignment  uint32
 	Disks      []DiskEntry
 	Extents    []ExtentEntry
+	// Tombstones lists the objects the pool deleted whose extents may still be on a disk
+	// that was away (at most MaxTombstones, in Seq order).
+	Tombstones []Tombstone
 }
 
 // encodedLen is the byte length the label occupies before its checksum.
@@ -115,7 +136,7 @@ func (l *Label) encodedLen() int {
 	for _, x := range l.Extents {
 		n += 16 * int(x.Members)
 	}
-	return n
+	return n + len(l.Tombstones)*tombstoneSize
 }
 
 // Encode returns the label's slot image: the encoded label, its crc32c and zero padding up
@@ -126,6 +147,9 @@ func (l *Label) Encode() ([]byte, error) {
 	}
 	if len(l.Extents) > MaxExtentsPerDisk {
 		return nil, fmt.Errorf("%w: %d extents on one disk, at most %d", ErrNoSpace, len(l.Extents), MaxExtentsPerDisk)
+	}
+	if len(l.Tombstones) > MaxTombstones {
+		return nil, fmt.Errorf("%w: %d tombstones, at most %d", ErrInvalidArgument, len(l.Tombstones), MaxTombstones)
 	}
 	n := l.encodedLen()
 	if n+4 > LabelSlotSize {
@@ -158,6 +182,8 @@ func (l *Label) Encode() ([]byte, error) {
 	if err := putName(b[104:168], l.PoolName, maxNameLen); err != nil {
 		return nil, err
 	}
+	le.PutUint16(b[168:], uint16(len(l.Tombstones)))
+	le.PutUint16(b[170:], tombstoneSize)
 	off := labelHeaderSize
 	for _, d := range l.Disks {
 		e := b[off : off+diskEntrySize]
@@ -193,6 +219,13 @@ func (l *Label) Encode() ([]byte, error) {
 			off += 16
 		}
 	}
+	for _, ts := range l.Tombstones {
+		e := b[off : off+tombstoneSize]
+		copy(e[0:16], ts.Volume[:])
+		le.PutUint64(e[16:], ts.Seq)
+		le.PutUint64(e[24:], uint64(ts.Deleted))
+		off += tombstoneSize
+	}
 	le.PutUint32(b[n:], crc32.Checksum(b[:n], castagnoli))
 	return b, nil
 }
@@ -223,18 +256,26 @@ func DecodeLabel(b []byte) (*Label, error) {
 		return nil, errNoLabel
 	}
 	le := binary.LittleEndian
-	if v := le.Uint16(b[8:]); v != LabelVersion {
-		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrLabelVersion, v, LabelVersion)
+	v := le.Uint16(b[8:])
+	if v != LabelVersion && v != labelVersionNoTombstones {
+		return nil, fmt.Errorf("%w: version %d (this build reads %d and %d)", ErrLabelVersion, v, labelVersionNoTombstones, LabelVersion)
 	}
 	n := int(le.Uint32(b[12:]))
-	nd, nx := int(le.Uint16(b[92:])), int(le.Uint16(b[94:]))
+	nd, nx, nt := int(le.Uint16(b[92:])), int(le.Uint16(b[94:])), int(le.Uint16(b[168:]))
+	wantTombSize := uint16(tombstoneSize)
+	if v == labelVersionNoTombstones {
+		wantTombSize = 0 // bytes 168..171 were reserved, zero
+	}
 	switch {
-	case le.Uint16(b[10:]) != labelHeaderSize || le.Uint16(b[96:]) != diskEntrySize || le.Uint16(b[98:]) != extentEntrySize:
+	case le.Uint16(b[10:]) != labelHeaderSize || le.Uint16(b[96:]) != diskEntrySize || le.Uint16(b[98:]) != extentEntrySize ||
+		le.Uint16(b[170:]) != wantTombSize:
 		return nil, fmt.Errorf("%w: unexpected header or entry sizes", ErrCorruptLabel)
+	case nt > MaxTombstones || v == labelVersionNoTombstones && nt != 0:
+		return nil, fmt.Errorf("%w: %d tombstones in a version %d label", ErrCorruptLabel, nt, v)
 	case n < labelHeaderSize || n+4 > len(b) || n+4 > LabelSlotSize:
 		return nil, fmt.Errorf("%w: length %d out of range", ErrCorruptLabel, n)
-	case n < labelHeaderSize+nd*diskEntrySize+nx*extentEntrySize:
-		return nil, fmt.Errorf("%w: length %d too short for %d disks and %d extents", ErrCorruptLabel, n, nd, nx)
+	case n < labelHeaderSize+nd*diskEntrySize+nx*extentEntrySize+nt*tombstoneSize:
+		return nil, fmt.Errorf("%w: length %d too short for %d disks, %d extents and %d tombstones", ErrCorruptLabel, n, nd, nx, nt)
 	}
 	if got, want := crc32.Checksum(b[:n], castagnoli), le.Uint32(b[n:]); got != want {
 		return nil, fmt.Errorf("%w: checksum %08x, expected %08x", ErrCorruptLabel, got, want)
@@ -287,6 +328,18 @@ func DecodeLabel(b []byte) (*Label, error) {
 			copy(x.MemberDisks[j][:], b[off:off+16])
 			off += 16
 		}
+	}
+	if off+nt*tombstoneSize > n {
+		return nil, fmt.Errorf("%w: tombstones run past the label length %d", ErrCorruptLabel, n)
+	}
+	for range nt {
+		e := b[off : off+tombstoneSize]
+		var ts Tombstone
+		copy(ts.Volume[:], e[0:16])
+		ts.Seq = le.Uint64(e[16:])
+		ts.Deleted = int64(le.Uint64(e[24:]))
+		l.Tombstones = append(l.Tombstones, ts)
+		off += tombstoneSize
 	}
 	if off != n {
 		return nil, fmt.Errorf("%w: length %d, contents %d", ErrCorruptLabel, n, off)

@@ -73,7 +73,7 @@ func TestLabelDecodeErrors(t *testing.T) {
 		{"flipped bit in a member map", mut(func(b []byte) { b[n-5] ^= 1 }), ErrCorruptLabel},
 		{"flipped checksum", mut(func(b []byte) { b[n] ^= 0x80 }), ErrCorruptLabel},
 		{"length past the slot", mut(func(b []byte) { b[12], b[13], b[14] = 0xff, 0xff, 0x7f }), ErrCorruptLabel},
-		{"newer version", mut(func(b []byte) { b[8] = 2 }), ErrLabelVersion},
+		{"newer version", mut(func(b []byte) { b[8] = 3 }), ErrLabelVersion},
 		{"overlapping extents", overlapB, ErrCorruptLabel},
 	}
 	for _, c := range cases {

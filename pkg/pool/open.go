@@ -38,6 +38,7 @@ func Open(cfg Config) (*Pool, error) {
 	// 3. Adopt this pool's disks; the label with the highest pool epoch holds the table.
 	newest := p.adoptLabels(probes)
 	probes = p.adoptTable(newest, refuseClones(probes), probes)
+	p.gatherTombstones()
 	// 4. Open the data path of the present disks.
 	p.openDataPaths()
 	// 5. Claim blank disks (and, with wipe, refused ones), then bring every present label up
@@ -51,6 +52,11 @@ func Open(cfg Config) (*Pool, error) {
 	// 6. Assemble the volumes; spares take over disks recorded as failed. (A missing disk
 	// is waited for instead: when it returns it resyncs only what changed.)
 	p.assembleAll()
+	if p.pruneTombstones() {
+		if err := p.writeTable(false); err != nil {
+			klog.ErrorS(err, "Writing the pruned tombstone list")
+		}
+	}
 	p.resumeCopies()
 	p.replaceFailed()
 

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ type Pool struct {
 	now        func() time.Time   // the scheduler's clock (tests set it)
 	restored   map[UUID]time.Time // RecordScrubCompleted: last scrub completions from before Open
 	records    []diskRecord       // Config.DisksFile: disks given at run time on unlisted paths
+	tombs      []Tombstone        // deleted objects (tombstone.go); every label write carries them
 
 	// failpoint, set by tests, is called at every durability ordering point; an error makes
 	// the operation stop there as if the process had died.
@@ -149,6 +151,7 @@ func (p *Pool) writeLabel(d *disk, mutate func(l *Label)) error {
 	nl.PoolEpoch = p.epoch
 	nl.PoolName = p.name
 	nl.Disks = p.table()
+	nl.Tombstones = slices.Clone(p.tombs)
 	if err := nl.check(); err != nil {
 		return fmt.Errorf("pool: refusing to write an inconsistent label to %s: %w", d.path, err)
 	}
