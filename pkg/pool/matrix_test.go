@@ -219,9 +219,17 @@ func (w *walk) checkListing() {
 			w.t.Fatalf("pool lists snapshot %s (%d bytes); the model: %+v", si.Name, si.Size, o)
 		}
 	}
+	// An object is hidden when none of its disks is here to tell of it: each is left out,
+	// gone from the walk (ReplaceDisk), or Removed (replaced by a spare's takeover while the
+	// object could not be rebuilt, so its role stayed there; the pool never reads the
+	// extents of a Removed disk).
+	removed := w.disksWith(StatusRemoved)
+	here := func(p string) bool {
+		return !w.absent[p] && slices.Contains(w.paths, p) && !slices.Contains(removed, p)
+	}
 	for name, o := range w.objs {
 		o.hidden = !seen[name]
-		if o.hidden && slices.ContainsFunc(o.disks, func(p string) bool { return !w.absent[p] && slices.Contains(w.paths, p) }) {
+		if o.hidden && slices.ContainsFunc(o.disks, here) {
 			w.t.Fatalf("%s is in the model but the pool does not list it (its disks %v, left out %v)", name, o.disks, sortedKeys(w.absent))
 		}
 	}
