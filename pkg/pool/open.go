@@ -58,7 +58,11 @@ func Open(cfg Config) (*Pool, error) {
 		}
 	}
 	p.resumeCopies()
+	// The copiers run from here on, and their callbacks write labels under p.mu: the spare
+	// takeovers hold it too (two label writes on one disk at once would pick the same slot).
+	p.mu.Lock()
 	p.replaceFailed()
+	p.mu.Unlock()
 
 	klog.InfoS("Pool open", "pool", p.uuid, "name", p.name, "disks", len(p.disks), "volumes", len(p.volumes))
 	go p.monitor()
@@ -324,7 +328,7 @@ func (p *Pool) releaseRefused() {
 	}
 }
 
-// replaceFailed lets a hot spare take over each disk recorded as failed.
+// replaceFailed lets a hot spare take over each disk recorded as failed. Caller holds p.mu.
 func (p *Pool) replaceFailed() {
 	for _, d := range p.disks {
 		if d.state == DiskFailed {
