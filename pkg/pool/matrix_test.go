@@ -395,7 +395,12 @@ func (w *walk) settle() {
 		return ph == "idle", "settle: still " + ph
 	})
 	for _, name := range sortedKeys(w.objs) {
-		w.verify(w.objs[name])
+		// Hidden now, with every disk back, only when each disk it had was Removed: an
+		// object that could not be rebuilt keeps its roles on the disks spares replaced,
+		// and the pool reads nothing there (checkListing).
+		if !w.objs[name].hidden {
+			w.verify(w.objs[name])
+		}
 	}
 	for _, vi := range w.p.Volumes() {
 		if vi.Health == Failed && vi.Source != nil {
