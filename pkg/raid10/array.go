@@ -118,6 +118,9 @@ type Array struct {
 
 	bm *bitmap
 
+	// qos: the per-volume QoS limits of the frontend requests (limit.go).
+	qos qosState
+
 	// epoch is advanced by the deadline monitor; see deadline.go.
 	epoch    atomic.Int64
 	mtimeout atomic.Int64 // Options.MemberTimeout in ns, < 0 disabled (benchmarks switch it)

@@ -34,14 +34,15 @@ func (c *Copy) copyRegions(r, k int64, b []byte) error {
 	n := min(k<<c.shift, c.rec.Size-off)
 	buf := b[:n]
 	var lost []badRange
-	if _, err := c.src.ReadAt(buf, off); err != nil {
+	// read, not ReadAt: the copy's reads are not under the source's Limits.
+	if _, err := c.src.read(buf, off, false); err != nil {
 		if err := notLost(err, r); err != nil {
 			return err
 		}
 		// Block by block: a block no copy of the source has is lost.
 		for b := int64(0); b < n; b += BlockSize {
 			p := buf[b : b+BlockSize]
-			if _, err := c.src.ReadAt(p, off+b); err != nil {
+			if _, err := c.src.read(p, off+b, false); err != nil {
 				if err := notLost(err, r); err != nil {
 					return err
 				}

@@ -72,6 +72,25 @@
 // has its ring copies abandoned (zombies until their completions arrive),
 // so their requests complete from the other copy.
 //
+// # QoS limits
+//
+// SetLimits (limit.go) caps a volume's read and write requests per second
+// and bytes per second, each a token bucket with a burst, 0 unlimited,
+// changeable at any time. The hook is one call at the top of ReadAt,
+// WriteAt, WriteAtFUA, Discard, WriteZeroes and a Queue's Read and Write;
+// the engine's own I/O (resync, recovery, scrub, a copy's reads of its
+// source) goes below it and is not counted. Costs: no limits, one atomic
+// pointer load; under the limits, a monotonic clock read and one
+// compare-and-swap per limited bucket (a GCRA, one word, no lock, no
+// allocation). A request over a limit waits, never fails: ReadAt and
+// WriteAt sleep in their caller (on a pooled timer); a Queue hands the
+// request to a goroutine of its own that waits and then runs it on the
+// synchronous path, as a fallback does, so the ring's other requests go on.
+// A change wakes the waiting requests, which reserve again under the new
+// limits (lifting them releases all at once). Status reports the limits in
+// force and counts the delayed requests and their wait. The limits live in
+// memory only: the owner applies them again after every Assemble.
+//
 // State changes (member failed, recovery done) take Array.metaMu and write
 // the superblocks; they never happen on the fast path of a healthy array.
 // A failed member stays "failing" (still written to) until its failure is

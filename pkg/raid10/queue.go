@@ -274,18 +274,21 @@ func (q *Queue) fallback(op opKind, p []byte, off int64, fua bool, done Complete
 	q.slow.Add(1)
 	go func() {
 		defer q.slow.Done()
-		var err error
-		switch {
-		case op == opRead:
-			_, err = q.a.ReadAt(p, off)
-		case fua:
-			_, err = q.a.WriteAtFUA(p, off)
-		default:
-			_, err = q.a.WriteAt(p, off)
-		}
-		done.Complete(err)
+		done.Complete(q.runSync(op, p, off, fua))
 		q.batchDone()
 	}()
+}
+
+// runSync runs a request on the synchronous path. Its limits were applied
+// when the Queue took it (paced), so it does not pass them again.
+func (q *Queue) runSync(op opKind, p []byte, off int64, fua bool) error {
+	var err error
+	if op == opRead {
+		_, err = q.a.read(p, off, false)
+	} else {
+		_, err = q.a.write(opWrite, p, off, int64(len(p)), fua, false)
+	}
+	return err
 }
 
 // batchDone tells the frontend that the completions at hand are delivered.

@@ -16,6 +16,9 @@ import (
 // Read reads len(p) bytes at off into p and tells done. p must stay
 // untouched until then. off and len(p) must be multiples of BlockSize.
 func (q *Queue) Read(p []byte, off int64, done Completer) {
+	if q.paced(opRead, p, off, false, done) {
+		return
+	}
 	q.start(opRead, p, off, false, done)
 }
 
@@ -23,6 +26,9 @@ func (q *Queue) Read(p []byte, off int64, done Completer) {
 // WriteAt allow it to be acknowledged; with fua, once it is durable. p must
 // stay untouched until then.
 func (q *Queue) Write(p []byte, off int64, fua bool, done Completer) {
+	if q.paced(opWrite, p, off, fua, done) {
+		return
+	}
 	q.start(opWrite, p, off, fua, done)
 }
 

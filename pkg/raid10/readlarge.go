@@ -49,6 +49,7 @@ const (
 // BlockSize. A read error on one copy is served from the other copy, which
 // is then written back over the bad one.
 func (a *Array) ReadAt(p []byte, off int64) (int, error) {
+	a.limitRequest(false, int64(len(p)))
 	return a.read(p, off, false)
 }
 

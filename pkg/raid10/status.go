@@ -100,5 +100,6 @@ func (a *Array) Status() Status {
 	st.State = a.State()
 	st.DirtyRegions = a.bm.dirtyCount()
 	st.Sync = a.progress()
+	st.Limits, st.Throttle = a.throttleStatus()
 	return st
 }

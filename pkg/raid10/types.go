@@ -207,6 +207,10 @@ type Status struct {
 	WriteOps   uint64
 	ReadBytes  uint64
 	WriteBytes uint64
+	// Limits are the QoS limits in force (SetLimits), with the bursts they
+	// use; Throttle counts the requests they delayed.
+	Limits   Limits
+	Throttle ThrottleStatus
 }
 
 // ScrubResult is what Check and Repair found.

@@ -16,24 +16,28 @@ const handoffLatency = 20 * time.Microsecond
 // WriteAt writes p at off to every live copy concurrently and returns when
 // all have it. off and len(p) must be multiples of BlockSize.
 func (a *Array) WriteAt(p []byte, off int64) (int, error) {
+	a.limitRequest(true, int64(len(p)))
 	return a.write(opWrite, p, off, int64(len(p)), false, false)
 }
 
 // WriteAtFUA is WriteAt followed by a flush of the members written, so the
 // data is durable on every live copy before it returns.
 func (a *Array) WriteAtFUA(p []byte, off int64) (int, error) {
+	a.limitRequest(true, int64(len(p)))
 	return a.write(opWrite, p, off, int64(len(p)), true, false)
 }
 
 // Discard passes a discard of [off, off+length) to the members. The range
 // reads back as unspecified data (zeroes on file members).
 func (a *Array) Discard(off, length int64) error {
+	a.limitRequest(true, 0)
 	_, err := a.write(opDiscard, nil, off, length, false, false)
 	return err
 }
 
 // WriteZeroes makes [off, off+length) read back as zeroes on every copy.
 func (a *Array) WriteZeroes(off, length int64) error {
+	a.limitRequest(true, 0)
 	_, err := a.write(opZeroes, nil, off, length, false, false)
 	return err
 }
