@@ -158,6 +158,7 @@ func (p *Pool) assemble(v *volume) {
 		v.arrTotal = v.size + uint64(n)
 	}
 	v.arr, v.err = arr, nil
+	p.applyLimits(v)
 	h, _ := p.health(v)
 	klog.InfoS("Volume assembled", "volume", v.name, "volumeUUID", v.uuid, "members", len(members), "of", v.members, "health", h)
 }

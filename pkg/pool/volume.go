@@ -105,6 +105,8 @@ type volume struct {
 	// (Array.Reserve): CopyRecordSize, the copy record at its head; more after an expand
 	// stopped between the engine's growth and the labels (the labels keep the old size).
 	arrTotal uint64
+	// limits are the QoS limits set on it (SetVolumeLimits), applied at every assembly.
+	limits raid10.Limits
 
 	// Snapshots and copies (snapshot.go).
 	snap       bool         // a snapshot, not a volume
