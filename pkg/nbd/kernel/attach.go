@@ -204,6 +204,13 @@ func (a *Attacher) Attach(volumeID, export string) (*Device, error) {
 		}
 	}
 
+	// Listed as being connected until recorded: a Reclaim meanwhile, in any process, leaves
+	// the device alone.
+	done, err := a.state.connecting(volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	servers := make([]net.Conn, 0, a.opts.Connections)
 	kernels := make([]*os.File, 0, a.opts.Connections)
 	defer func() {

@@ -31,7 +31,10 @@
 // process lives (a request timeout makes the kernel shut the socket down): every connection
 // that ends without a Detach is replaced. Reclaim finds the devices a process leaked by dying
 // between NBD_CMD_CONNECT and its state write (our backend identifier, a dead connecting
-// process): it records them, or disconnects one whose volume is recorded elsewhere.
+// process): it records them, or disconnects one whose volume is recorded elsewhere. Whether
+// the connecting process lives is whether it still holds the flock on its owner file in the
+// state directory, which lists the volumes it is connecting (owner.go): a check that holds
+// across PID namespaces, unlike the PID in /sys/block/nbdX/pid.
 //
 // # Resize
 //

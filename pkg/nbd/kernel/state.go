@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/raid10-csi/raid10-csi/internal/atomicfile"
@@ -30,11 +31,13 @@ type stateFile struct {
 }
 
 // State is the device-to-volume map persisted in a small JSON file, so that a restarted
-// process finds the devices it attached.
+// process finds the devices it attached. It also keeps the process's owner file (owner.go) in
+// OwnersDir beside the state file.
 type State struct {
-	path string
-	mu   sync.Mutex
-	recs map[string]Record
+	path  string
+	mu    sync.Mutex
+	recs  map[string]Record
+	owner *owner // acquired by the first connecting call
 }
 
 // OpenState loads the state file at path (a missing file is an empty state).
@@ -59,6 +62,29 @@ func OpenState(path string) (*State, error) {
 	}
 	return s, nil
 }
+
+// connecting lists volumeID among the volumes this process is connecting, in its owner file
+// (owner.go), created and locked on the first call and held until the process ends. Attach
+// calls it before NBD_CMD_CONNECT and the returned function once the device is recorded:
+// Reclaim in another process then knows that an unrecorded device of the volume has a live
+// connector, whatever PID namespace either runs in.
+func (s *State) connecting(volumeID string) (func(), error) {
+	s.mu.Lock()
+	if s.owner == nil {
+		o, err := acquireOwner(s.ownersDir())
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		s.owner = o
+	}
+	o := s.owner
+	s.mu.Unlock()
+	return o.begin(volumeID)
+}
+
+// ownersDir is the directory of owner files, beside the state file.
+func (s *State) ownersDir() string { return filepath.Join(filepath.Dir(s.path), OwnersDir) }
 
 // Get returns the record of a volume.
 func (s *State) Get(volumeID string) (Record, bool) {

@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 		os.Exit(serveHelper())
 	case "leak":
 		os.Exit(leakHelper())
+	case "reclaim":
+		os.Exit(reclaimHelper())
+	case "owner":
+		os.Exit(ownerHelper())
 	}
 	os.Exit(m.Run())
 }
@@ -126,6 +130,10 @@ func TestInKernelAttach(t *testing.T) {
 	}
 	if id, _ := BackendOf(d.Index); id != "raid10-csi:vol-attach" {
 		t.Fatalf("backend %q", id)
+	}
+	// Recorded: the owner file no longer lists the volume as being connected.
+	if s, err := scanOwners(filepath.Join(dir, OwnersDir)); err != nil || s.of("vol-attach") != connectorUnlisted {
+		t.Fatalf("after the attach the owner files give %v (%v), want the volume unlisted", s, err)
 	}
 	if rec, ok := st.Get("vol-attach"); !ok || rec.Index != d.Index {
 		t.Fatalf("state %+v %v", rec, ok)
