@@ -178,16 +178,7 @@ func (a *Array) timeoutMayFail(s *slot) bool {
 	if !a.serving.Load() || a.closed.Load() || MemberState(s.state.Load()) != MemberInSync {
 		return true
 	}
-	for _, p := range a.geo.pairs() {
-		other := -1
-		if p[0] == s.idx {
-			other = p[1]
-		} else if p[1] == s.idx {
-			other = p[0]
-		}
-		if other < 0 {
-			continue
-		}
+	for _, other := range a.geo.partners(s.idx) {
 		o := a.slots[other]
 		if MemberState(o.state.Load()) != MemberInSync || o.failing.Load() || o.broken.Load() {
 			return false

@@ -76,14 +76,8 @@ func (a *Array) canFailLocked(s *slot) bool {
 	if MemberState(s.state.Load()) != MemberInSync {
 		return true
 	}
-	for _, p := range a.geo.pairs() {
-		other := -1
-		if p[0] == s.idx {
-			other = p[1]
-		} else if p[1] == s.idx {
-			other = p[0]
-		}
-		if other >= 0 && (MemberState(a.slots[other].state.Load()) != MemberInSync || a.slots[other].failing.Load()) {
+	for _, other := range a.geo.partners(s.idx) {
+		if MemberState(a.slots[other].state.Load()) != MemberInSync || a.slots[other].failing.Load() {
 			return false
 		}
 	}

@@ -61,6 +61,21 @@ func capacityChunks(n int, devChunks int64) int64 { return devChunks * int64(n) 
 
 // pairs reports, for state checks, the device pairs that share chunks:
 // (2k, 2k+1) for even N, every neighbour (i, i+1 mod N) for odd N.
+// partners returns the slots that hold the other copy of some chunk of
+// slot idx: one with an even member count, two with an odd one.
+func (g *geometry) partners(idx int) []int {
+	var ps []int
+	for _, p := range g.pairs() {
+		switch idx {
+		case p[0]:
+			ps = append(ps, p[1])
+		case p[1]:
+			ps = append(ps, p[0])
+		}
+	}
+	return ps
+}
+
 func (g *geometry) pairs() [][2]int {
 	var ps [][2]int
 	if g.n%2 == 0 {
