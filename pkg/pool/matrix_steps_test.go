@@ -401,13 +401,20 @@ func (w *walk) restart() error {
 	return nil
 }
 
-// stopClean closes the pool cleanly: every acknowledged write is on its disks.
+// stopClean closes the pool cleanly: every acknowledged write is on its disks, but for
+// the writes not flushed before a disk of the object was pulled: that disk's volatile
+// cache went with it and Close cannot flush it (the flush fails there), so for such an
+// object every block may hold what a crash would leave.
 func (w *walk) stopClean() {
 	w.beforeStop()
 	if err := w.p.Close(); err != nil {
 		w.t.Logf("close: %v", err)
 	}
 	for _, o := range w.objs {
+		if slices.ContainsFunc(o.disks, func(p string) bool { return w.pulled[p] }) {
+			o.crashed()
+			continue
+		}
 		o.closedClean()
 	}
 	w.afterStop()
