@@ -27,6 +27,7 @@ import (
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // Pool is the part of the node's disk pool the agent drives. *pool.Pool implements it.
@@ -65,6 +66,10 @@ type Pool interface {
 	DeleteSnapshot(name string) error
 	// Snapshot describes one snapshot; pool.ErrNotFound when there is none of that name.
 	Snapshot(name string) (pool.SnapshotInfo, error)
+	// SetVolumeLimits puts QoS limits on a volume: at once on its running array, else when
+	// it is assembled; kept in the pool's memory only. Errors wrap pool.ErrNotFound,
+	// pool.ErrInvalidArgument (a negative field), ...
+	SetVolumeLimits(name string, l raid10.Limits) error
 }
 
 var _ Pool = (*pool.Pool)(nil)
@@ -109,6 +114,8 @@ const (
 	EventSnapshotFailed    = "SnapshotFailed"
 	EventSnapshotDeleted   = "SnapshotDeleted"
 	EventHydrated          = "Hydrated"
+	EventLimitsSet         = "LimitsSet"
+	EventLimitsFailed      = "LimitsFailed"
 	eventRecorderComponent = "raid10.csi.io/node-agent"
 )
 
@@ -166,6 +173,7 @@ type Agent struct {
 	fingerprint map[string]string             // poller: per volume name, and nodeKey for the node
 	snapSeen    map[string]bool               // per snapshot: ready last reported, for Events
 	snapPrint   map[string]string             // poller: per snapshot name
+	limits      map[string]raid10.Limits      // per volume: the limits last put on the pool
 }
 
 // volumeSeen is what the agent last reported about a volume, for Events.
@@ -198,6 +206,7 @@ func New(opts Options, c client.Client, rec Recorder) (*Agent, error) {
 		snapPrint:   map[string]string{},
 		volumeSeen:  map[string]volumeSeen{},
 		fingerprint: map[string]string{},
+		limits:      map[string]raid10.Limits{},
 	}, nil
 }
 

@@ -45,6 +45,11 @@
 //   - Device growth: after the array grew, the agent grows the attached device too
 //     (Devices.Expand, NBD_CMD_RECONFIGURE with the new size), so a Block volume sees its new
 //     size without NodeExpandVolume; a failure is retried with the expansion's 15 s.
+//   - QoS limits (limits.go): spec.limits go to pool.SetVolumeLimits whenever they differ
+//     from what this agent last set for the volume, so also once after every start (the
+//     pool keeps limits in memory only); the pool gives them to an array assembled later.
+//     status.limits reports them once set; an Event LimitsSet when they change, LimitsFailed
+//     (retried every 15 s) when the pool refuses them.
 //
 // Spec.layout.chunkSizeBytes goes to pool.CreateOptions.ChunkSize: the array is created with
 // that chunk size (recorded in its superblocks; pool.VolumeInfo.ChunkSize reports it).

@@ -113,6 +113,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 		}
 	}
 	st := crstatus.VolumeStatus(prev, &vol, info, crstatus.DiskIDs(a.pool.Status().Disks), now)
+	st.Limits, result = a.applyLimits(ctx, &vol, prev.Limits, result)
 	if a.devices != nil {
 		st.DevicePath = a.devices.Device(vol.Name)
 		st.Frontend = frontendOf(st.DevicePath)
@@ -271,6 +272,7 @@ func (a *Agent) deleteVolume(ctx context.Context, vol *v1alpha1.Raid10Volume) (r
 func (a *Agent) forgetVolume(name string) {
 	a.mu.Lock()
 	delete(a.volumeSeen, name)
+	delete(a.limits, name)
 	a.mu.Unlock()
 }
 

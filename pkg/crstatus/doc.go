@@ -15,4 +15,5 @@
 //   - NodeStatus and DiskIDs: a Raid10Node and the IDs its disks are listed by.
 //   - ScrubStatus: a volume's status.scrub.
 //   - CreateOptions: the pool's options for a volume's spec.
+//   - EngineLimits: a volume's spec.limits as the engine's QoS limits.
 package crstatus

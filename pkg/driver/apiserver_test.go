@@ -84,6 +84,7 @@ func crdValidation(t *testing.T, c client.Client) {
 		{"ChunkNotPowerOfTwo", func(v *v1alpha1.Raid10Volume) { v.Spec.Layout.ChunkSizeBytes = 96 << 10 }, "power of two"},
 		{"FilesystemWithoutFSType", func(v *v1alpha1.Raid10Volume) { v.Spec.FSType = "" }, "fsType is required"},
 		{"Btrfs", func(v *v1alpha1.Raid10Volume) { v.Spec.FSType = "btrfs" }, "fsType"},
+		{"NegativeLimit", func(v *v1alpha1.Raid10Volume) { v.Spec.Limits = &v1alpha1.VolumeLimits{WriteIOPS: -1} }, "spec.limits.writeIOPS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := good("bad-" + strings.ToLower(tc.name))

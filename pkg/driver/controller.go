@@ -60,6 +60,11 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
+	// A VolumeAttributesClass's parameters take precedence over the StorageClass's.
+	limits, err := parseMutableParams(req.GetMutableParameters(), &params.limits)
+	if err != nil {
+		return nil, err
+	}
 	src, err := parseContentSource(req.GetVolumeContentSource())
 	if err != nil {
 		return nil, err
@@ -100,7 +105,7 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			return nil, err
 		}
 		vol = newVolume(id, name, node, size, params, shape)
-		vol.Spec.Source = src
+		vol.Spec.Source, vol.Spec.Limits = src, limits
 		if err := c.store.CreateVolume(ctx, vol); err != nil {
 			if errors.Is(err, ErrAlreadyExists) {
 				// Another controller replica won the race; the provisioner retries.
@@ -458,6 +463,9 @@ func (c *ControllerServer) ValidateVolumeCapabilities(ctx context.Context, req *
 	if _, err := parseParams(req.GetParameters()); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 	}
+	if _, err := parseMutableParams(req.GetMutableParameters(), nil); err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
+	}
 	shape, err := parseCapabilities(req.GetVolumeCapabilities())
 	if err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
@@ -469,6 +477,7 @@ func (c *ControllerServer) ValidateVolumeCapabilities(ctx context.Context, req *
 		VolumeContext:      req.GetVolumeContext(),
 		VolumeCapabilities: req.GetVolumeCapabilities(),
 		Parameters:         req.GetParameters(),
+		MutableParameters:  req.GetMutableParameters(),
 	}}, nil
 }
 
@@ -485,6 +494,7 @@ func (c *ControllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
 	} {
 		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
 			Rpc: &csi.ControllerServiceCapability_RPC{Type: t},

@@ -420,6 +420,8 @@ func controllerSuite(t *testing.T, c client.Client) {
 			t.Fatal(err)
 		}
 	})
+
+	t.Run("Modify", func(t *testing.T) { modifySuite(t, c, cc) })
 }
 
 func waitFor(t *testing.T, cond func() bool) {

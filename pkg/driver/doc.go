@@ -8,6 +8,8 @@
 // no cluster) LocalStore (localstore.go) implements it over the node's own pool instead: it
 // creates, grows and deletes pool volumes as the calls come and reports their status as the
 // node agent would, so the controller's logic is the same in both modes.
+// ControllerModifyVolume (controller_modify.go) merges a VolumeAttributesClass's QoS limits
+// (params_limits.go, the one parser of those keys, also for CreateVolume) into spec.limits.
 //
 // The node service (node.go) serves volumes of this node's pool. It reaches them only through
 // the VolumeAttacher interface it declares, which the node's data path, attach.PoolAttacher,

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +22,7 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // LocalRecordsFile is the name of the standalone store's records file in --state-dir.
@@ -48,6 +50,8 @@ const localExpandRetry = 2 * time.Second
 //     controller answers and cleans up as it does for the agent.
 //   - UpdateVolume records the new spec (a new generation) and grows the pool volume; a
 //     refused expansion is phase Expanding, retried on reads every localExpandRetry.
+//   - spec.limits are put on the pool volume (pool.SetVolumeLimits) when they change, and
+//     at NewLocalStore, since the pool keeps them in memory only (localstore_limits.go).
 //   - DeleteVolume marks the record deleting, deletes the pool volume, drops the record.
 //   - GetNode and ListNodes report one Raid10Node, named after the node ID, from
 //     pool.Status and pool.MemberFree.
@@ -84,6 +88,7 @@ type LocalStore struct {
 	node     v1alpha1.Raid10NodeStatus // last reported, for condition transition times
 	version  int64                     // last resourceVersion given
 	expanded map[string]time.Time      // last expansion attempt per volume
+	limits   map[string]raid10.Limits  // per volume: the QoS limits last put on the pool
 }
 
 // localVolume is one Raid10Volume of the store: the object (metadata, spec and the status
@@ -125,7 +130,7 @@ func NewLocalStore(p *pool.Pool, nodeID, recordsPath string) (*LocalStore, error
 		return nil, fmt.Errorf("local store needs a pool, a node ID and a records path: %w", ErrInvalidArgument)
 	}
 	s := &LocalStore{pool: p, nodeID: nodeID, path: recordsPath, vols: map[string]*localVolume{}, snaps: map[string]*localSnapshot{},
-		expanded: map[string]time.Time{}}
+		expanded: map[string]time.Time{}, limits: map[string]raid10.Limits{}}
 	b, err := os.ReadFile(recordsPath)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -162,7 +167,11 @@ func NewLocalStore(p *pool.Pool, nodeID, recordsPath string) (*LocalStore, error
 		case !r.Provisioned:
 			r.Provisioned, changed = true, true
 		}
-		s.vols[r.Name] = &localVolume{obj: r.object(s.nextVersion()), provisioned: r.Provisioned}
+		lv := &localVolume{obj: r.object(s.nextVersion()), provisioned: r.Provisioned}
+		if inPool { // the pool forgot them: put them on again now, not at the first read
+			lv.obj.Status.Limits = s.applyLimitsLocked(lv.obj, nil)
+		}
+		s.vols[r.Name] = lv
 	}
 	sc, err := s.recoverSnapshots(f.Snapshots)
 	if err != nil {
@@ -260,6 +269,7 @@ func (s *LocalStore) refreshLocked(lv *localVolume, ids map[string]string, now t
 		delete(s.expanded, vol.Name)
 	}
 	st := crstatus.VolumeStatus(vol.Status, vol, info, ids, now)
+	st.Limits = s.applyLimitsLocked(vol, vol.Status.Limits)
 	if expandMsg != "" {
 		st = crstatus.ExpandPending(st, expandMsg)
 	}
@@ -384,7 +394,7 @@ func (s *LocalStore) UpdateVolume(_ context.Context, vol *v1alpha1.Raid10Volume)
 	}
 	next := cur.DeepCopy()
 	next.Annotations, next.Labels, next.Finalizers = vol.Annotations, vol.Labels, vol.Finalizers
-	if next.Spec != vol.Spec {
+	if !equality.Semantic.DeepEqual(next.Spec, vol.Spec) {
 		next.Spec = vol.Spec
 		next.Generation++
 	}
@@ -435,6 +445,7 @@ func (s *LocalStore) DeleteVolume(_ context.Context, name string) error {
 	}
 	delete(s.vols, name)
 	delete(s.expanded, name)
+	delete(s.limits, name)
 	if err := s.saveLocked(); err != nil {
 		// The pool volume is gone; a restart finishes the delete from the deleting record.
 		return err

@@ -50,8 +50,9 @@ type volumeParams struct {
 	pvcName      string
 	pvcNamespace string
 	pvName       string
-	frontend     attach.Frontend // "" when the StorageClass does not say: the node's --frontend
-	maxSnapshots string          // ParamMaxSnapshots as validated, "" when unset
+	frontend     attach.Frontend       // "" when the StorageClass does not say: the node's --frontend
+	maxSnapshots string                // ParamMaxSnapshots as validated, "" when unset
+	limits       v1alpha1.VolumeLimits // the QoS limit parameters (params_limits.go); 0: none
 }
 
 // parseParams validates StorageClass parameters. An unknown or invalid one is an error
@@ -92,7 +93,13 @@ func parseParams(in map[string]string) (volumeParams, error) {
 		case paramPVName:
 			p.pvName = v
 		default:
-			return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ParamMaxSnapshots, ErrInvalidArgument)
+			known, err := setLimit(&p.limits, k, v)
+			if err != nil {
+				return p, err
+			}
+			if !known {
+				return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ParamMaxSnapshots, limitParamNames, ErrInvalidArgument)
+			}
 		}
 	}
 	return p, nil

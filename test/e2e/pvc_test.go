@@ -24,7 +24,9 @@ const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
 // TestPVCFlow is the real claim flow on the host: kube-controller-manager's PV controller,
 // the real csi-provisioner (capacity tracking on) against the in-process controller, the
 // node agent over four file-backed disks. A claim with the scheduler's selected-node
-// annotation becomes Bound to a PV whose Raid10Volume is Ready and Healthy; a larger request
+// annotation becomes Bound to a PV whose Raid10Volume is Ready and Healthy, with its
+// VolumeAttributesClass's QoS limits in force; moved to another class, the real csi-resizer
+// modifies the volume (ControllerModifyVolume) and both classes' limits hold; a larger request
 // is expanded by the real csi-resizer (the array grows, the PV follows; the filesystem step
 // waits for a kubelet); the CSIStorageCapacity of the node's topology segment equals the
 // pool's largest volume throughout: before, lower after provisioning and again after the
@@ -146,7 +148,9 @@ func pvcFlow(t *testing.T, cl *cluster, prov, resizer string) {
 		t.Fatalf("CSIStorageCapacity %d bytes before the claim: no room for %d", capBefore, claimed)
 	}
 
-	// The claim, as the scheduler leaves it after picking node-a for its pod.
+	// The claim, as the scheduler leaves it after picking node-a for its pod, with a
+	// VolumeAttributesClass (QoS limits, vac_test.go).
+	cl.createClasses(t)
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: metav1.NamespaceDefault,
 			Annotations: map[string]string{selectedNodeAnnotation: node}},
@@ -156,6 +160,7 @@ func pvcFlow(t *testing.T, cl *cluster, prov, resizer string) {
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
 				corev1.ResourceStorage: *resource.NewQuantity(claimed, resource.BinarySI),
 			}},
+			VolumeAttributesClassName: ptr(vacCreate),
 		},
 	}
 	if err := cl.c.Create(ctx, pvc); err != nil {
@@ -201,6 +206,9 @@ func pvcFlow(t *testing.T, cl *cluster, prov, resizer string) {
 	if _, err := pl.Volume(vol.Name); err != nil {
 		t.Fatalf("the pool has no volume %s: %v", vol.Name, err)
 	}
+
+	cl.waitLimits(t, vol.Name, pl, v1alpha1.VolumeLimits{WriteIOPS: 100}, func() (bool, string) { return true, "" })
+	cl.changeClass(t, key, vol.Name, pl, func() string { return provisioner.exited() + resizerProc.exited() })
 
 	capProvisioned := capacityNow("after provisioning")
 	if capProvisioned >= capBefore {

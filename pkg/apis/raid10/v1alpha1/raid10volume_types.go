@@ -69,6 +69,51 @@ type Raid10VolumeSpec struct {
 	// time request changes; the agent answers in status.scrub.
 	// +optional
 	Scrub *ScrubRequest `json:"scrub,omitempty"`
+	// Limits are the volume's QoS limits (StorageClass parameters, a VolumeAttributesClass
+	// through ControllerModifyVolume): the node agent puts them on the array, live, and again
+	// whenever it assembles it. Absent or all zero: unlimited.
+	// +optional
+	Limits *VolumeLimits `json:"limits,omitempty"`
+}
+
+// VolumeLimits caps the requests that reach a volume from its block device: each rate is a
+// token bucket whose burst is what passes at once after an idle time. A rate of 0 (or
+// absent) is unlimited; a burst of 0 is a tenth of a second at the rate; a burst without its
+// rate is ignored. Discard and write-zeroes count as one write request and no bytes. The
+// engine's own I/O (rebuild, scrub, copies) is not counted.
+type VolumeLimits struct {
+	// ReadIOPS is read requests per second.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ReadIOPS int64 `json:"readIOPS,omitempty"`
+	// ReadIOPSBurst is read requests.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ReadIOPSBurst int64 `json:"readIOPSBurst,omitempty"`
+	// WriteIOPS is write requests per second.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	WriteIOPS int64 `json:"writeIOPS,omitempty"`
+	// WriteIOPSBurst is write requests.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	WriteIOPSBurst int64 `json:"writeIOPSBurst,omitempty"`
+	// ReadBytesPerSecond is bytes read per second.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ReadBytesPerSecond int64 `json:"readBytesPerSecond,omitempty"`
+	// ReadBytesBurst is bytes.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ReadBytesBurst int64 `json:"readBytesBurst,omitempty"`
+	// WriteBytesPerSecond is bytes written per second.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	WriteBytesPerSecond int64 `json:"writeBytesPerSecond,omitempty"`
+	// WriteBytesBurst is bytes.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	WriteBytesBurst int64 `json:"writeBytesBurst,omitempty"`
 }
 
 // VolumeSource is where a volume's initial data comes from: exactly one of its fields.
@@ -322,6 +367,10 @@ type Raid10VolumeStatus struct {
 	// (the kernel's ublk driver, over io_uring); empty while the volume is not attached.
 	// +optional
 	Frontend string `json:"frontend,omitempty"`
+	// Limits are the QoS limits the node agent last put on the array (spec.limits as
+	// applied); absent when none are.
+	// +optional
+	Limits *VolumeLimits `json:"limits,omitempty"`
 	// Message is a human-readable summary of the last problem.
 	// +optional
 	Message string `json:"message,omitempty"`
