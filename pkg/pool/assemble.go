@@ -61,6 +61,16 @@ func (p *Pool) assembleAll() {
 			if c.x.Flags&ExtentFlagCopyFailed != 0 {
 				v.flags = v.flags&^ExtentFlagCopying | ExtentFlagCopyFailed
 			}
+			// So does a finished copy: a copy target's extents are made copying and the
+			// flag is only ever cleared, so an extent of it without the flag was written
+			// after the copy ended. An extent that was away then keeps the flag, and a
+			// member map change (a spare's takeover) carries its entry to the same epoch
+			// as the fresh ones: the head is not the only judge. Without this a finished
+			// snapshot resumed its copy from a source that took writes since (pool matrix
+			// seed 1796199122708649481).
+			if v.flags&ExtentFlagCopying != 0 && c.x.Flags&ExtentFlagCopy != 0 && c.x.Flags&(ExtentFlagCopying|ExtentFlagCreating) == 0 {
+				v.flags &^= ExtentFlagCopying
+			}
 		}
 		var stale []cand
 		repair := false
