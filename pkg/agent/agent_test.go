@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -83,6 +84,19 @@ func makeDisk(t *testing.T, path string, size int64) {
 	if err := os.Truncate(path, size); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fileDisks makes n sparse file disks of diskSize in dir and returns a pool configuration
+// with them.
+func fileDisks(t *testing.T, dir string, n int) pool.Config {
+	t.Helper()
+	var pcfg pool.Config
+	for i := range n {
+		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
+		makeDisk(t, p, diskSize)
+		pcfg.Disks = append(pcfg.Disks, pool.DiskConfig{Path: p})
+	}
+	return pcfg
 }
 
 func getVolume(t *testing.T, c client.Client, name string) *v1alpha1.Raid10Volume {

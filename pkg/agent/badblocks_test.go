@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -65,12 +64,7 @@ func TestAgentBadBlocks(t *testing.T) {
 	c, cfg := startAPI(t)
 	ctx := t.Context()
 	dir := t.TempDir()
-	var pcfg pool.Config
-	for i := range 4 {
-		p := filepath.Join(dir, "disk"+string(rune('0'+i))+".img")
-		makeDisk(t, p, diskSize)
-		pcfg.Disks = append(pcfg.Disks, pool.DiskConfig{Path: p})
-	}
+	pcfg := fileDisks(t, dir, 4)
 	pl, err := pool.Open(pcfg)
 	if err != nil {
 		t.Fatal(err)

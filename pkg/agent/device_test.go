@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -71,12 +70,7 @@ func TestAgentDevicesAndChunkSize(t *testing.T) {
 	c, cfg := startAPI(t)
 	ctx := t.Context()
 	dir := t.TempDir()
-	var pcfg pool.Config
-	for i := range 4 {
-		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
-		makeDisk(t, p, diskSize)
-		pcfg.Disks = append(pcfg.Disks, pool.DiskConfig{Path: p})
-	}
+	pcfg := fileDisks(t, dir, 4)
 	pl, err := pool.Open(pcfg)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,12 +20,7 @@ func TestAgentLimitsRealAPIServer(t *testing.T) {
 	c, cfg := startAPI(t)
 	ctx := t.Context()
 	dir := t.TempDir()
-	var pcfg pool.Config
-	for i := range 4 {
-		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
-		makeDisk(t, p, diskSize)
-		pcfg.Disks = append(pcfg.Disks, pool.DiskConfig{Path: p})
-	}
+	pcfg := fileDisks(t, dir, 4)
 	// start opens the pool and runs the agent over it; stop undoes both.
 	start := func() (*pool.Pool, func()) {
 		pl, err := pool.Open(pcfg)

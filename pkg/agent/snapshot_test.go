@@ -2,8 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -55,12 +53,7 @@ func TestAgentSnapshotsRealAPIServer(t *testing.T) {
 	c, cfg := startAPI(t)
 	ctx := t.Context()
 	dir := t.TempDir()
-	var pcfg pool.Config
-	for i := range 4 {
-		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
-		makeDisk(t, p, diskSize)
-		pcfg.Disks = append(pcfg.Disks, pool.DiskConfig{Path: p})
-	}
+	pcfg := fileDisks(t, dir, 4)
 	pcfg.RebuildRateMax = 8 << 20 // a 64 MiB copy takes about 8 s
 	pl, err := pool.Open(pcfg)
 	if err != nil {
