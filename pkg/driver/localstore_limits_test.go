@@ -54,14 +54,7 @@ func TestLocalStoreLimits(t *testing.T) {
 		t.Fatalf("status.limits %+v, want %+v", vol.Status.Limits, want)
 	}
 
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p2, err := pool.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p2.Close() })
+	p2 := reopenPool(t, p, cfg)
 	openLocalStore(t, p2, records)
 	inForce(t, p2, both)
 }

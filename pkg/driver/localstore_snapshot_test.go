@@ -123,14 +123,7 @@ func TestLocalStoreSnapshots(t *testing.T) {
 	}
 
 	// The records survive a restart of the store (and of the pool).
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p2, err := pool.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p2.Close() })
+	p2 := reopenPool(t, p, cfg)
 	s2 := openLocalStore(t, p2, records)
 	cc2, _, _ := startAllMode(t, s2)
 	again, err := cc2.CreateSnapshot(ctx, snapReq("snapshot-a", "pvc-src"))

@@ -65,6 +65,21 @@ func startAllMode(t *testing.T, s *LocalStore) (csi.ControllerClient, csi.Identi
 	return csi.NewControllerClient(conn), csi.NewIdentityClient(conn), csi.NewNodeClient(conn)
 }
 
+// reopenPool closes p and opens the pool of cfg again, as a restart of the plugin does;
+// the new pool closes with the test.
+func reopenPool(t *testing.T, p *pool.Pool, cfg pool.Config) *pool.Pool {
+	t.Helper()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p2, err := pool.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p2.Close() })
+	return p2
+}
+
 func openLocalStore(t *testing.T, p *pool.Pool, path string) *LocalStore {
 	t.Helper()
 	s, err := NewLocalStore(p, localNode, path)
