@@ -3,7 +3,8 @@
 #   1. Debian packages (QEMU and a kernel for the VM tests, real NBD clients, mkfs tools).
 #   2. Tools built from pinned Go modules, cached under ~/.cache/raid10-csi keyed by version
 #      (hack/build-tools.sh), so a second run, even from a fresh clone, skips them.
-#   3. The plugin image's Debian root filesystem (hack/image.sh --rootfs), cached the same way.
+#   3. The newest kernel of the VM tests, unpacked into the cache (fetch_kernel).
+#   4. The plugin image's Debian root filesystem (hack/image.sh --rootfs), cached the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +38,59 @@ t0=$(date +%s)
 bash hack/build-tools.sh >"$tools_log" 2>&1 &
 tools_pid=$!
 
+# The newest kernel of the VM tests (test/vm's NewestKernelSeries), NEWEST_KERNEL_VERSION of
+# hack/versions.sh from Debian trixie-backports: downloaded with a private apt sources list,
+# lists and cache (the host's apt state is never touched, nothing is installed), unpacked into
+# ${RAID10_CACHE:-~/.cache/raid10-csi}/kernel-<version> as vmlinuz and lib/modules/<version>
+# (with the modules.dep of `depmod -b`). Runs beside the packages and the Go tools; a finished
+# directory is never fetched again. Needs dpkg, apt and kmod's depmod, all on a Debian host.
+fetch_kernel() {
+  # shellcheck source=hack/versions.sh
+  source hack/versions.sh
+  local ver=$NEWEST_KERNEL_VERSION cache=${RAID10_CACHE:-$HOME/.cache/raid10-csi}
+  local dest=$cache/kernel-$ver apt=$cache/apt-trixie-backports
+  if [[ -f $dest/vmlinuz && -f $dest/lib/modules/$ver/modules.dep && -f $dest/lib/modules/$ver/modules.builtin ]]; then
+    echo "install-deps: kernel $ver cached in $dest"
+    return 0
+  fi
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+  local mirror
+  mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+  printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s trixie-backports main\n' \
+    "${mirror:-http://deb.debian.org/debian}" >"$apt/src.list"
+  local A=(-o "Dir::Etc::sourcelist=$apt/src.list" -o Dir::Etc::sourceparts=- \
+    -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
+  local work
+  work=$(mktemp -d "$cache/.kernel-$ver.XXXXXX")
+  # shellcheck disable=SC2064 # $work now: the trap runs after the function's locals are gone
+  trap "rm -rf '$work'" EXIT # the function runs in a background subshell
+  apt-get -qq "${A[@]}" update
+  # linux-base-*: modules.builtin and modules.order (modprobe knows the built-in modules).
+  (cd "$work" && apt-get -qq "${A[@]}" download "linux-binary-$ver" "linux-modules-$ver" "linux-base-$ver")
+  for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$work/root"; done
+  # The packages put both under /usr/lib/modules/<version> (merged /usr); depmod -b and
+  # modprobe -d of kmod 30 (Debian 12) look in <base>/lib/modules/<version>.
+  local src=$work/root/usr/lib/modules/$ver
+  [[ -d $src ]] || src=$work/root/lib/modules/$ver
+  local img
+  img=$(find "$work/root" -name "vmlinuz*" -type f | head -n 1)
+  if [[ -z $img || ! -d $src/kernel ]]; then
+    echo "install-deps: kernel $ver: no vmlinuz or modules in linux-{binary,modules}-$ver" >&2
+    return 1
+  fi
+  mkdir -p "$work/out/lib/modules"
+  mv "$img" "$work/out/vmlinuz"
+  rm -f "$src/vmlinuz"
+  mv "$src" "$work/out/lib/modules/$ver"
+  depmod -b "$work/out" "$ver"
+  rm -rf "$dest"
+  mv "$work/out" "$dest"
+  echo "install-deps: kernel $ver unpacked into $dest ($(du -sh "$dest" | cut -f1))"
+}
+kernel_log=$(mktemp "${TMPDIR:-/tmp}/raid10-kernel.XXXXXX.log")
+fetch_kernel >"$kernel_log" 2>&1 &
+kernel_pid=$!
+
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -64,6 +118,16 @@ if ((tools_rc != 0)); then
   exit "$tools_rc"
 fi
 echo "install-deps: Go tools ready after $(( $(date +%s) - t0 ))s"
+
+kernel_rc=0
+wait "$kernel_pid" || kernel_rc=$?
+cat "$kernel_log"
+rm -f "$kernel_log"
+if ((kernel_rc != 0)); then
+  echo "install-deps: fetching the newest VM kernel FAILED (exit $kernel_rc)"
+  exit "$kernel_rc"
+fi
+echo "install-deps: newest VM kernel ready after $(( $(date +%s) - t0 ))s"
 
 # The plugin image's Debian root filesystem (mmdebstrap), cached under
 # ~/.cache/raid10-csi/image: test/cluster builds the images with hack/image.sh.

@@ -48,3 +48,10 @@ KUBECONFORM_VERSION=v0.8.0
 # github.com/golangci/golangci-lint/v2: `make lint`, with the linter list of .golangci.yml
 # (v2 configuration format).
 GOLANGCI_VERSION=v2.15.0
+
+# Debian trixie-backports' newest kernel (linux-binary-<version>: vmlinuz; linux-modules-<version>:
+# xz-compressed modules): unpacked, never installed, into
+# ${RAID10_CACHE:-~/.cache/raid10-csi}/kernel-<version> by hack/install-deps.sh; test/vm boots it
+# for vm.NewestKernelSeries (the ublk tests that need 6.16+: UPDATE_SIZE, zero copy, per-I/O
+# daemons, batching). Must be a release the suite still serves (backports keep one or two).
+NEWEST_KERNEL_VERSION=7.3.4+deb13-amd64

@@ -70,8 +70,16 @@
 //   - Kernel: the newest /boot/vmlinuz-<kver> of DefaultKernelSeries (6.1, Debian 12's)
 //     that has /lib/modules/<kver>/modules.dep, else the newest of any series; a test
 //     asks for another series with Options.KernelSeries (the ublk tests boot
-//     UblkKernelSeries, 6.12); RAID10_VM_KERNEL=/boot/vmlinuz-<kver> overrides either
-//     when it is of that series.
+//     UblkKernelSeries, 6.12, and NewestKernelSeries, 7.3); RAID10_VM_KERNEL=/boot/vmlinuz-<kver>
+//     (or <cache>/kernel-<kver>/vmlinuz) overrides either when it is of that series. Besides
+//     /boot, the kernels unpacked into ${RAID10_CACHE:-~/.cache/raid10-csi}/kernel-<kver>
+//     (vmlinuz, lib/modules/<kver> with its modules.dep) count: hack/install-deps.sh puts
+//     Debian trixie-backports' NEWEST_KERNEL_VERSION (hack/versions.sh) there without
+//     installing it. For such a kernel the host's modprobe runs with -d <that directory>, and
+//     the guest mounts a tmpfs over the chroot's /lib/modules and binds the kernel's modules
+//     at /lib/modules/<kver>, so modprobe in the guest works as for an installed kernel. A
+//     test that asks for a series not found fails under CI and skips elsewhere
+//     (RunGoTestOpts, testenv.Missing).
 //   - Initramfs: static busybox, the modules needed to mount 9p (virtio_pci,
 //     9pnet_virtio, 9p, virtio-rng and what `modprobe -S <kver> --show-depends`
 //     lists before them, in that order; .ko.xz/.ko.zst/.ko.gz are decompressed since

@@ -56,6 +56,16 @@ vm_share() {
 vm_modprobe() {
 	chroot $H /sbin/modprobe "$@" || log "modprobe $* failed"
 }
+# vm_kernel_modules DIR VERSION: the modules of a kernel unpacked into the cache (not one
+# installed on the host) are in DIR; the chroot sees them at /lib/modules/VERSION, so the
+# host's modprobe, and whatever runs in the guest, finds them as for an installed kernel. A
+# tmpfs over the read-only share's /lib/modules gives the mount point (the host's other
+# kernels' modules are of no use to this one).
+vm_kernel_modules() {
+	mount -t tmpfs -o mode=0755 tmpfs $H/lib/modules || fatal "mount tmpfs on /lib/modules"
+	mkdir -p "$H/lib/modules/$2"
+	mount --bind "$H$1" "$H/lib/modules/$2" || fatal "bind $1 at /lib/modules/$2"
+}
 vm_mount_configfs() {
 	if [ -d $H/sys/kernel/config ] && grep -q configfs /proc/filesystems; then
 		mount -t configfs configfs $H/sys/kernel/config 2>/dev/null

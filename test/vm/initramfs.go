@@ -34,16 +34,19 @@ var busyboxPaths = []string{"/bin/busybox", "/usr/bin/busybox", "/usr/lib/busybo
 
 // CacheDir is where the harness keeps initramfs images and run directories:
 // ${RAID10_CACHE:-$HOME/.cache/raid10-csi}/vm.
-func CacheDir() string {
-	base := os.Getenv("RAID10_CACHE")
-	if base == "" {
-		home, err := os.UserHomeDir()
-		if err != nil || home == "" {
-			home = "/root"
-		}
-		base = filepath.Join(home, ".cache", "raid10-csi")
+func CacheDir() string { return filepath.Join(cacheBase(), "vm") }
+
+// cacheBase is the project's cache, ${RAID10_CACHE:-$HOME/.cache/raid10-csi}, the base of
+// hack/versions.sh's cached tools and kernels.
+func cacheBase() string {
+	if base := os.Getenv("RAID10_CACHE"); base != "" {
+		return base
 	}
-	return filepath.Join(base, "vm")
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		home = "/root"
+	}
+	return filepath.Join(home, ".cache", "raid10-csi")
 }
 
 // findBusybox returns a statically linked busybox.
@@ -86,7 +89,7 @@ func BuildInitramfs(ctx context.Context, k Kernel) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	kos, err := moduleDeps(ctx, k.Version, bootModules...)
+	kos, err := moduleDeps(ctx, k, bootModules...)
 	if err != nil {
 		return "", err
 	}

@@ -19,8 +19,9 @@ import (
 	"strings"
 )
 
-// ErrNoKernel is returned when no /boot/vmlinuz-<kver> with a matching
-// /lib/modules/<kver> directory exists on the host.
+// ErrNoKernel is returned when no kernel of the series asked for is found: neither a
+// /boot/vmlinuz-<kver> with a matching /lib/modules/<kver> on the host, nor one unpacked
+// into the cache (CachedKernelDir).
 var ErrNoKernel = errors.New("vm: no kernel found (need /boot/vmlinuz-<kver> and /lib/modules/<kver>; run `make deps`)")
 
 // Kernel series (major.minor) the guests boot.
@@ -29,33 +30,66 @@ const (
 	// 12's kernel (linux-image-amd64).
 	DefaultKernelSeries = "6.1"
 	// UblkKernelSeries is what the ublk tests boot: Debian 12's 6.1 is built without ublk;
-	// its 6.12 (linux-image-6.12-amd64, bookworm-security) has ublk_drv as a module.
+	// its 6.12 (linux-image-6.12-amd64, bookworm-security) has ublk_drv as a module, but no
+	// UBLK_U_CMD_UPDATE_SIZE (6.16).
 	UblkKernelSeries = "6.12"
+	// NewestKernelSeries is the newest kernel the harness boots: Debian trixie-backports'
+	// NEWEST_KERNEL_VERSION of hack/versions.sh (TestNewestKernelPinned ties the two),
+	// unpacked by hack/install-deps.sh into CachedKernelDir, never installed on the host.
+	// Its ublk_drv has online resize, zero copy, per-I/O daemons and batched commands.
+	NewestKernelSeries = "7.3"
 )
 
-// Kernel is a host-installed distribution kernel the guest boots.
+// Kernel is a distribution kernel the guest boots: installed on the host, or unpacked into
+// the cache.
 type Kernel struct {
 	// Version is the kernel release, e.g. "6.1.0-57-amd64" (uname -r in the guest).
 	Version string
 	// Image is the path of the bzImage, e.g. /boot/vmlinuz-6.1.0-57-amd64.
 	Image string
-	// ModulesDir is /lib/modules/<Version>.
+	// ModulesDir is <Root>/lib/modules/<Version>.
 	ModulesDir string
+	// Root is the directory that holds lib/modules/<Version> for a kernel unpacked into the
+	// cache (the host's modprobe -d and depmod -b base), "" for the host's own /lib/modules.
+	// The guest then sees ModulesDir at /lib/modules/<Version> (a bind mount).
+	Root string
 }
 
 // FindKernel returns the kernel the VM tests boot by default: the newest kernel of
-// DefaultKernelSeries under /boot that has a modules directory, else the newest of any
-// series. RAID10_VM_KERNEL=/boot/vmlinuz-<kver> selects one explicitly.
+// DefaultKernelSeries that has a modules directory, else the newest of any series.
+// RAID10_VM_KERNEL=/boot/vmlinuz-<kver> (or <cache>/kernel-<kver>/vmlinuz) selects one
+// explicitly.
 func FindKernel() (Kernel, error) { return FindKernelSeries("") }
 
+// CachedKernelDir is where hack/install-deps.sh unpacks kernel release kver:
+// ${RAID10_CACHE:-$HOME/.cache/raid10-csi}/kernel-<kver>, holding vmlinuz and
+// lib/modules/<kver>.
+func CachedKernelDir(kver string) string { return filepath.Join(cacheBase(), "kernel-"+kver) }
+
+// cachedKernel describes the kernel unpacked in dir (a CachedKernelDir).
+func cachedKernel(dir string) Kernel {
+	ver := strings.TrimPrefix(filepath.Base(dir), "kernel-")
+	return Kernel{Version: ver, Image: filepath.Join(dir, "vmlinuz"), ModulesDir: filepath.Join(dir, "lib", "modules", ver), Root: dir}
+}
+
+// hostKernel describes the host's kernel of bzImage img (/boot/vmlinuz-<kver>), or the
+// cached one when img is a CachedKernelDir's vmlinuz.
+func hostKernel(img string) Kernel {
+	if filepath.Base(img) == "vmlinuz" && strings.HasPrefix(filepath.Base(filepath.Dir(img)), "kernel-") {
+		return cachedKernel(filepath.Dir(img))
+	}
+	ver := strings.TrimPrefix(filepath.Base(img), "vmlinuz-")
+	return Kernel{Version: ver, Image: img, ModulesDir: filepath.Join("/lib/modules", ver)}
+}
+
 // FindKernelSeries returns the newest kernel of series ("6.12": releases 6.12 and
-// 6.12.x) under /boot that has a modules directory; series "" is FindKernel's choice.
-// RAID10_VM_KERNEL, when it names a kernel of that series (or series is ""), wins.
+// 6.12.x) that has a modules directory, from /boot and the cache (CachedKernelDir);
+// series "" is FindKernel's choice. RAID10_VM_KERNEL, when it names a kernel of that
+// series (or series is ""), wins.
 func FindKernelSeries(series string) (Kernel, error) {
 	if img := os.Getenv("RAID10_VM_KERNEL"); img != "" {
-		ver := strings.TrimPrefix(filepath.Base(img), "vmlinuz-")
-		if series == "" || inSeries(ver, series) {
-			k := Kernel{Version: ver, Image: img, ModulesDir: filepath.Join("/lib/modules", ver)}
+		k := hostKernel(img)
+		if series == "" || inSeries(k.Version, series) {
 			if err := k.check(); err != nil {
 				return Kernel{}, fmt.Errorf("vm: RAID10_VM_KERNEL=%s: %w", img, err)
 			}
@@ -63,18 +97,18 @@ func FindKernelSeries(series string) (Kernel, error) {
 		}
 	}
 	images, _ := filepath.Glob("/boot/vmlinuz-*")
+	cached, _ := filepath.Glob(filepath.Join(cacheBase(), "kernel-*", "vmlinuz"))
 	var found, def []Kernel
-	for _, img := range images {
-		ver := strings.TrimPrefix(filepath.Base(img), "vmlinuz-")
-		k := Kernel{Version: ver, Image: img, ModulesDir: filepath.Join("/lib/modules", ver)}
+	for _, img := range append(images, cached...) {
+		k := hostKernel(img)
 		if k.check() != nil {
 			continue
 		}
-		if series != "" && !inSeries(ver, series) {
+		if series != "" && !inSeries(k.Version, series) {
 			continue
 		}
 		found = append(found, k)
-		if inSeries(ver, DefaultKernelSeries) {
+		if inSeries(k.Version, DefaultKernelSeries) {
 			def = append(def, k)
 		}
 	}
@@ -82,10 +116,14 @@ func FindKernelSeries(series string) (Kernel, error) {
 		found = def
 	}
 	if len(found) == 0 {
-		if series != "" {
-			return Kernel{}, fmt.Errorf("%w: none of series %s (Debian: linux-image-%s-amd64)", ErrNoKernel, series, series)
+		switch series {
+		case "":
+			return Kernel{}, ErrNoKernel
+		case NewestKernelSeries:
+			return Kernel{}, fmt.Errorf("%w: none of series %s (hack/install-deps.sh unpacks NEWEST_KERNEL_VERSION of hack/versions.sh into %s)",
+				ErrNoKernel, series, CachedKernelDir("<version>"))
 		}
-		return Kernel{}, ErrNoKernel
+		return Kernel{}, fmt.Errorf("%w: none of series %s (Debian: linux-image-%s-amd64)", ErrNoKernel, series, series)
 	}
 	sort.Slice(found, func(i, j int) bool { return versionLess(found[i].Version, found[j].Version) })
 	return found[len(found)-1], nil
@@ -143,19 +181,23 @@ func leadingRun(s string, digits bool) (string, string) {
 	return s[:i], s[i:]
 }
 
-// moduleDeps returns the .ko paths (host paths) needed to load mods, in load order,
-// as `modprobe -S <kver> --show-depends` prints them. Built-in modules are skipped;
-// module options from /etc/modprobe.d are dropped (the guest passes its own).
-func moduleDeps(ctx context.Context, kver string, mods ...string) ([]string, error) {
+// moduleDeps returns the .ko paths (host paths) needed to load mods into kernel k, in load
+// order, as `modprobe [-d <k.Root>] -S <kver> --show-depends` prints them. Built-in modules
+// are skipped; module options from /etc/modprobe.d are dropped (the guest passes its own).
+func moduleDeps(ctx context.Context, k Kernel, mods ...string) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	for _, m := range mods {
-		cmd := exec.CommandContext(ctx, "modprobe", "-S", kver, "--show-depends", m)
+		args := []string{"-S", k.Version, "--show-depends", m}
+		if k.Root != "" {
+			args = append([]string{"-d", k.Root}, args...)
+		}
+		cmd := exec.CommandContext(ctx, "modprobe", args...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		b, err := cmd.Output()
 		if err != nil {
-			return nil, fmt.Errorf("vm: modprobe -S %s --show-depends %s: %w: %s", kver, m, err, strings.TrimSpace(stderr.String()))
+			return nil, fmt.Errorf("vm: modprobe %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {

@@ -47,8 +47,9 @@ func (o Options) writableShares() []string {
 	return out
 }
 
-// writeRunFiles writes config.sh, env.sh and script.sh into the run directory.
-func writeRunFiles(runDir string, o Options, script string) error {
+// writeRunFiles writes config.sh, env.sh and script.sh into the run directory; k is the
+// kernel booted.
+func writeRunFiles(runDir string, o Options, k Kernel, script string) error {
 	var c strings.Builder
 	fmt.Fprintf(&c, "RUN_DIR=%s\nWORK_DIR=%s\n", shQuote(runDir), shQuote(o.Dir))
 	if wd := o.watchdog(); wd > 0 {
@@ -58,6 +59,9 @@ func writeRunFiles(runDir string, o Options, script string) error {
 	fmt.Fprintf(&c, "\tvm_bind_run %s\n", shQuote(runDir))
 	for i, w := range o.writableShares() {
 		fmt.Fprintf(&c, "\tvm_share rw%d %s\n", i+1, shQuote(w))
+	}
+	if k.Root != "" {
+		fmt.Fprintf(&c, "\tvm_kernel_modules %s %s\n", shQuote(k.ModulesDir), shQuote(k.Version))
 	}
 	if len(o.Modules) > 0 {
 		c.WriteString("\tlog \"modprobe " + strings.Join(o.Modules, " ") + "\"\n")

@@ -249,7 +249,11 @@ func Run(ctx context.Context, opts Options, script string) (*Result, error) {
 	for _, f := range []string{"output", "exit", "exit.tmp", "timedout", "console.log"} {
 		_ = os.Remove(filepath.Join(runDir, f)) // leftovers of a reused RunDir
 	}
-	if err := writeRunFiles(runDir, o, script); err != nil {
+	if k.Root != "" && hiddenInGuest(k.Root) {
+		// A cache under /tmp: the guest sees the kernel's modules through a share.
+		o.Writable = append(o.Writable, k.Root)
+	}
+	if err := writeRunFiles(runDir, o, k, script); err != nil {
 		return nil, err
 	}
 

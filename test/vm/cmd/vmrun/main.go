@@ -6,6 +6,7 @@
 //	go run ./test/vm/cmd/vmrun -- 'cat /proc/mdstat; ls /dev/nbd0'
 //	go run ./test/vm/cmd/vmrun -env FOO=bar -mem 3072 -- ./my.test -test.v
 //	go run ./test/vm/cmd/vmrun -gotest ./pkg/nbd -- -test.run=TestKernel -test.v
+//	go run ./test/vm/cmd/vmrun -kernel 7.3 -modules nbd,ublk_drv -- 'uname -r; ls /dev/ublk-control'
 package main
 
 import (
@@ -43,6 +44,7 @@ func run() int {
 		console  bool
 		gotest   string
 	)
+	flag.StringVar(&opts.KernelSeries, "kernel", "", "kernel series to boot, e.g. "+vm.NewestKernelSeries+" (default: "+vm.DefaultKernelSeries+")")
 	flag.IntVar(&opts.Memory, "mem", 2048, "guest memory in MiB")
 	flag.IntVar(&opts.CPUs, "cpus", 2, "guest virtual CPUs")
 	flag.DurationVar(&opts.Timeout, "timeout", 10*time.Minute, "kill the guest after this long")
