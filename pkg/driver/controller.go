@@ -16,7 +16,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
-	"github.com/raid10-csi/raid10-csi/pkg/attach"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -378,7 +377,8 @@ func withoutSidecarKeys(in map[string]string) map[string]string {
 	return out
 }
 
-// ListVolumes lists every Raid10Volume with its condition: abnormal unless Healthy.
+// ListVolumes lists every Raid10Volume. Their health is ControllerListVolumeHealth's
+// (health_controller.go): CSI 1.13 took VolumeCondition out of this answer.
 func (c *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
 	if req.GetMaxEntries() < 0 {
 		return nil, fmt.Errorf("max_entries %d: must not be negative: %w", req.GetMaxEntries(), ErrInvalidArgument)
@@ -393,10 +393,7 @@ func (c *ControllerServer) ListVolumes(ctx context.Context, req *csi.ListVolumes
 	}
 	resp := &csi.ListVolumesResponse{}
 	for i := start; i < end; i++ {
-		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{
-			Volume: csiVolume(&vols[i]),
-			Status: &csi.ListVolumesResponse_VolumeStatus{VolumeCondition: volumeCondition(&vols[i])},
-		})
+		resp.Entries = append(resp.Entries, &csi.ListVolumesResponse_Entry{Volume: csiVolume(&vols[i])})
 	}
 	if end < len(vols) {
 		resp.NextToken = strconv.Itoa(end)
@@ -420,31 +417,6 @@ func page(tok string, maxEntries int32, n int) (start, end int, err error) {
 		end = start + m
 	}
 	return start, end, nil
-}
-
-// volumeCondition is abnormal unless the agent reports the volume Ready and Healthy.
-func volumeCondition(vol *v1alpha1.Raid10Volume) *csi.VolumeCondition {
-	st := vol.Status
-	if st.Phase == v1alpha1.VolumePhaseReady && st.Health == v1alpha1.VolumeHealthHealthy {
-		return &csi.VolumeCondition{Abnormal: false, Message: "healthy, " + st.InSync + " members in sync"}
-	}
-	msg := fmt.Sprintf("phase %q, health %q", st.Phase, st.Health)
-	if st.InSync != "" {
-		msg += ", " + st.InSync + " members in sync"
-	}
-	if r := st.Rebuild; r != nil {
-		msg += fmt.Sprintf(", redundancy reduced: rebuilding member %d, %d%%", r.Member, r.Percent)
-		if r.ETASeconds != nil {
-			msg += fmt.Sprintf(", ETA %s", time.Duration(*r.ETASeconds)*time.Second)
-		}
-	}
-	if b := attach.BlocksMessage(st.BadBlocks, st.LostBlocks); b != "" && st.Message == "" {
-		msg += ", " + b // the agent's message counts them otherwise
-	}
-	if st.Message != "" {
-		msg += ": " + st.Message
-	}
-	return &csi.VolumeCondition{Abnormal: true, Message: msg}
 }
 
 // ValidateVolumeCapabilities confirms the capabilities the volume supports.
@@ -489,7 +461,6 @@ func (c *ControllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
-		csi.ControllerServiceCapability_RPC_VOLUME_CONDITION,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,

@@ -380,12 +380,6 @@ func controllerSuite(t *testing.T, c client.Client) {
 		if len(all) != 4 {
 			t.Fatalf("ListVolumes gave %d entries, want 4: %v", len(all), all)
 		}
-		for _, e := range all {
-			abnormal := e.GetStatus().GetVolumeCondition().GetAbnormal()
-			if want := e.GetVolume().GetVolumeId() == "pvc-late"; abnormal != want {
-				t.Errorf("%s: abnormal = %v, want %v (%s)", e.GetVolume().GetVolumeId(), abnormal, want, e.GetStatus().GetVolumeCondition().GetMessage())
-			}
-		}
 		_, err := cc.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: "99"})
 		wantCode(t, err, codes.Aborted, "starting_token")
 	})

@@ -346,8 +346,8 @@ func (n *NodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 }
 
 // NodeGetVolumeStats reports bytes and inodes of a filesystem volume (statfs of the path), or
-// the size of a block volume, and the volume's condition: abnormal while Degraded,
-// Rebuilding or Failed or while blocks are lost (attach.VolumeState).
+// the size of a block volume. The volume's health is NodeGetVolumeHealth's: CSI 1.13 took
+// VolumeCondition out of this answer.
 func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	id, path := req.GetVolumeId(), req.GetVolumePath()
 	if err := requireFields(field{"volume_id", id}, field{"volume_path", path}); err != nil {
@@ -364,11 +364,9 @@ func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 		}
 		return nil, fmt.Errorf("stat %s: %w", path, err)
 	}
-	cond := &csi.VolumeCondition{Abnormal: vs.Abnormal, Message: vs.Message}
 	if st.Mode&unix.S_IFMT == unix.S_IFBLK {
 		return &csi.NodeGetVolumeStatsResponse{
-			Usage:           []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: vs.SizeBytes}},
-			VolumeCondition: cond,
+			Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: vs.SizeBytes}},
 		}, nil
 	}
 	var fs unix.Statfs_t
@@ -383,7 +381,6 @@ func (n *NodeServer) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVol
 			{Unit: csi.VolumeUsage_INODES, Total: int64(fs.Files), Available: int64(fs.Ffree),
 				Used: int64(fs.Files - fs.Ffree)},
 		},
-		VolumeCondition: cond,
 	}, nil
 }
 
@@ -453,14 +450,13 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 }
 
-// NodeGetCapabilities advertises staging, expansion, volume stats and volume condition.
+// NodeGetCapabilities advertises staging, expansion and volume stats.
 func (n *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	var caps []*csi.NodeServiceCapability
 	for _, t := range []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
-		csi.NodeServiceCapability_RPC_VOLUME_CONDITION,
 	} {
 		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
 			Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})

@@ -407,7 +407,7 @@ func TestNodeLifecycleFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !st.GetVolumeCondition().GetAbnormal() || len(st.GetUsage()) != 2 {
+	if len(st.GetUsage()) != 2 {
 		t.Fatalf("stats %v", st)
 	}
 
@@ -476,7 +476,7 @@ func TestNodeInfoAndCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(caps.GetCapabilities()) != 4 {
+	if len(caps.GetCapabilities()) != 3 {
 		t.Fatalf("capabilities %v", caps)
 	}
 }

@@ -23,13 +23,18 @@ var _ = ginkgo.ReportAfterSuite("raid10-csi: keep the report", func(r ginkgo.Rep
 	suiteReport = &r
 })
 
-// The csi-sanity specs (csi-test v5.4.0) of snapshots and clones. Snapshot specs: every spec
+// The csi-sanity specs (csi-test v5.6.0) of snapshots and clones. Snapshot specs: every spec
 // under the ListSnapshots, DeleteSnapshot and CreateSnapshot containers, and the two
 // CreateVolume specs with a snapshot source; cloning: the two with a volume source.
 const (
-	wantSnapshotSpecs = 17
+	wantSnapshotSpecs = 18
 	wantCloningSpecs  = 2
 )
+
+// snapshotSkipsAllowed are the snapshot specs that skip by design. CSI 1.13's
+// SNAPSHOT_ACCESSIBILITY_CONSTRAINTS (alpha) is not advertised: a snapshot lives on its
+// source's node, which CreateVolume already enforces from the source (ErrTopology).
+var snapshotSkipsAllowed = []string{"should succeed when creating a snapshot with accessibility requirements"}
 
 var (
 	snapshotContainers = []string{"ListSnapshots [Controller Server]", "DeleteSnapshot [Controller Server]", "CreateSnapshot [Controller Server]"}
@@ -38,8 +43,8 @@ var (
 )
 
 // checkSnapshotSpecs fails t unless the last csi-sanity run ran every snapshot and cloning
-// spec and each passed (none skipped: a capability the plugin stops advertising makes them
-// skip), and logs the counts of the whole run.
+// spec and each passed (none skipped but snapshotSkipsAllowed: a capability the plugin stops
+// advertising makes them skip), and logs the counts of the whole run.
 func checkSnapshotSpecs(t *testing.T) {
 	t.Helper()
 	suiteMu.Lock()
@@ -77,6 +82,9 @@ func checkSnapshotSpecs(t *testing.T) {
 			snap++
 		} else {
 			clone++
+		}
+		if s.State == types.SpecStateSkipped && slices.Contains(snapshotSkipsAllowed, s.LeafNodeText) {
+			continue
 		}
 		if s.State != types.SpecStatePassed {
 			bad = append(bad, s.State.String()+": "+strings.Join(append(slices.Clone(s.ContainerHierarchyTexts), s.LeafNodeText), " "))
