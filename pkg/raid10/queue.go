@@ -82,8 +82,15 @@ type Queue struct {
 	dirty   bool // SQEs prepared since the last Submit (submitter-owned)
 	// idle, when set, runs after each batch of completions (blockdev.AsyncBackend).
 	idle func()
+	// ext marks a queue on its owner's ring (queue_ring.go): no reaper, the owner calls
+	// Reap; tag is blockdev.RingTag there (0 otherwise), set on every SQE of the queue.
+	ext bool
+	tag uint64
+	// live counts the fast-path requests not yet ended (pending's count, readable).
+	live atomic.Int64
 
 	fast, fallbacks atomic.Uint64
+	owned           atomic.Uint64 // requests ended inside Reap, on the owner (ring mode)
 	abandoned       atomic.Uint64 // ring copies abandoned (abandonRing), for the tests' counts
 }
 
@@ -152,8 +159,17 @@ func (a *Array) newQueue(depth int, idle func()) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoRing, err)
 	}
+	q := a.initQueue(ring, depth)
+	q.idle = idle
+	go q.reaper()
+	return q, nil
+}
+
+// initQueue makes a Queue of depth requests on ring and registers it with
+// the array (for abandonRing); the caller starts what completes it.
+func (a *Array) initQueue(ring *uring.Ring, depth int) *Queue {
 	n := 3 * depth
-	q := &Queue{a: a, ring: ring, ops: make([]qop, n), free: make(chan *qop, n), reap: make(chan struct{}), stopped: make(chan struct{}, 1), idle: idle}
+	q := &Queue{a: a, ring: ring, ops: make([]qop, n), free: make(chan *qop, n), reap: make(chan struct{}), stopped: make(chan struct{}, 1)}
 	for i := range q.ops {
 		o := &q.ops[i]
 		o.q, o.idx = q, uint64(i)+1
@@ -166,15 +182,14 @@ func (a *Array) newQueue(depth int, idle func()) (*Queue, error) {
 	a.queuesMu.Lock()
 	a.queues[q] = struct{}{}
 	a.queuesMu.Unlock()
-	go q.reaper()
-	return q, nil
+	return q
 }
 
 // Submit hands the member I/O prepared since the last Submit to the kernel:
 // one system call per batch. The submitter calls it after a batch of Read
 // and Write calls, and before it waits for anything.
 func (q *Queue) Submit() error {
-	if !q.dirty {
+	if !q.dirty || q.ext { // on the owner's ring, its own io_uring_enter submits
 		return nil
 	}
 	q.dirty = false
@@ -188,6 +203,9 @@ func (q *Queue) Submit() error {
 // then stays for their late completions and releases the ring after them,
 // and Close does not wait for it.
 func (q *Queue) Close() error {
+	if q.ext {
+		return q.closeRing()
+	}
 	if err := q.Submit(); err != nil {
 		return err
 	}
@@ -230,6 +248,10 @@ func (q *Queue) getSQE() (*uring.SQE, error) {
 // Stats returns how many requests took the fast path and how many fell back
 // to the synchronous one.
 func (q *Queue) Stats() (fast, fallbacks uint64) { return q.fast.Load(), q.fallbacks.Load() }
+
+// Owned returns how many requests ended inside Reap, told on the owner's
+// goroutine with no hand-off (a queue on its owner's ring; 0 otherwise).
+func (q *Queue) Owned() uint64 { return q.owned.Load() }
 
 // reapBatch bounds the completions the reaper delivers between two idle calls.
 const reapBatch = 32
@@ -299,12 +321,17 @@ func (q *Queue) batchDone() {
 }
 
 // take returns a free op, waiting for one when depth requests are in flight
-// (after submitting what is prepared, so that the wait ends).
+// (after submitting what is prepared, so that the wait ends). On its
+// owner's ring it never waits (nothing would reap while it did): it
+// returns nil, and the request takes the fallback.
 func (q *Queue) take() *qop {
 	select {
 	case o := <-q.free:
 		return o
 	default:
+	}
+	if q.ext {
+		return nil
 	}
 	q.submitQuietly()
 	return <-q.free
@@ -362,7 +389,7 @@ func (q *Queue) prep(o *qop, k int, rm ringMember, fd int, at int64, buf []byte)
 	} else {
 		sqe.PrepWrite(fd, buf, uint64(at))
 	}
-	sqe.UserData = o.idx<<2 | uint64(k)
+	sqe.UserData = q.tag | o.idx<<2 | uint64(k)
 	x := &o.cp[k]
 	out := &x.r.out[q.a.epoch.Load()%epochRing]
 	out.Add(1)

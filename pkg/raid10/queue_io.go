@@ -43,7 +43,12 @@ func (q *Queue) start(op opKind, p []byte, off int64, fua bool, done Completer) 
 		return
 	}
 	o := q.take()
+	if o == nil { // on the owner's ring with every state in use
+		q.fallback(op, p, off, fua, done)
+		return
+	}
 	q.pending.Add(1)
+	q.live.Add(1)
 	o.op, o.p, o.off, o.done = op, p, off, done
 	o.c, o.region = off>>a.geo.chunkShift, off/a.geo.region
 	var ok bool
@@ -54,6 +59,7 @@ func (q *Queue) start(op opKind, p []byte, off int64, fua bool, done Completer) 
 	}
 	if !ok {
 		o.p, o.done = nil, nil
+		q.live.Add(-1)
 		q.pending.Done()
 		q.free <- o
 		q.fallback(op, p, off, fua, done)
@@ -81,6 +87,10 @@ func (q *Queue) split(op opKind, p []byte, off int64, done Completer) {
 	select {
 	case s = <-q.splits:
 	default:
+		if q.ext { // never wait on the owner's ring: the synchronous path splits it
+			q.fallback(op, p, off, false, done)
+			return
+		}
 		q.submitQuietly()
 		s = <-q.splits
 	}
@@ -96,7 +106,15 @@ func (q *Queue) split(op opKind, p []byte, off int64, done Completer) {
 }
 
 // Complete implements Completer for the pieces.
-func (s *qsplit) Complete(err error) {
+func (s *qsplit) Complete(err error) { s.end(err, false) }
+
+// CompleteOnOwner implements blockdev.OwnerCompleter: a piece ended inside
+// Reap; if it is the last, the caller is told there too.
+func (s *qsplit) CompleteOnOwner(err error) { s.end(err, true) }
+
+// end records a piece's outcome; the last piece tells the caller, on the
+// owner's goroutine when owner.
+func (s *qsplit) end(err error, owner bool) {
 	if err != nil {
 		s.mu.Lock()
 		if s.err == nil {
@@ -110,7 +128,7 @@ func (s *qsplit) Complete(err error) {
 	done, err := s.done, s.err
 	s.done, s.err = nil, nil
 	s.q.splits <- s
-	done.Complete(err)
+	tell(done, err, owner)
 }
 
 // startRead admits a read and prepares its member read, or reports false
@@ -256,7 +274,9 @@ func (o *qop) outcome(k int, err error) {
 		if o.op == opRead && o.buf != nil {
 			copy(o.p, *o.buf)
 		}
-		o.finish(nil)
+		// Here only from completed: on the reaper, or inside the
+		// owner's Reap on a queue of its ring.
+		o.finish(nil, o.q.ext)
 		return
 	}
 	// Errors take the synchronous rules, which may write superblocks: not
@@ -264,7 +284,7 @@ func (o *qop) outcome(k int, err error) {
 	o.q.slow.Add(1)
 	go func() {
 		defer o.q.slow.Done()
-		o.finish(o.recover())
+		o.finish(o.recover(), false)
 		o.q.batchDone()
 	}()
 }
@@ -287,8 +307,8 @@ func (o *qop) recover() error {
 }
 
 // finish leaves the bucket (and a write's bitmap bit), ends the request's
-// hold on o and tells its Completer.
-func (o *qop) finish(err error) {
+// hold on o and tells its Completer (on the owner's goroutine when owner).
+func (o *qop) finish(err error, owner bool) {
 	a := o.q.a
 	if o.op == opWrite {
 		a.bm.endWrite(o.region)
@@ -298,7 +318,11 @@ func (o *qop) finish(err error) {
 	}
 	done, q := o.done, o.q
 	o.release()
-	done.Complete(err)
+	if owner {
+		q.owned.Add(1)
+	}
+	tell(done, err, owner)
+	q.live.Add(-1)
 	q.pending.Done()
 }
 

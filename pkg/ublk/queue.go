@@ -43,6 +43,10 @@ type queue struct {
 	// as a goroutine's would. nil without one.
 	aq    blockdev.AsyncQueue
 	dones []tagDone
+	// rq is aq when it runs on this thread's ring (ring.go); owned holds the results it ended
+	// there, committed before the thread next waits (thread-owned, no lock).
+	rq    blockdev.RingQueue
+	owned []completion
 
 	mu       sync.Mutex
 	done     []completion // results to commit, filled by the request goroutines
@@ -53,6 +57,7 @@ type queue struct {
 	stats struct {
 		reads, writes, flushes, discards, errors atomic.Uint64
 		bytesRead, bytesWritten                  atomic.Uint64
+		onRing                                   atomic.Uint64 // ended on the thread's ring
 	}
 }
 
@@ -115,9 +120,10 @@ func lockOffMainThread() {
 
 func (q *queue) setup() error {
 	var err error
-	// SQ: every tag's command plus the wake read. COOP_TASKRUN: the kernel runs completion
-	// work when this thread enters the ring anyway, without interrupting it.
-	n := pow2(q.depth + 1)
+	// SQ: every tag's command plus the wake read, and the member I/O on a ring queue.
+	// COOP_TASKRUN: the kernel runs completion work when this thread enters the ring anyway,
+	// without interrupting it.
+	n := q.ringEntries()
 	if q.ring, err = uring.New(n, uring.SetupCoopTaskrun|uring.SetupSingleIssuer); errors.Is(err, unix.EINVAL) {
 		q.ring, err = uring.New(n, 0)
 	}
@@ -162,6 +168,9 @@ func (q *queue) teardown() {
 		if err := q.aq.Close(); err != nil { // its requests write into bufs
 			klog.ErrorS(err, "ublk: closing the queue's asynchronous queue", "device", q.d.id, "queue", q.id)
 		}
+	}
+	if q.rq != nil {
+		q.ring = nil // the ring queue's Close closed it
 	}
 	q.serving.Wait() // request goroutines write into bufs
 	if q.ring != nil {
@@ -242,16 +251,19 @@ func (q *queue) complete(tag uint16, res int32) {
 
 func (q *queue) loop() error {
 	live := q.depth // tags not yet aborted by the kernel
-	inflight := 0   // requests handed to goroutines and not yet committed
+	inflight := 0   // requests fetched and not yet committed
 	var batch []completion
 	var ready []uint16
 	for live > 0 {
 		if q.stop.Load() {
 			return nil
 		}
+		// Commit what ended: on the ring (owned) and on goroutines (done).
 		q.mu.Lock()
 		batch, q.done = q.done, batch[:0]
 		q.mu.Unlock()
+		batch = append(batch, q.owned...)
+		q.owned = q.owned[:0]
 		inflight -= len(batch)
 		for _, c := range batch {
 			if err := q.prepCmd(ioCommitAndFetchReq, c.tag, c.res); err != nil {
@@ -273,51 +285,70 @@ func (q *queue) loop() error {
 		if err != nil {
 			return err
 		}
-		ready = ready[:0]
-		for {
-			c, ok := q.ring.PeekCQE()
-			if !ok {
-				break
-			}
-			q.ring.SeenCQE()
-			if c.UserData == wakeTag {
-				if err := q.armWake(); err != nil {
-					return err
-				}
-				continue
-			}
-			tag := uint16(c.UserData)
-			switch c.Res {
-			case ioResOK:
-				ready = append(ready, tag)
-			case ioResAbort:
-				live--
-			default:
-				live--
-				klog.ErrorS(c.Err(), "ublk: request command refused", "device", q.d.id, "queue", q.id, "tag", tag)
-			}
+		var n int
+		if ready, n, err = q.reapCQEs(ready[:0]); err != nil {
+			return err
 		}
-		// A lone request with nothing else in flight (queue depth 1) is served on this
-		// thread: no goroutine hand-off and no eventfd wake-up, two thread switches fewer.
-		// Anything more goes to goroutines, so that the backend serves requests in parallel.
-		if len(ready) == 1 && inflight == 0 {
-			q.serving.Add(1)
-			q.serve(ready[0])
-			inflight++
+		live -= n
+		inflight += len(ready)
+		if err := q.dispatch(ready, inflight); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reapCQEs takes every completion in the ring: member I/O goes to the ring queue (which may
+// end requests into q.owned), fetched tags are appended to ready; it returns how many tags
+// the kernel aborted or refused.
+func (q *queue) reapCQEs(ready []uint16) (_ []uint16, gone int, _ error) {
+	for {
+		c, ok := q.ring.PeekCQE()
+		if !ok {
+			return ready, gone, nil
+		}
+		q.ring.SeenCQE()
+		switch {
+		case c.UserData&blockdev.RingTag != 0:
+			q.rq.Reap(c)
+			continue
+		case c.UserData == wakeTag:
+			if err := q.armWake(); err != nil {
+				return ready, gone, err
+			}
 			continue
 		}
-		for _, tag := range ready {
-			q.serving.Add(1)
-			inflight++
-			if !q.queued(tag) {
-				go q.serve(tag)
-			}
+		tag := uint16(c.UserData)
+		switch c.Res {
+		case ioResOK:
+			ready = append(ready, tag)
+		case ioResAbort:
+			gone++
+		default:
+			gone++
+			klog.ErrorS(c.Err(), "ublk: request command refused", "device", q.d.id, "queue", q.id, "tag", tag)
 		}
-		if q.aq != nil {
-			if err := q.aq.Submit(); err != nil {
-				return err
-			}
+	}
+}
+
+// dispatch starts the fetched requests. On a ring queue, reads and plain writes go on the
+// thread's ring (queued); the rest, and everything without one, go to goroutines, except a
+// lone request with nothing else in flight (queue depth 1), which is served on this thread:
+// no goroutine hand-off and no eventfd wake-up, two thread switches fewer.
+func (q *queue) dispatch(ready []uint16, inflight int) error {
+	for _, tag := range ready {
+		q.serving.Add(1)
+		switch {
+		case q.rq != nil && q.queued(tag):
+		case len(ready) == 1 && inflight == 1:
+			q.serve(tag)
+		case q.rq == nil && q.queued(tag):
+		default:
+			go q.serve(tag)
 		}
+	}
+	if q.aq != nil && q.rq == nil {
+		return q.aq.Submit() // a ring queue's I/O leaves with the thread's next enter
 	}
 	return nil
 }

@@ -19,8 +19,16 @@ type tagDone struct {
 	bytes int64
 }
 
-// Complete implements blockdev.Completer.
+// Complete implements blockdev.Completer: from a goroutine of the backend's, handed back
+// through queue.complete.
 func (t *tagDone) Complete(err error) {
+	q := t.q
+	q.complete(t.tag, t.result(err))
+	q.serving.Done()
+}
+
+// result counts the request and returns its result for COMMIT_AND_FETCH.
+func (t *tagDone) result(err error) int32 {
 	q := t.q
 	res := int32(t.bytes)
 	if t.read {
@@ -35,23 +43,25 @@ func (t *tagDone) Complete(err error) {
 		q.stats.errors.Add(1)
 		klog.V(2).InfoS("ublk request failed", "device", q.d.id, "read", t.read, "length", t.bytes, "err", err)
 	}
-	q.complete(t.tag, res)
-	q.serving.Done()
+	return res
 }
 
-// openAsync opens the thread's asynchronous queue when the backend has them; without one (no
-// io_uring for the backend) every request goes to a goroutine, as before.
+// openAsync opens the thread's queue on the backend: one on the thread's own ring (ring.go)
+// where the backend has them, else an asynchronous queue with a completer of its own; without
+// either (no io_uring for the backend) every request goes to a goroutine, as before.
 func (q *queue) openAsync() {
-	ab, ok := q.d.backend.(blockdev.AsyncBackend)
-	if !ok {
-		return
+	if !q.openRingQueue() {
+		ab, ok := q.d.backend.(blockdev.AsyncBackend)
+		if !ok {
+			return
+		}
+		aq, err := ab.NewAsyncQueue(q.depth, nil)
+		if err != nil {
+			klog.InfoS("ublk queue serves through the blocking calls: no asynchronous queue", "device", q.d.id, "queue", q.id, "err", err)
+			return
+		}
+		q.aq = aq
 	}
-	aq, err := ab.NewAsyncQueue(q.depth, nil)
-	if err != nil {
-		klog.InfoS("ublk queue serves through the blocking calls: no asynchronous queue", "device", q.d.id, "queue", q.id, "err", err)
-		return
-	}
-	q.aq = aq
 	q.dones = make([]tagDone, q.depth)
 	for i := range q.dones {
 		q.dones[i] = tagDone{q: q, tag: uint16(i)}

@@ -29,6 +29,7 @@ type Opcode uint8
 // The opcodes this package prepares.
 const (
 	OpNop      Opcode = 0
+	OpTimeout  Opcode = 11
 	OpRead     Opcode = 22
 	OpWrite    Opcode = 23
 	OpURingCmd Opcode = 46
@@ -337,6 +338,19 @@ func (r *Ring) WaitCQE() (CQE, error) {
 
 // PrepNop makes sqe a no-op: it completes with res 0.
 func (sqe *SQE) PrepNop() { sqe.Opcode = OpNop }
+
+// Timespec is struct __kernel_timespec, the time of a timeout.
+type Timespec struct {
+	Sec, Nsec int64
+}
+
+// PrepTimeout makes sqe a relative timeout of ts: it completes with -ETIME once ts has
+// passed (a wake-up for an owner that waits on its ring for something that arrives
+// elsewhere). The kernel reads ts when the SQE is submitted: keep it unchanged until then.
+func (sqe *SQE) PrepTimeout(ts *Timespec) {
+	sqe.Opcode = OpTimeout
+	sqe.Addr, sqe.Len = uint64(uintptr(unsafe.Pointer(ts))), 1
+}
 
 // PrepRead makes sqe a read of len(buf) bytes at off from fd into buf. buf must stay alive
 // and unmoved until the completion.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -231,5 +232,28 @@ func TestBadSetup(t *testing.T) {
 	}
 	if _, err := r.Submit(); !errors.Is(err, ErrClosed) {
 		t.Errorf("Submit after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestTimeout waits on a ring for a timeout of 20 ms: it completes with ETIME, not before.
+func TestTimeout(t *testing.T) {
+	r := newRing(t, 4, 0)
+	sqe, err := r.GetSQE()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := Timespec{Nsec: 20e6}
+	sqe.PrepTimeout(&ts)
+	sqe.UserData = 9
+	start := time.Now()
+	c, err := r.WaitCQE()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.UserData != 9 || !errors.Is(c.Err(), unix.ETIME) {
+		t.Fatalf("completion %+v (%v), want user data 9 and ETIME", c, c.Err())
+	}
+	if d := time.Since(start); d < 15*time.Millisecond {
+		t.Fatalf("timeout of 20 ms completed after %v", d)
 	}
 }
