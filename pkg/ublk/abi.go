@@ -24,6 +24,7 @@ const (
 	cmdStartUserRecovery = 0x10
 	cmdEndUserRecovery   = 0x11
 	cmdGetFeatures       = 0x13
+	cmdUpdateSize        = 0x15
 )
 
 var ctrlOp = map[uint32]uint32{
@@ -36,13 +37,14 @@ var ctrlOp = map[uint32]uint32{
 	cmdStartUserRecovery: ioc(iocRead|iocWrite, cmdStartUserRecovery, ctrlCmdSize),
 	cmdEndUserRecovery:   ioc(iocRead|iocWrite, cmdEndUserRecovery, ctrlCmdSize),
 	cmdGetFeatures:       ioc(iocRead, cmdGetFeatures, ctrlCmdSize),
+	cmdUpdateSize:        ioc(iocRead|iocWrite, cmdUpdateSize, ctrlCmdSize),
 }
 
 var ctrlName = map[uint32]string{
 	cmdGetDevInfo: "GET_DEV_INFO", cmdAddDev: "ADD_DEV", cmdDelDev: "DEL_DEV",
 	cmdStartDev: "START_DEV", cmdStopDev: "STOP_DEV", cmdSetParams: "SET_PARAMS",
 	cmdStartUserRecovery: "START_USER_RECOVERY", cmdEndUserRecovery: "END_USER_RECOVERY",
-	cmdGetFeatures: "GET_FEATURES",
+	cmdGetFeatures: "GET_FEATURES", cmdUpdateSize: "UPDATE_SIZE",
 }
 
 // I/O commands (struct ublksrv_io_cmd, 16 bytes) on /dev/ublkcN.
@@ -58,12 +60,25 @@ const (
 	ioResAbort = -19
 )
 
-// Device flags (ublksrv_ctrl_dev_info.flags, UBLK_F_*).
+// Device flags (ublksrv_ctrl_dev_info.flags, UBLK_F_*), which GET_FEATURES also reports as
+// the kernel's features. Each is the kernel's bit of that name.
 const (
+	// FlagSupportZeroCopy: a request's pages can be registered as an io_uring buffer
+	// (UBLK_U_IO_REGISTER_IO_BUF) and used by the member I/O without a copy (6.15).
+	FlagSupportZeroCopy     Flags = 1 << 0
 	FlagURingCmdCompInTask  Flags = 1 << 1
 	FlagUserRecovery        Flags = 1 << 3
 	FlagUserRecoveryReissue Flags = 1 << 4
 	FlagCmdIoctlEncode      Flags = 1 << 6
+	// FlagUpdateSize: UBLK_U_CMD_UPDATE_SIZE changes a started device's size (6.16).
+	FlagUpdateSize Flags = 1 << 10
+	// FlagAutoBufReg: the kernel registers each request's buffer in the fetching ring by
+	// itself (zero copy without a register command per request).
+	FlagAutoBufReg Flags = 1 << 11
+	// FlagPerIODaemon: each tag may be served by its own thread, not one per queue.
+	FlagPerIODaemon Flags = 1 << 13
+	// FlagBatchIO: requests are fetched and committed in batches (UBLK_U_IO_*_IO_CMDS).
+	FlagBatchIO Flags = 1 << 15
 )
 
 // Flags are UBLK_F_* device flags.

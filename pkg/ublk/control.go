@@ -30,6 +30,9 @@ var (
 	ErrNotRecoverable = errors.New("ublk: device is not recoverable")
 	// ErrNotOurs means a device was not added by this package (its server flags lack our mark).
 	ErrNotOurs = errors.New("ublk: device was not added by raid10-csi")
+	// ErrNoResize means the kernel cannot change a started device's size: its ublk_drv
+	// lacks UBLK_U_CMD_UPDATE_SIZE (Linux 6.16).
+	ErrNoResize = errors.New("ublk: the kernel cannot resize a served device (no UBLK_F_UPDATE_SIZE, which needs Linux 6.16+)")
 )
 
 // serverMark is stored in ublksrv_ctrl_dev_info.ublksrv_flags of every device this package
@@ -97,7 +100,8 @@ func control(ctx context.Context, cmd uint32, devID uint32, data uint64, buf []b
 	}
 }
 
-// Features returns the UBLK_F_* flags the running kernel supports (GET_FEATURES, 6.5+).
+// Features returns the UBLK_F_* flags the running kernel supports (GET_FEATURES, 6.5+). They
+// do not change while ublk_drv stays loaded.
 func Features(ctx context.Context) (Flags, error) {
 	var b [8]byte
 	if err := control(ctx, cmdGetFeatures, 0, 0, b[:]); err != nil {

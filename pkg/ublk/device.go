@@ -363,6 +363,34 @@ func (d *Device) Stats() Stats {
 	return s
 }
 
+// Resize makes the block device size bytes large while it is served (UPDATE_SIZE): the
+// kernel announces the new capacity at once, and a filesystem on it can then grow online.
+// The backend must serve at least that much already. On a kernel without UPDATE_SIZE
+// (before Linux 6.16) it is ErrNoResize, and the device keeps its size until it is added
+// again.
+func (d *Device) Resize(ctx context.Context, size int64) error {
+	if size <= 0 || size%pageSize != 0 || size > d.backend.Size() {
+		return fmt.Errorf("ublk: resize %s to %d bytes: want a positive multiple of 4096 up to the backend's %d", d.Path(), size, d.backend.Size())
+	}
+	f, err := Features(ctx)
+	if err != nil {
+		return err
+	}
+	if !f.Has(FlagUpdateSize) {
+		return fmt.Errorf("%w: %s stays at its size (kernel features %s)", ErrNoResize, d.Path(), f)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("ublk: resize %s: %w", d.Path(), os.ErrClosed)
+	}
+	if err := control(ctx, cmdUpdateSize, uint32(d.id), uint64(size)>>sectorShift, nil); err != nil {
+		return err
+	}
+	klog.InfoS("ublk device resized", "device", d.Path(), "size", size)
+	return nil
+}
+
 // Size is the block device's size in bytes, as the kernel has it (/sys/block/ublkbN/size).
 func (d *Device) Size() (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/sys/block/ublkb%d/size", d.id))

@@ -2,6 +2,7 @@ package ublk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -17,8 +18,8 @@ import (
 	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
-// The in-guest tests run as root in a QEMU guest booted with the 6.12 kernel (ublk_drv); on
-// the host they skip, and TestUblkVM runs them there.
+// The in-guest tests run as root in a QEMU guest booted with the 6.12 kernel (ublk_drv) or
+// the newest (TestUblkNewestVM); on the host they skip, and TestUblkVM runs them there.
 
 const helperEnv = "UBLK_TEST_HELPER"
 
@@ -65,14 +66,7 @@ func TestInGuestAttach(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if f, err := Features(ctx); err != nil {
-		t.Fatal(err)
-	} else {
-		t.Logf("kernel ublk features %#x", uint64(f))
-		if f&(FlagUserRecovery|FlagUserRecoveryReissue) != FlagUserRecovery|FlagUserRecoveryReissue {
-			t.Fatalf("kernel lacks user recovery with reissue: %#x", uint64(f))
-		}
-	}
+	features := checkKernelFeatures(t, ctx)
 	dir := t.TempDir()
 	arr, err := openArray(vm.SparseFiles(t, dir, "m", 4, 160<<20), true)
 	if err != nil {
@@ -90,6 +84,13 @@ func TestInGuestAttach(t *testing.T) {
 		}
 	}()
 	dev := d.Path()
+	// Online resize: a no-op at the same size where the kernel has UPDATE_SIZE, else the
+	// error that says the device keeps its size.
+	if err := d.Resize(ctx, arr.Size()); features.Has(FlagUpdateSize) != (err == nil) || err != nil && !errors.Is(err, ErrNoResize) {
+		t.Errorf("Resize to the same size with features %s: %v", features, err)
+	} else if err != nil {
+		t.Logf("Resize without UPDATE_SIZE: %v", err)
+	}
 	if d.Info().Flags&(FlagUserRecovery|FlagUserRecoveryReissue) != FlagUserRecovery|FlagUserRecoveryReissue || !d.Info().Ours() {
 		t.Fatalf("device info %+v", d.Info())
 	}
