@@ -97,6 +97,9 @@ func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
 	} {
 		ch <- d
 	}
+	for _, d := range limitDescs {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -197,6 +200,7 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(volWriteOps, as.WriteOps, v.Name)
 		counter(volReadBytes, as.ReadBytes, v.Name)
 		counter(volWriteBytes, as.WriteBytes, v.Name)
+		collectLimits(ch, v.Name, as)
 		for _, m := range as.Members {
 			disk := ""
 			if m.Slot < len(v.Members) {

@@ -22,6 +22,10 @@
 //	volume_bad_blocks{volume}, volume_lost_blocks       gauge: blocks bad on one copy (summed), on every copy
 //	volume_member_bad_blocks{volume,member,disk}       gauge
 //	volume_member_timeouts_total{volume,member,disk}   counter: requests past the member deadline
+//	volume_limit_{ops,bytes}_per_second{volume,op}     gauge: QoS limit in force (op: read, write); absent when unset
+//	volume_limit_burst_{ops,bytes}{volume,op}          gauge: its burst as the engine uses it
+//	volume_throttled_requests_total{volume,op}         counter: requests that waited for the limits
+//	volume_throttle_wait_seconds_total{volume,op}      counter: the time they waited, summed
 //	disk_info{disk,path,identity}                      always 1
 //	disk_state{disk,state}                             state set (Active, Spare, Failed, Removed, Missing, Refused)
 //	disk_size_bytes{disk}, disk_free_bytes{disk}       gauge
