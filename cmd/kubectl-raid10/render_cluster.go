@@ -143,19 +143,20 @@ func (r renderer) clusterStatus(nodes []v1alpha1.Raid10Node, vols []v1alpha1.Rai
 	return flush(tw, ew)
 }
 
-// clusterVolumes prints the volumes as `kubectl get r10v` does, with the rebuild as a bar.
+// clusterVolumes prints the volumes as `kubectl get r10v` does, with the rebuild as a bar and
+// the QoS limits.
 func (r renderer) clusterVolumes(vols []v1alpha1.Raid10Volume, now time.Time) error {
 	if ok, err := r.structured(listOf("Raid10VolumeList", vols)); ok {
 		return err
 	}
 	tw, ew := r.table()
-	ew.printf("NAME\tNODE\tSIZE\tSTATE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tCLAIM\tAGE\n")
+	ew.printf("NAME\tNODE\tSIZE\tSTATE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tCLAIM\tLIMITS\tAGE\n")
 	for i := range vols {
 		v := &vols[i]
 		claim := annotatedRef(v.Annotations, v1alpha1.PVCNamespaceAnnotation, v1alpha1.PVCNameAnnotation)
-		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Spec.Node, volumeSize(v), dash(string(v.Status.Phase)),
+		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Spec.Node, volumeSize(v), dash(string(v.Status.Phase)),
 			dash(string(v.Status.Health)), dash(v.Status.InSync), blocks(v.Status.BadBlocks, v.Status.LostBlocks),
-			progressBar(v.Status.Rebuild), claim, age(v.CreationTimestamp, now))
+			progressBar(v.Status.Rebuild), claim, limitsColumn(v), age(v.CreationTimestamp, now))
 	}
 	return flush(tw, ew)
 }

@@ -56,6 +56,7 @@ func describeSpec(ew *errWriter, v *v1alpha1.Raid10Volume, now time.Time) {
 	ew.printf("  Layout:      %d members, %s chunks (near-2)\n", v.Spec.Layout.Members, human(uint64(v.Spec.Layout.ChunkSizeBytes)))
 	ew.printf("  Volume mode: %s\n", v.Spec.VolumeMode)
 	ew.printf("  FS type:     %s\n", dash(string(v.Spec.FSType)))
+	describeLimitsSpec(ew, v)
 }
 
 // describeStatus prints the volume's status: phase, health, capacity, bad blocks, the
@@ -77,6 +78,7 @@ func describeStatus(ew *errWriter, v *v1alpha1.Raid10Volume, now time.Time) {
 	}
 	ew.printf("\n")
 	ew.printf("  Device:      %s\n", dash(st.DevicePath))
+	describeLimitsStatus(ew, v)
 	if p := st.Rebuild; p != nil {
 		ew.printf("  Rebuild:     %s\n", rebuildDetail(p, now))
 	}
