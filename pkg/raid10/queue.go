@@ -89,6 +89,21 @@ type Queue struct {
 	// live counts the fast-path requests not yet ended (pending's count, readable).
 	live atomic.Int64
 
+	// Who consumes completions (queue_wait.go): cqMu's holder; expect counts
+	// the completions the ring owes; the reaper parks on kick (parked) when
+	// none are owed. stopping is the reaper's; sw and waitTs the submitter's.
+	cqMu      sync.Mutex
+	expect    atomic.Int64
+	parked    atomic.Bool
+	kick      chan struct{}
+	stopping  bool
+	sw        syncDone
+	waitTs    uring.Timespec
+	selfWaits atomic.Uint64 // requests whose submitter waited on the ring itself
+	// selfWaiting: the submitter has called ReadAt or WriteAt; only then
+	// does the reaper park.
+	selfWaiting atomic.Bool
+
 	fast, fallbacks atomic.Uint64
 	owned           atomic.Uint64 // requests ended inside Reap, on the owner (ring mode)
 	abandoned       atomic.Uint64 // ring copies abandoned (abandonRing), for the tests' counts
@@ -169,7 +184,8 @@ func (a *Array) newQueue(depth int, idle func()) (*Queue, error) {
 // the array (for abandonRing); the caller starts what completes it.
 func (a *Array) initQueue(ring *uring.Ring, depth int) *Queue {
 	n := 3 * depth
-	q := &Queue{a: a, ring: ring, ops: make([]qop, n), free: make(chan *qop, n), reap: make(chan struct{}), stopped: make(chan struct{}, 1)}
+	q := &Queue{a: a, ring: ring, ops: make([]qop, n), free: make(chan *qop, n), reap: make(chan struct{}), stopped: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), sw: syncDone{ch: make(chan error, 1)}, waitTs: uring.Timespec{Nsec: int64(waitTick)}}
 	for i := range q.ops {
 		o := &q.ops[i]
 		o.q, o.idx = q, uint64(i)+1
@@ -194,6 +210,7 @@ func (q *Queue) Submit() error {
 	}
 	q.dirty = false
 	_, err := q.ring.Submit()
+	q.kickReaper()
 	return err
 }
 
@@ -220,9 +237,11 @@ func (q *Queue) Close() error {
 	}
 	sqe.PrepNop()
 	sqe.UserData = stopTag
+	q.expect.Add(1)
 	if _, err := q.ring.Submit(); err != nil {
 		return err
 	}
+	q.kickReaper()
 	q.stopped <- struct{}{} // the reaper owns the ring from here
 	if n := q.zombies.Load(); n > 0 {
 		klog.InfoS("raid10: queue closed with abandoned member requests still in their device", "requests", n)
@@ -240,6 +259,7 @@ func (q *Queue) getSQE() (*uring.SQE, error) {
 		if _, err = q.ring.Submit(); err != nil {
 			return nil, err
 		}
+		q.kickReaper()
 		sqe, err = q.ring.GetSQE()
 	}
 	return sqe, err
@@ -256,7 +276,8 @@ func (q *Queue) Owned() uint64 { return q.owned.Load() }
 // reapBatch bounds the completions the reaper delivers between two idle calls.
 const reapBatch = 32
 
-// reaper finishes requests from the ring's completions until Close.
+// reaper finishes requests from the ring's completions until Close, and
+// parks while the ring owes none (queue_wait.go).
 func (q *Queue) reaper() {
 	defer close(q.reap)
 	defer func() {
@@ -266,27 +287,14 @@ func (q *Queue) reaper() {
 	}()
 	runtime.LockOSThread() // it spends its life in io_uring_enter
 	defer runtime.UnlockOSThread()
-	batch, stopping := 0, false
-	for !stopping || len(q.free) < len(q.ops) {
-		cqe, ok := q.ring.PeekCQE()
-		if batch++; !ok || batch%reapBatch == 0 {
-			q.batchDone() // also within a long run of completions: no reply waits long
+	for {
+		q.cqMu.Lock()
+		done := q.reapOwed()
+		q.cqMu.Unlock()
+		if done {
+			return
 		}
-		if !ok {
-			if err := q.ring.WaitCompletions(1); err != nil {
-				klog.ErrorS(err, "raid10: queue reaper stops")
-				return
-			}
-			continue
-		}
-		q.ring.SeenCQE()
-		if cqe.UserData == stopTag {
-			<-q.stopped // Close is done with the ring
-			stopping = true
-			continue
-		}
-		o := &q.ops[cqe.UserData>>2-1]
-		o.completed(int(cqe.UserData&1), cqe.Res)
+		q.park()
 	}
 }
 
@@ -390,6 +398,7 @@ func (q *Queue) prep(o *qop, k int, rm ringMember, fd int, at int64, buf []byte)
 		sqe.PrepWrite(fd, buf, uint64(at))
 	}
 	sqe.UserData = q.tag | o.idx<<2 | uint64(k)
+	q.expect.Add(1)
 	x := &o.cp[k]
 	out := &x.r.out[q.a.epoch.Load()%epochRing]
 	out.Add(1)

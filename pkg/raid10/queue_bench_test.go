@@ -23,21 +23,34 @@ import (
 //	fallback-%  requests that took the synchronous path (a region's first
 //	            write persists its bitmap bit there)
 //
+// qd1 issues each request with Read or Write and waits for its Completer
+// (the reaper's way); qd1wait calls ReadAt or WriteAt, where the submitter
+// waits on the ring itself (queue_wait.go).
+//
 // Run with `go test -run '^$' -bench Queue -benchmem ./pkg/raid10`.
 func BenchmarkQueue(b *testing.B) {
 	cases := []struct {
 		bs int
 		qd []int
-	}{{BlockSize, []int{1, 32}}, {1 << 20, []int{8}}}
+	}{{BlockSize, []int{1, 0, 32}}, {1 << 20, []int{8}}} // 0: qd1wait
 	for _, media := range []string{"disk", "tmpfs"} {
 		for _, write := range []bool{false, true} {
 			for _, c := range cases {
 				for _, qd := range c.qd {
-					name := fmt.Sprintf("%s/%s/%dk/qd%d", media, map[bool]string{false: "randread", true: "randwrite"}[write], c.bs>>10, qd)
+					depth := fmt.Sprintf("qd%d", qd)
+					if qd == 0 {
+						depth = "qd1wait"
+					}
+					name := fmt.Sprintf("%s/%s/%dk/%s", media, map[bool]string{false: "randread", true: "randwrite"}[write], c.bs>>10, depth)
 					b.Run(name, func(b *testing.B) {
 						e := benchSetup(b, media)
-						ref := fioIOPS(b, e, write, c.bs, qd)
-						ours := queueIOPS(b, e.arr, write, c.bs, qd)
+						ref := fioIOPS(b, e, write, c.bs, max(qd, 1))
+						var ours float64
+						if qd == 0 {
+							ours = queueWaitIOPS(b, e.arr, write, c.bs)
+						} else {
+							ours = queueIOPS(b, e.arr, write, c.bs, qd)
+						}
 						b.ReportMetric(ours, "iops")
 						b.ReportMetric(ref, "fio-iops")
 						b.ReportMetric(ours/ref, "x-fio")
@@ -156,5 +169,40 @@ func queueIOPS(b *testing.B, a *Array, write bool, bs, qd int) float64 {
 		b.Fatal(err)
 	}
 	b.ReportMetric(100*float64(slow)/float64(fast+slow), "fallback-%")
+	return float64(b.N) / d.Seconds()
+}
+
+// queueWaitIOPS runs b.N random requests one at a time through a Queue's
+// ReadAt or WriteAt and returns requests per second.
+func queueWaitIOPS(b *testing.B, a *Array, write bool, bs int) float64 {
+	q, err := a.NewQueue(1)
+	if err != nil {
+		b.Skip(err)
+	}
+	p := AlignedBuffer(bs)
+	rng := rand.New(rand.NewPCG(7, 1))
+	blocks := a.Size() / int64(bs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		off := rng.Int64N(blocks) * int64(bs)
+		if write {
+			_, err = q.WriteAt(p, off)
+		} else {
+			_, err = q.ReadAt(p, off)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	d := time.Since(start)
+	b.StopTimer()
+	fast, slow := q.Stats()
+	if err := q.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(100*float64(slow)/float64(fast+slow), "fallback-%")
+	b.ReportMetric(100*float64(q.selfWaits.Load())/float64(b.N), "self-%")
 	return float64(b.N) / d.Seconds()
 }

@@ -69,7 +69,7 @@ func (q *Queue) Reap(cqe uring.CQE) {
 		klog.ErrorS(fmt.Errorf("raid10: completion %#x names no request of the queue", cqe.UserData), "raid10: ring queue")
 		return
 	}
-	q.ops[idx-1].completed(int(cqe.UserData&1), cqe.Res)
+	q.consume(cqe)
 }
 
 // tell gives a request's outcome to its Completer: on the owner's

@@ -3,6 +3,7 @@ package uring
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -41,8 +42,10 @@ const (
 	offSQEs   = 0x10000000
 
 	featSingleMmap = 1 << 0
+	featExtArg     = 1 << 8
 
 	enterGetEvents = 1 << 0
+	enterExtArg    = 1 << 3
 
 	sqeSize    = 64
 	sqe128Size = 128
@@ -133,6 +136,16 @@ type Ring struct {
 
 	sqeTail   uint32 // next SQE slot handed out (ahead of *sqTail until Submit)
 	submitted uint32 // the value *sqTail was last set to
+	features  uint32 // IORING_FEAT_* of the kernel
+}
+
+// getEventsArg is struct io_uring_getevents_arg, io_uring_enter's argument with
+// IORING_ENTER_EXT_ARG.
+type getEventsArg struct {
+	sigmask   uint64
+	sigmaskSz uint32
+	pad       uint32
+	ts        uint64 // a *Timespec
 }
 
 // New sets up a ring with at least entries submission slots (a power of two is used as is)
@@ -144,7 +157,7 @@ func New(entries uint32, flags SetupFlags) (*Ring, error) {
 	if errno != 0 {
 		return nil, fmt.Errorf("uring: io_uring_setup(%d, %#x): %w", entries, uint32(flags), errno)
 	}
-	r := &Ring{fd: int(fd), flags: flags, sqeBytes: sqeSize}
+	r := &Ring{fd: int(fd), flags: flags, sqeBytes: sqeSize, features: p.features}
 	if flags&SetupSQE128 != 0 {
 		r.sqeBytes = sqe128Size
 	}
@@ -289,6 +302,32 @@ func (r *Ring) enter(toSubmit, minComplete uint32, flags uint32) (int, error) {
 		}
 		toSubmit = r.submitted - atomic.LoadUint32(r.sqHead)
 	}
+}
+
+// CanWaitTimeout reports whether the kernel bounds a wait by a timeout (IORING_FEAT_EXT_ARG,
+// 5.11+): SubmitAndWaitTimeout needs it.
+func (r *Ring) CanWaitTimeout() bool { return r.features&featExtArg != 0 }
+
+// SubmitAndWaitTimeout is SubmitAndWait bounded by ts: it also returns, with no error, when
+// ts passed first or a signal interrupted the wait; the caller looks at the CQ ring again. It
+// needs CanWaitTimeout.
+func (r *Ring) SubmitAndWaitTimeout(waitNr uint32, ts *Timespec) error {
+	if r.fd < 0 {
+		return ErrClosed
+	}
+	arg := getEventsArg{sigmaskSz: 8, ts: uint64(uintptr(unsafe.Pointer(ts)))}
+	n := r.flush()
+	_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(n), uintptr(waitNr),
+		enterGetEvents|enterExtArg, uintptr(unsafe.Pointer(&arg)), unsafe.Sizeof(arg))
+	runtime.KeepAlive(ts)
+	switch errno {
+	case 0, unix.ETIME:
+		return nil
+	case unix.EINTR: // submit what the kernel did not take, without waiting
+		_, err := r.enter(r.submitted-atomic.LoadUint32(r.sqHead), 0, 0)
+		return err
+	}
+	return fmt.Errorf("uring: io_uring_enter(ext arg): %w", errno)
 }
 
 // WaitCompletions waits until at least n completions are in the CQ ring, submitting nothing.

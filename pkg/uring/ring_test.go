@@ -257,3 +257,35 @@ func TestTimeout(t *testing.T) {
 		t.Fatalf("timeout of 20 ms completed after %v", d)
 	}
 }
+
+// TestWaitTimeout: a wait for a completion that never comes ends after its timeout; one
+// whose completion is there returns at once.
+func TestWaitTimeout(t *testing.T) {
+	r := newRing(t, 4, 0)
+	if !r.CanWaitTimeout() {
+		t.Skip("kernel without IORING_FEAT_EXT_ARG")
+	}
+	ts := Timespec{Nsec: 20e6}
+	start := time.Now()
+	if err := r.SubmitAndWaitTimeout(1, &ts); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.PeekCQE(); ok {
+		t.Fatal("a completion in an empty ring")
+	}
+	if d := time.Since(start); d < 15*time.Millisecond {
+		t.Fatalf("timed out after %v, want 20 ms", d)
+	}
+	sqe, err := r.GetSQE()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqe.PrepNop()
+	sqe.UserData = 5
+	if err := r.SubmitAndWaitTimeout(1, &ts); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := r.PeekCQE(); !ok || c.UserData != 5 {
+		t.Fatalf("completion %+v %v, want the NOP's", c, ok)
+	}
+}
