@@ -384,6 +384,8 @@ func controllerSuite(t *testing.T, c client.Client) {
 		wantCode(t, err, codes.Aborted, "starting_token")
 	})
 
+	t.Run("Health", func(t *testing.T) { healthSuite(t, c, cc, agent) })
+
 	t.Run("DeleteFreesSpaceAndIsIdempotent", func(t *testing.T) {
 		for _, id := range []string{"pvc-0001", "pvc-0001", "pvc-slow", "pvc-late", "pvc-block", "never-existed"} {
 			if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {

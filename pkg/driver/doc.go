@@ -19,6 +19,11 @@
 // refuses one holding another filesystem; publish is a bind mount (of the device node for
 // Block).
 //
+// Health (CSI 1.13): the node service answers NodeGetVolumeHealth and NodeGetStorageHealth
+// from its pool (PoolHealth, health_node.go), the controller ControllerGetVolumeHealth and
+// ControllerListVolumeHealth from the Raid10Volume status (health_controller.go); one
+// function (health.go) turns a volume's status into CSI entries for both.
+//
 // Errors: the services return the sentinels of errors.go, wrapped with context, or the data
 // path's (package attach). The gRPC interceptor (interceptor.go) is the one place that maps
 // them to gRPC status codes (codeOf, with errors.Is) and logs every failed call with klog.

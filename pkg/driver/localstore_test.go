@@ -31,7 +31,8 @@ const localNode = "standalone-1"
 // is exercised in the VM by test/sanity).
 func startAllMode(t *testing.T, s *LocalStore) (csi.ControllerClient, csi.IdentityClient, csi.NodeClient) {
 	t.Helper()
-	ns, err := NewNodeServer(NodeConfig{NodeID: localNode, Attacher: newFakeAttacher(), Mounter: mount.NewFakeMounter(nil), Exec: &fakeExec{fs: map[string]string{}}})
+	ns, err := NewNodeServer(NodeConfig{NodeID: localNode, Attacher: newFakeAttacher(), Mounter: mount.NewFakeMounter(nil), Exec: &fakeExec{fs: map[string]string{}},
+		Pool: s.pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,9 @@ type NodeConfig struct {
 	// Mounts finds the mounts that still use a device before NodeUnstageVolume detaches it;
 	// nil: the kernel's mount table (MountInfo, /proc/self/mountinfo).
 	Mounts MountTable
+	// Pool answers the health calls (health_node.go); nil: GET_VOLUME_HEALTH and
+	// GET_STORAGE_HEALTH are not advertised.
+	Pool PoolHealth
 }
 
 // NodeServer is the CSI node service: it attaches a volume of the local pool over NBD,
@@ -87,6 +90,7 @@ type NodeServer struct {
 	mounts     MountTable
 	resizer    *mount.ResizeFs
 	locks      *VolumeLocks
+	pool       PoolHealth // nil: no health calls
 }
 
 var _ csi.NodeServer = (*NodeServer)(nil)
@@ -115,6 +119,7 @@ func NewNodeServer(cfg NodeConfig) (*NodeServer, error) {
 		mounts:     cfg.Mounts,
 		resizer:    mount.NewResizeFs(cfg.Exec),
 		locks:      &VolumeLocks{},
+		pool:       cfg.Pool,
 	}, nil
 }
 
@@ -450,14 +455,19 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 }
 
-// NodeGetCapabilities advertises staging, expansion and volume stats.
+// NodeGetCapabilities advertises staging, expansion and volume stats, and with a pool the
+// volume and storage health calls.
 func (n *NodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	var caps []*csi.NodeServiceCapability
-	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+	types := []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
-	} {
+	}
+	if n.pool != nil {
+		types = append(types, csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH, csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH)
+	}
+	for _, t := range types {
 		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
 			Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
 	}

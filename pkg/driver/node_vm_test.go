@@ -53,7 +53,10 @@ func TestNodeInGuest(t *testing.T) {
 	}
 	nl, state, att := guestAttacher(t, p, dir, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
 	defer att.Close(context.Background())
-	ns := guestNodeServer(t, att)
+	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New(), Pool: p})
+	if err != nil {
+		t.Fatal(err)
+	}
 	sock := filepath.Join(dir, "csi.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -181,8 +184,25 @@ func TestNodeInGuest(t *testing.T) {
 		t.Fatal("staging ext4 volume as xfs succeeded")
 	}
 
-	// Degraded: fail a disk.
+	// Degraded: fail a disk; NodeGetVolumeHealth names the member down, on its disk.
 	step("fail disk", func() error { return p.FailDisk(cfg.Disks[0].Path) })
+	step("degraded health", func() error {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			r, err := c.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: "vol-ext4", StagingTargetPath: st1})
+			if err != nil {
+				return err
+			}
+			if m := messageOf(r.GetVolumeHealth(), HealthReasonMemberDown); strings.Contains(m, cfg.Disks[0].Path) {
+				t.Logf("health: %v", r.GetVolumeHealth())
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return errors.New("no MemberDown entry naming " + cfg.Disks[0].Path + ": " + r.GetVolumeHealth().String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	// I/O goes on, degraded.
 	step("write degraded", func() error { return writeSync(filepath.Join(st1, "g"), data) })
 	step("unstage ext4 (degraded)", func() error { return unstage("vol-ext4", st1) })
