@@ -108,7 +108,8 @@ func (p *Pool) growLocked(v *volume, newSize, ext uint64) (VolumeInfo, error) {
 // growCopyTail moves copy target v's reserved tail to the end of its grown array of arrSize
 // bytes, past newSize, and zeroes the old one. The old tail (a finished copy's record) is
 // volume space now: it reads zero. The new tail's head, where a record would be, lies in
-// the range the growth zeroed: no record there means a finished copy. Caller holds p.mu.
+// the range the growth zeroed: no record there means a finished copy. The zeroes are flushed
+// before growLocked's labels record the new size. Caller holds p.mu.
 func (p *Pool) growCopyTail(v *volume, newSize, arrSize uint64) error {
 	v.arrTotal = arrSize
 	if err := v.arr.Reserve(int64(arrSize - newSize)); err != nil {
@@ -116,6 +117,12 @@ func (p *Pool) growCopyTail(v *volume, newSize, arrSize uint64) error {
 	}
 	if err := v.arr.WriteZeroes(int64(v.size), raid10.CopyRecordSize); err != nil {
 		return fmt.Errorf("pool: grow volume %q: zero the old copy record: %w", v.name, err)
+	}
+	// Durable before the labels say the volume is larger: the disks' write caches would
+	// otherwise lose the zeroes in a power cut while the labels survive, and the old
+	// record's bytes would be volume data after the restart.
+	if err := v.arr.Flush(); err != nil {
+		return fmt.Errorf("pool: grow volume %q: flush the zeroed copy record: %w", v.name, err)
 	}
 	return nil
 }
