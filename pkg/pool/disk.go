@@ -91,6 +91,9 @@ func openDisk(path string) (*diskFile, error) {
 
 func (d *diskFile) close() error { return d.f.Close() }
 
+// unlock releases the lock openDisk took (openBase moves it to the data path).
+func (d *diskFile) unlock() error { return unix.Flock(int(d.f.Fd()), unix.LOCK_UN) }
+
 // Where blockIdentity looks; tests point them at a fake tree.
 var (
 	sysClassBlock = "/sys/class/block"

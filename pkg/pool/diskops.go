@@ -383,6 +383,12 @@ func (p *Pool) returnDisk(d *disk, f *diskFile, ls labelSlots, dc DiskConfig) (D
 		return DiskInfo{}, err
 	}
 	d.present = true
+	// The entry of its refusal under this path (in use, unreadable, ...) is this disk now.
+	for _, o := range append([]*disk(nil), p.disks...) {
+		if o != d && o.refused != nil && !o.present && o.path == dc.Path {
+			p.dropDisk(o)
+		}
+	}
 	if d.state == DiskRemoved {
 		return p.diskInfo(d), nil
 	}

@@ -282,11 +282,28 @@ func (p *Pool) openDataPaths() {
 	}
 }
 
-// openBase opens the disk's data path (direct I/O where the file system allows it).
+// openBase opens the disk's data path (direct I/O where the file system allows it) and
+// moves the disk's lock from the label's open file to the data path's. The data path is
+// where member I/O goes, and a lock held by an open file lasts until the last call in flight
+// on that file has returned (raid10.FileMember.LockExclusive): a write abandoned in a hung
+// disk (the member deadline gave up on it) keeps the disk locked after Close and after this
+// process has exited, until it lands. A successor's Open then refuses the disk as in use
+// and serves its volumes from the other copies (retryInUse brings it back once it is free),
+// instead of writing beside a stale write that would land later. The move leaves a moment
+// with no lock: a process that takes it then makes this open fail, which refuses the disk
+// here, never both.
 func (d *disk) openBase() error {
 	m, err := raid10.OpenFileMember(d.file.real)
 	if err != nil {
 		return fmt.Errorf("pool: open data path of %s: %w", d.path, err)
+	}
+	if err := d.file.unlock(); err != nil {
+		_ = m.Close()
+		return fmt.Errorf("pool: unlock label path of %s: %w", d.path, err)
+	}
+	if err := m.LockExclusive(); err != nil {
+		_ = m.Close()
+		return fmt.Errorf("%w: disk %s was locked by another process while its data path opened: %w", ErrDiskInUse, d.path, err)
 	}
 	d.base = m
 	if wrapDiskBase != nil {

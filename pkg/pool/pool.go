@@ -291,13 +291,19 @@ func (p *Pool) closeDisks() {
 const monitorInterval = 250 * time.Millisecond
 
 // monitor notices members that the engine marked faulty on an I/O error, marks their disk
-// failed (a disk that fails in one volume is failed for all) and puts in a hot spare.
+// failed (a disk that fails in one volume is failed for all) and puts in a hot spare; every
+// inUseRetryInterval it brings back the disks refused as in use that are free again.
 func (p *Pool) monitor() {
 	defer close(p.done)
+	lastRetry := time.Now()
 	p.every(monitorInterval, func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.failFaultyLocked()
+		if time.Since(lastRetry) >= inUseRetryInterval {
+			lastRetry = time.Now()
+			p.returnFreedLocked()
+		}
 		p.observeHealth()
 	})
 }

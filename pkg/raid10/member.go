@@ -151,6 +151,22 @@ func OpenFileMember(path string) (*FileMember, error) {
 	return m, nil
 }
 
+// Fd is the descriptor of the member's open file, for a caller that registers it (io_uring)
+// or holds the open file (a duplicate keeps it, and LockExclusive's lock, alive). It is
+// valid until Close.
+func (m *FileMember) Fd() int { return m.fd }
+
+// LockExclusive takes an exclusive, non-blocking flock on the member's own open file, or
+// returns the flock error (EWOULDBLOCK while another open file of the same file or device
+// holds one). The kernel keeps such a lock with the open file, not with the descriptor: it is
+// released only when the file is released, that is after Close and after the last call still
+// in flight on it has returned (a read or write stuck in a hung device, a ring request),
+// even past the exit of the process. Another process that takes the same lock before it
+// opens the device therefore never opens it while a write of ours can still land there.
+func (m *FileMember) LockExclusive() error {
+	return syscall.Flock(m.fd, syscall.LOCK_EX|syscall.LOCK_NB)
+}
+
 // ringClosing is the bit of FileMember.ringRefs that Close sets.
 const ringClosing = 1 << 62
 
