@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +49,18 @@ func (f *fakeDevices) Expand(_ context.Context, id string) (int64, error) {
 	}
 	f.sizes[id] = int64(vi.Size)
 	return f.sizes[id], nil
+}
+
+// Frontend describes the volume's device as attach.PoolAttacher does on a kernel with
+// UPDATE_SIZE: the agent reports it as status.frontend.
+func (f *fakeDevices) Frontend(id string) string {
+	switch dev := f.Device(id); {
+	case strings.HasPrefix(dev, "/dev/ublkb"):
+		return "ublk (UPDATE_SIZE)"
+	case dev != "":
+		return "nbd"
+	}
+	return ""
 }
 
 func (f *fakeDevices) set(id, dev string) {
@@ -133,6 +146,13 @@ func TestAgentDevicesAndChunkSize(t *testing.T) {
 		t.Fatalf("device resized %d times, want 2", expands)
 	}
 	t.Logf("device grown %v after the spec changed; status capacity %s, phase %s", d.Round(time.Millisecond), got.Status.Capacity, got.Status.Phase)
+
+	// Served over ublk instead: status.frontend carries the attacher's description.
+	devs.set(vol.Name, "/dev/ublkb3")
+	waitFor(t, 10*time.Second, "ublk frontend with its features reported", func() bool {
+		st := getVolume(t, c, vol.Name).Status
+		return st.DevicePath == "/dev/ublkb3" && st.Frontend == "ublk (UPDATE_SIZE)"
+	})
 
 	// Deleting the object while the volume is attached (staged) must not touch the data:
 	// the delete waits for the detach.

@@ -117,6 +117,9 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 	if a.devices != nil {
 		st.DevicePath = a.devices.Device(vol.Name)
 		st.Frontend = frontendOf(st.DevicePath)
+		if fd, ok := a.devices.(frontendDescriber); ok && st.Frontend != "" {
+			st.Frontend = fd.Frontend(vol.Name)
+		}
 		if st.DevicePath != "" {
 			// The device follows the array: after a growth (here or by an earlier pass whose
 			// resize failed) the kernel learns the new size in place.
@@ -389,6 +392,13 @@ func requeueOnConflict(err error) (reconcile.Result, error) {
 		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return reconcile.Result{}, err
+}
+
+// frontendDescriber is Devices that also describe a volume's frontend for its status
+// (attach.PoolAttacher: "nbd", or "ublk" with the kernel's newer ublk features).
+type frontendDescriber interface {
+	// Frontend describes how the volume is served, "" when it is not attached.
+	Frontend(volumeID string) string
 }
 
 // frontendOf names the frontend of a device path for the status: "ublk" for /dev/ublkbN,

@@ -26,11 +26,12 @@ type PoolAttacher struct {
 
 	ownNL bool // Close closes nl (OpenPoolAttacher)
 
-	mu       sync.Mutex // guards vols, retired, frontend and ublkRec
+	mu       sync.Mutex // guards vols, retired, frontend, ublkRec and ublkFeat
 	vols     map[string]*served
 	retired  bool         // the devices were handed to a successor (node_handover.go)
 	frontend Frontend     // a volume's frontend when it names none (EnableUblk); "": NBD
 	ublkRec  *ublkRecords // the ublk devices (node_ublk.go); nil: ublk not enabled
+	ublkFeat ublk.Flags   // the kernel's ublk features, asked once by EnableUblk
 }
 
 // served is one attached volume: over NBD (srv, att, dev) or over ublk (ub).
@@ -175,7 +176,7 @@ func (a *PoolAttacher) Volume(_ context.Context, volumeID string) (VolumeState, 
 // Expand resizes the volume's attached device to the array's current size (the pool grew
 // the array; the export's size follows it) and returns the device's size in bytes. A volume
 // not attached by this process is ErrNotAttached: it must be staged first.
-func (a *PoolAttacher) Expand(_ context.Context, volumeID string) (int64, error) {
+func (a *PoolAttacher) Expand(ctx context.Context, volumeID string) (int64, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.vols[volumeID]
@@ -183,21 +184,7 @@ func (a *PoolAttacher) Expand(_ context.Context, volumeID string) (int64, error)
 		return 0, fmt.Errorf("volume %q is not attached on this node (not staged): %w", volumeID, ErrNotAttached)
 	}
 	if s.ub != nil {
-		// ublk sets a device's size when it starts (no resize before Linux 6.16's
-		// UPDATE_SIZE): a grown array is refused until the volume is staged again.
-		have, err := s.ub.Size()
-		if err != nil {
-			return 0, err
-		}
-		arr, err := a.pool.Array(volumeID)
-		if err != nil {
-			return 0, err
-		}
-		if arr.Size() > have {
-			return 0, fmt.Errorf("volume %q grew to %d bytes, its ublk device %s stays at %d until the volume is staged again (online expansion needs the nbd frontend): %w",
-				volumeID, arr.Size(), s.ub.Path(), have, ErrCannotGrow)
-		}
-		return have, nil
+		return a.expandUblk(ctx, volumeID, s.ub)
 	}
 	return s.att.Resize(volumeID)
 }

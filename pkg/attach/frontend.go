@@ -1,8 +1,12 @@
 package attach
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/ublk"
 )
@@ -12,7 +16,7 @@ type Frontend string
 
 // The frontends.
 const (
-	// FrontendAuto takes the node's choice (--frontend).
+	// FrontendAuto takes the node's choice (--frontend; auto there: ResolveFrontend).
 	FrontendAuto Frontend = "auto"
 	// FrontendNBD serves the volume on /dev/nbdX through the kernel's nbd client.
 	FrontendNBD Frontend = "nbd"
@@ -33,20 +37,47 @@ func ParseFrontend(s string) (Frontend, error) {
 }
 
 // ResolveFrontend turns the node's --frontend into the one it serves volumes with when a
-// volume does not ask: auto is NBD. ublk passes its VM tests (stage, kill -9 and graceful
-// restarts of the plugin under fio verification), but a ublk device cannot grow while it is
-// served (Linux 6.16's UPDATE_SIZE is needed), so auto keeps online expansion by staying on
-// NBD; a StorageClass or --frontend=ublk asks for ublk (csi-sanity passes over it:
-// RAID10_SANITY_UBLK=1 in test/sanity).
-// ublk asked for on a kernel without it is an error that names the missing piece.
+// volume does not ask. auto is ublk where the running kernel's ublk_drv has every feature a
+// volume's operations need (ublk.Required: restarts without an I/O error, and online
+// expansion, UPDATE_SIZE of Linux 6.16), NBD elsewhere; the choice, why, and the kernel's
+// ublk features are logged once, here. ublk asked for on a kernel without it is an error
+// that names the missing piece.
 func ResolveFrontend(f Frontend) (Frontend, error) {
 	switch f {
 	case FrontendAuto, "":
-		return FrontendNBD, nil
+		// Asked once at start, where no request's context exists: GET_FEATURES answers at
+		// once, the timeout only bounds a kernel that would not.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		feat, err := kernelUblkFeatures(ctx)
+		got, why := autoFrontend(feat, err)
+		klog.InfoS("Frontend auto resolved", "frontend", got, "reason", why, "ublkFeatures", feat.String())
+		return got, nil
 	case FrontendUblk:
 		if err := ublk.Available(); err != nil {
 			return "", fmt.Errorf("frontend ublk: %w: %w", err, ErrFrontendUnavailable)
 		}
 	}
 	return f, nil
+}
+
+// kernelUblkFeatures asks the running kernel's ublk_drv its features (0 and the reason
+// when there is no ublk to ask).
+func kernelUblkFeatures(ctx context.Context) (ublk.Flags, error) {
+	if err := ublk.Available(); err != nil {
+		return 0, err
+	}
+	return ublk.Features(ctx)
+}
+
+// autoFrontend is auto's choice for a kernel whose ublk_drv has features f (err: the kernel
+// could not be asked, no ublk): ublk when f has all of ublk.Required, else NBD; and why.
+func autoFrontend(f ublk.Flags, err error) (Frontend, string) {
+	if err != nil {
+		return FrontendNBD, fmt.Sprintf("no ublk here (%v)", err)
+	}
+	if m := f.Missing(ublk.Required); m != 0 {
+		return FrontendNBD, fmt.Sprintf("the kernel's ublk_drv lacks %s", m)
+	}
+	return FrontendUblk, fmt.Sprintf("the kernel's ublk_drv has %s", ublk.Required)
 }

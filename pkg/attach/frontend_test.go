@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/raid10-csi/raid10-csi/pkg/ublk"
@@ -34,10 +35,14 @@ func TestParseFrontend(t *testing.T) {
 	}
 }
 
-// TestResolveFrontend: auto is NBD; ublk on a kernel without it (the test machines' own)
-// is a FailedPrecondition naming /dev/ublk-control. In the VM with ublk it resolves.
+// TestResolveFrontend: auto is NBD on a kernel without ublk (the test machines' own); ublk
+// there is a FailedPrecondition naming /dev/ublk-control. In the VM with ublk it resolves
+// (auto there: TestAutoFrontend, and the driver's ublk VM test).
 func TestResolveFrontend(t *testing.T) {
 	for _, f := range []Frontend{FrontendAuto, "", FrontendNBD} {
+		if f != FrontendNBD && ublk.Available() == nil {
+			continue // auto follows the kernel's features here
+		}
 		if got, err := ResolveFrontend(f); err != nil || got != FrontendNBD {
 			t.Errorf("ResolveFrontend(%q) = %q, %v; want nbd", f, got, err)
 		}
@@ -87,5 +92,51 @@ func TestUblkRecords(t *testing.T) {
 	a := &PoolAttacher{vols: map[string]*served{}}
 	if _, err := a.AttachFrontend(context.Background(), "v", FrontendUblk); !errors.Is(err, ErrFrontendUnavailable) {
 		t.Errorf("ublk attach without EnableUblk: %v, want FailedPrecondition", err)
+	}
+}
+
+// TestAutoFrontend: auto takes ublk exactly where the kernel's ublk_drv has every feature of
+// ublk.Required (GET_FEATURES of Debian's 7.3: 0x1fffff), NBD where one is missing (6.12:
+// 0x1fe, no UPDATE_SIZE) or there is no ublk to ask; the reason names what decided.
+func TestAutoFrontend(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    ublk.Flags
+		err  error
+		want Frontend
+		why  string
+	}{
+		{"no ublk", 0, ublk.ErrUnavailable, FrontendNBD, "ublk-control"},
+		{"6.12", 0x1fe, nil, FrontendNBD, "lacks UPDATE_SIZE"},
+		{"no recovery reissue", ublk.Required &^ ublk.FlagUserRecoveryReissue, nil, FrontendNBD, "lacks USER_RECOVERY_REISSUE"},
+		{"7.3", 0x1fffff, nil, FrontendUblk, "has USER_RECOVERY|USER_RECOVERY_REISSUE|CMD_IOCTL_ENCODE|UPDATE_SIZE"},
+		{"exactly Required", ublk.Required, nil, FrontendUblk, "UPDATE_SIZE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := autoFrontend(tc.f, tc.err)
+			if got != tc.want || !strings.Contains(why, tc.why) {
+				t.Errorf("autoFrontend(%s, %v) = %q, %q; want %q, a reason with %q", tc.f, tc.err, got, why, tc.want, tc.why)
+			}
+		})
+	}
+}
+
+// TestFrontendDescription: a volume's frontend for its status: "nbd", or "ublk" with the
+// kernel's reported ublk features when it has any; "" when not attached here.
+func TestFrontendDescription(t *testing.T) {
+	a := &PoolAttacher{vols: map[string]*served{"n": {}, "u": {ub: &ublk.Device{}}}}
+	for _, tc := range []struct {
+		feat      ublk.Flags
+		vol, want string
+	}{
+		{0x1fffff, "u", "ublk (SUPPORT_ZERO_COPY, UPDATE_SIZE, AUTO_BUF_REG, PER_IO_DAEMON, BATCH_IO)"},
+		{0x1fe, "u", "ublk"},
+		{0x1fffff, "n", "nbd"},
+		{0x1fffff, "x", ""},
+	} {
+		a.ublkFeat = tc.feat
+		if got := a.Frontend(tc.vol); got != tc.want {
+			t.Errorf("features %s: Frontend(%q) = %q, want %q", tc.feat, tc.vol, got, tc.want)
+		}
 	}
 }

@@ -99,7 +99,8 @@ func (r *ublkRecords) set(volumeID string, id int, present bool) error {
 
 // EnableUblk sets the frontend a volume gets when its StorageClass does not name one
 // (--frontend, resolved by ResolveFrontend) and where ublk devices are recorded (statePath,
-// in the state directory). Where the kernel has ublk it then recovers every recorded device
+// in the state directory), and asks the kernel its ublk features once (Frontend reports
+// them, expandUblk needs UPDATE_SIZE). Where the kernel has ublk it then recovers every recorded device
 // a predecessor left (the kernel kept their I/O queued) and deletes every device of ours
 // that no record names, or whose volume the pool no longer has (orphans of a crash between
 // adding a device and recording it, or of a volume deleted meanwhile). A device that cannot
@@ -109,9 +110,13 @@ func (a *PoolAttacher) EnableUblk(ctx context.Context, def Frontend, statePath s
 	if err != nil {
 		return err
 	}
+	feat, ferr := kernelUblkFeatures(ctx)
 	a.mu.Lock()
-	a.frontend, a.ublkRec = def, rec
+	a.frontend, a.ublkRec, a.ublkFeat = def, rec, feat
 	a.mu.Unlock()
+	if ferr == nil {
+		klog.InfoS("Kernel ublk features", "features", feat.String(), "reported", feat.Report(), "missing", feat.Missing(ublk.Required).String())
+	}
 	if ublk.Available() != nil {
 		if n := len(rec.volumes()); n > 0 {
 			klog.InfoS("ublk devices recorded but the kernel has no ublk now", "devices", n)
@@ -216,4 +221,49 @@ func (a *PoolAttacher) detachUblk(ctx context.Context, volumeID string, s *serve
 		return nil
 	}
 	return a.ublkRec.set(volumeID, 0, false)
+}
+
+// expandUblk makes the volume's ublk device as large as its grown array while it is served
+// (UPDATE_SIZE, Linux 6.16+) and returns the device's size. A kernel without UPDATE_SIZE
+// keeps the device at its size until the volume is staged again: ErrCannotGrow, naming
+// why. Called with a.mu held.
+func (a *PoolAttacher) expandUblk(ctx context.Context, volumeID string, d *ublk.Device) (int64, error) {
+	have, err := d.Size()
+	if err != nil {
+		return 0, err
+	}
+	arr, err := a.pool.Array(volumeID)
+	if err != nil {
+		return 0, err
+	}
+	want := arr.Size()
+	if want <= have {
+		return have, nil
+	}
+	if err := d.Resize(ctx, want); err != nil {
+		if errors.Is(err, ublk.ErrNoResize) {
+			return 0, fmt.Errorf("volume %q grew to %d bytes, its ublk device %s stays at %d until the volume is staged again (online expansion over ublk needs UPDATE_SIZE, Linux 6.16+; the nbd frontend has it everywhere): %w: %w",
+				volumeID, want, d.Path(), have, err, ErrCannotGrow)
+		}
+		return 0, err
+	}
+	return d.Size()
+}
+
+// Frontend names how the volume is served here, for its status: "nbd", or "ublk" followed
+// by the newer ublk features of the kernel in parentheses (ublk.Flags.Report, e.g.
+// "ublk (SUPPORT_ZERO_COPY, UPDATE_SIZE, AUTO_BUF_REG, PER_IO_DAEMON, BATCH_IO)"); "" when
+// it is not attached by this process.
+func (a *PoolAttacher) Frontend(volumeID string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch s := a.vols[volumeID]; {
+	case s == nil:
+		return ""
+	case s.ub == nil:
+		return string(FrontendNBD)
+	case a.ublkFeat.Report() != "":
+		return string(FrontendUblk) + " (" + a.ublkFeat.Report() + ")"
+	}
+	return string(FrontendUblk)
 }

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -20,16 +21,19 @@ import (
 	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
-// TestNodeUblkVM boots the 6.12 kernel (ublk_drv) and runs TestNodeUblkInGuest there.
+// TestNodeUblkVM boots the newest kernel of the harness (7.3: ublk_drv with UPDATE_SIZE)
+// and runs TestNodeUblkInGuest and TestNodeUblkGrowInGuest there. (The 6.12 kernel's ublk
+// runs under the driver in test/sanity and cmd/raid10-csi's restart tests.)
 func TestNodeUblkVM(t *testing.T) {
 	vm.HostHalf(t)
-	vm.RunGoTestOpts(t, vm.Options{Timeout: 5 * time.Minute, Memory: 2048,
-		KernelSeries: vm.UblkKernelSeries, Modules: append(slices.Clone(vm.DefaultModules), "ublk_drv"),
-		Tests: []string{"TestNodeUblkInGuest"}},
-		".", "-test.run=^TestNodeUblkInGuest$", "-test.v", "-test.timeout=4m")
+	vm.RunGoTestOpts(t, vm.Options{Timeout: 6 * time.Minute, Memory: 2048,
+		KernelSeries: vm.NewestKernelSeries, Modules: append(slices.Clone(vm.DefaultModules), "ublk_drv"),
+		Tests: []string{"TestNodeUblkInGuest", "TestNodeUblkGrowInGuest"}},
+		".", "-test.run=^TestNodeUblk(Grow)?InGuest$", "-test.v", "-test.timeout=5m")
 }
 
-// TestNodeUblkInGuest drives the node service with a StorageClass that asks for ublk: the
+// TestNodeUblkInGuest drives the node service with a StorageClass that asks for ublk (and
+// checks auto's choice against the kernel's ublk features): the
 // volume is staged on /dev/ublkbN with ext4 while an NBD volume of the same pool stays on
 // /dev/nbdX; a writer appends and fsyncs records while the plugin's data path restarts (the
 // old attacher stops serving, a new one recovers the device from its records) and sees no
@@ -49,10 +53,20 @@ func TestNodeUblkInGuest(t *testing.T) {
 	kopts := kernel.Options{Timeout: 10 * time.Second, DeadConnTimeout: 60 * time.Second}
 	_, _, att := guestAttacher(t, p, dir, kopts)
 	statePath := filepath.Join(dir, nbdStateFile)
-	def, err := attach.ResolveFrontend(attach.FrontendAuto)
-	if err != nil || def != attach.FrontendNBD {
-		t.Fatalf("auto resolves to %q (%v), want nbd", def, err)
+	// auto: ublk where the kernel's ublk_drv has all a volume needs (7.3), else NBD (6.12).
+	feat, err := ublk.Features(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	wantDef := attach.FrontendNBD
+	if feat.Has(ublk.Required) {
+		wantDef = attach.FrontendUblk
+	}
+	def, err := attach.ResolveFrontend(attach.FrontendAuto)
+	if err != nil || def != wantDef {
+		t.Fatalf("auto resolves to %q (%v), want %s with ublk features %s", def, err, wantDef, feat)
+	}
+	t.Logf("auto resolves to %s (ublk features %s)", def, feat)
 	if err := att.EnableUblk(ctx, def, ublkPath); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +77,7 @@ func TestNodeUblkInGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-nbd", StagingTargetPath: filepath.Join(dir, "staging-nbd"),
-		VolumeCapability: blockCap()}); err != nil {
+		VolumeCapability: blockCap(), VolumeContext: map[string]string{ParamFrontend: "nbd"}}); err != nil {
 		t.Fatal(err)
 	}
 	dev := att.Device("vol-ublk")
@@ -135,4 +149,83 @@ func TestNodeUblkInGuest(t *testing.T) {
 	if _, err := ns2.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "vol-nbd", StagingTargetPath: filepath.Join(dir, "staging-nbd")}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNodeUblkGrowInGuest is online expansion over ublk through the node service, on a
+// kernel with UPDATE_SIZE: a volume staged over ublk with ext4 and published, a file
+// written; the pool grows the volume (the node agent's step), then NodeExpandVolume grows
+// the served device live (attach's Expand: UPDATE_SIZE) and ext4 on it (resize2fs). The
+// device and df see the new size, a file larger than the old filesystem fits, both read
+// back after the caches are dropped; the frontend reported for the status names
+// UPDATE_SIZE.
+func TestNodeUblkGrowInGuest(t *testing.T) {
+	vm.GuestHalf(t, "TestNodeUblkVM")
+	const id, from, to = "vol-grow", 64 << 20, 192 << 20
+	dir := t.TempDir()
+	ctx := context.Background()
+	p, _ := openFilePool(t, 256<<20)
+	if _, err := p.CreateVolume(id, from, pool.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, att := guestAttacher(t, p, dir, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
+	defer att.Close(context.Background())
+	if err := att.EnableUblk(ctx, attach.FrontendNBD, filepath.Join(dir, attach.UblkStateFile)); err != nil {
+		t.Fatal(err)
+	}
+	ns := guestNodeServer(t, att)
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	staging, target := filepath.Join(dir, "staging"), filepath.Join(dir, "pod")
+	_, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+		VolumeCapability: mountCap("ext4"), VolumeContext: map[string]string{ParamFrontend: "ublk"}})
+	must("stage", err)
+	_, err = ns.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target, VolumeCapability: mountCap("ext4")})
+	must("publish", err)
+	dev := att.Device(id)
+	if !strings.HasPrefix(dev, "/dev/ublkb") {
+		t.Fatalf("staged on %q, want /dev/ublkbN", dev)
+	}
+	if fe := att.Frontend(id); !strings.HasPrefix(fe, "ublk (") || !strings.Contains(fe, "UPDATE_SIZE") {
+		t.Errorf("frontend for the status %q, want ublk with UPDATE_SIZE", fe)
+	} else {
+		t.Logf("status frontend: %s", fe)
+	}
+	before := bytes.Repeat([]byte("grow over ublk "), 1<<20) // 15 MiB
+	must("write before", writeSync(filepath.Join(target, "before"), before))
+	df0 := dfSize(t, target)
+
+	_, err = p.ExpandVolume(id, to)
+	must("pool expand", err)
+	if n := vm.BlockSize(t, dev); n != from {
+		t.Fatalf("%s has %d bytes before NodeExpandVolume, want still %d", dev, n, from)
+	}
+	start := time.Now()
+	r, err := ns.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: target, StagingTargetPath: staging,
+		VolumeCapability: mountCap("ext4"), CapacityRange: &csi.CapacityRange{RequiredBytes: to}})
+	must("NodeExpandVolume", err)
+	t.Logf("NodeExpandVolume over ublk %d -> %d bytes took %s", from, to, time.Since(start).Round(time.Millisecond))
+	if r.GetCapacityBytes() != to || vm.BlockSize(t, dev) != to {
+		t.Fatalf("after NodeExpandVolume: reported %d bytes, %s has %d; want %d", r.GetCapacityBytes(), dev, vm.BlockSize(t, dev), to)
+	}
+	df1 := dfSize(t, target)
+	t.Logf("df ext4: %d -> %d bytes", df0, df1)
+	if df1-df0 < (to-from)*9/10 {
+		t.Fatalf("df grew by %d bytes, the device by %d", df1-df0, to-from)
+	}
+	after := bytes.Repeat([]byte("written after the growth "), 3<<20) // 75 MiB: more than the old filesystem
+	must("fill the grown filesystem", writeSync(filepath.Join(target, "after"), after))
+	must("drop caches", os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200))
+	for name, want := range map[string][]byte{"before": before, "after": after} {
+		if got, err := os.ReadFile(filepath.Join(staging, name)); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s reads back wrong after the growth (%v)", name, err)
+		}
+	}
+	_, err = ns.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+	must("unpublish", err)
+	_, err = ns.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+	must("unstage", err)
 }

@@ -53,7 +53,8 @@ type Options struct {
 	// default (128 KiB).
 	NBDMaxRequestKiB int
 	// Frontend is how the node serves a volume whose StorageClass names none: auto, nbd or
-	// ublk (attach.ResolveFrontend; auto is nbd).
+	// ublk (attach.ResolveFrontend: auto is ublk where the kernel's ublk_drv has all a volume
+	// needs, online resize included, else nbd).
 	Frontend string
 	// RegistrationDir is the kubelet's plugins_registry directory the node mode registers
 	// the driver in (driver.Registration); empty: no self-registration.
