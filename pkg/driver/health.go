@@ -24,7 +24,8 @@ const (
 	// HealthReasonRebuilding (DEGRADED): a member is being rebuilt from its mirror; until it
 	// ends its chunks have one copy. The message has the progress and the ETA.
 	HealthReasonRebuilding = "Rebuilding"
-	// HealthReasonBadBlocks (DEGRADED): blocks recorded bad on one copy, read from the other.
+	// HealthReasonBadBlocks (DEGRADED): blocks recorded bad (on one copy: read from the other;
+	// on every copy: LostBlocks too).
 	HealthReasonBadBlocks = "BadBlocks"
 	// HealthReasonLostBlocks (DATA_LOSS): blocks bad on every copy; reads there fail with an
 	// I/O error until they are written again.
@@ -57,7 +58,7 @@ func volumeHealth(id string, st *v1alpha1.Raid10VolumeStatus, diskName func(stri
 	if st.Health == v1alpha1.VolumeHealthRebuilding {
 		add(csi.VolumeHealthErrorType_DEGRADED, HealthReasonRebuilding, rebuildMessage(st, diskName))
 	}
-	if st.BadBlocks > st.LostBlocks {
+	if st.BadBlocks > 0 {
 		add(csi.VolumeHealthErrorType_DEGRADED, HealthReasonBadBlocks, badBlocksMessage(st))
 	}
 	if st.LostBlocks > 0 {
@@ -156,11 +157,11 @@ func badBlocksMessage(st *v1alpha1.Raid10VolumeStatus) string {
 			per = append(per, fmt.Sprintf("member %d: %d", m.Index, m.BadBlocks))
 		}
 	}
-	msg := fmt.Sprintf("%d blocks recorded bad, each still read from its other copy", st.BadBlocks)
+	msg := fmt.Sprintf("%d blocks recorded bad, summed over the members", st.BadBlocks)
 	if len(per) > 0 {
 		msg += " (" + strings.Join(per, ", ") + ")"
 	}
-	return msg
+	return msg + ": a block bad on one copy is read from the other"
 }
 
 // MaxHealthMessage is the longest message of a health entry, in bytes: the kubelet copies
