@@ -82,6 +82,9 @@ fetch_kernel() {
   mv "$img" "$work/out/vmlinuz"
   rm -f "$src/vmlinuz"
   mv "$src" "$work/out/lib/modules/$ver"
+  # kmod (depmod) is among DEB_PACKAGES, which may still be installing on a fresh machine.
+  local i
+  for ((i = 0; i < 300; i++)); do command -v depmod >/dev/null && break; sleep 2; done
   depmod -b "$work/out" "$ver"
   rm -rf "$dest"
   mv "$work/out" "$dest"

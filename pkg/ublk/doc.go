@@ -20,6 +20,13 @@
 // added with UBLK_F_USER_RECOVERY|UBLK_F_USER_RECOVERY_REISSUE and marked "r10c" in their
 // server flags (which the kernel keeps), so a restarted node plugin finds its own.
 //
+// GET_FEATURES (Features) returns the UBLK_F_* flags the kernel knows: Required names what
+// every volume operation needs (the frontend auto of package attach takes ublk only where
+// all are there), Report the newer ones a volume's status shows. UPDATE_SIZE (Linux 6.16,
+// data: the new size in sectors) changes a started device's size: Device.Resize, for online
+// expansion; before 6.16 it is ErrNoResize. Debian 12's 6.12 reports 0x1fe (no
+// UPDATE_SIZE), trixie-backports' 7.3 0x1fffff.
+//
 // # Data path
 //
 // Per queue q, /dev/ublkcN is mapped read-only at q*round_up(4096*24, page): an array of
