@@ -139,7 +139,7 @@ func New(t testing.TB, cfg Config) *Rig {
 	})
 	r.Env = kubeenv.Start(t, kubeenv.WithControllerManager(), kubeenv.WithScheduler(),
 		kubeenv.WithServingIPs(net.ParseIP(apiServerVIP)),
-		kubeenv.WithAPIServerFlags("--service-cluster-ip-range="+serviceRange))
+		kubeenv.WithAPIServerFlags("--service-cluster-ip-range="+serviceRange, "--feature-gates="+featureGates))
 
 	for i := range cfg.NVMe {
 		f := filepath.Join(dir, fmt.Sprintf("nvme%d.img", i))
@@ -462,17 +462,25 @@ const cniConfig = `{
 }
 `
 
+// featureGates are turned on in the API server and the kubelet: CSIVolumeHealth (alpha in
+// 1.37) makes the kubelet call the plugin's NodeGetVolumeHealth and NodeGetStorageHealth and
+// the API server keep what it writes (pod status.volumeHealth, CSINode status.storageHealth).
+const featureGates = "CSIVolumeHealth=true"
+
 // kubeletConfig: cgroupfs (no systemd in the guest), no swap check, the API server never
 // calls the kubelet (it cannot reach the guest), eviction thresholds low for the small
 // state disk. syncFrequency 10s (default 1m): the kubelet resyncs a pod's volumes, and so
 // calls NodeExpandVolume after the controller's expansion, within 10 s instead of up to a
-// minute (the story's step 6 waited 59 s for it).
+// minute (the story's step 6 waited 59 s for it). volumeStatsAggPeriod 10s (default 1m) is
+// also how often the kubelet's CSIVolumeHealth asks the plugin for health.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 failSwapOn: false
 syncFrequency: 10s
+volumeStatsAggPeriod: 10s
+featureGates: {CSIVolumeHealth: true}
 authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}

@@ -189,8 +189,10 @@ func (s *story) volumesHealth(ctx context.Context, n int, h r10.VolumeHealth, in
 }
 
 // pullDisk removes NVMe disk 1 from the running node (PCI remove) under the pods' I/O,
-// checks the pods saw no error and the volumes went Degraded, then replaces it with the
-// spare NVMe disk 4 through `kubectl raid10 replace-disk --follow`.
+// checks the pods saw no error and the volumes went Degraded, also in the pods'
+// status.volumeHealth and the CSINode's status.storageHealth (health_test.go), then replaces
+// it with the spare NVMe disk 4 through `kubectl raid10 replace-disk --follow`, after which
+// those clear.
 func (s *story) pullDisk(ctx context.Context) {
 	t := s.t
 	before := s.roundCounts(ctx)
@@ -205,6 +207,7 @@ echo 1 > /sys/bus/pci/devices/$pci/remove`, s.r.Serials[1], s.r.Serials[1]))
 	}
 	t.Logf("%s", out)
 	s.volumesHealth(ctx, 3, r10.VolumeHealthDegraded, "")
+	s.healthShowsDegraded(ctx)
 	stall, _ := s.moreRounds(ctx, before, 2)
 	t.Logf("disk pulled: volumes Degraded, 0 I/O errors in the pods; longest I/O across the failure %d ms", stall)
 	var node r10.Raid10Node
@@ -223,6 +226,7 @@ echo 1 > /sys/bus/pci/devices/$pci/remove`, s.r.Serials[1], s.r.Serials[1]))
 	t.Logf("kubectl raid10 replace-disk %s %s %s --follow:\n%s", NodeName, old, s.r.ByID(4),
 		s.run(ctx, s.plugin, "--kubeconfig", s.r.Env.Kubeconfig, "replace-disk", NodeName, old, s.r.ByID(4), "--follow", "--timeout", "15m"))
 	s.volumesHealth(ctx, 3, r10.VolumeHealthHealthy, "4/4")
+	s.healthCleared(ctx)
 	s.moreRounds(ctx, s.roundCounts(ctx), 1)
 }
 
