@@ -17,7 +17,8 @@ const vmDiskSize = 128 << 20
 // TestBlockDevicesReadZeroesVM runs TestBlockDevicesReadZeroesInGuest in the VM on three
 // emulated disks of a real kernel, two NVMe and one virtio-blk, so that the zeroing of new
 // extents (BLKZEROOUT) goes through the kernel's nvme and virtio_blk drivers to QEMU's
-// devices rather than through the loop driver (issue 23 section 3).
+// devices rather than through the loop driver (issue 23 section 3). The same boot runs
+// TestHungPredecessorInGuest on device-mapper devices over four brd ramdisks.
 func TestBlockDevicesReadZeroesVM(t *testing.T) {
 	vm.HostHalf(t)
 	files := vm.SparseFiles(t, t.TempDir(), "disk", 3, vmDiskSize)
@@ -25,9 +26,10 @@ func TestBlockDevicesReadZeroesVM(t *testing.T) {
 	for i, f := range files {
 		disks = append(disks, vm.Disk{File: f, NVMe: i < 2, Serial: fmt.Sprintf("zero%d", i)})
 	}
-	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 4 * time.Minute, Memory: 1024, CPUs: 1, Disks: disks,
-		Modules: append(append([]string{}, vm.DefaultModules...), "nvme", "virtio_blk")},
-		".", "-test.run=^TestBlockDevicesReadZeroesInGuest$", "-test.v", "-test.timeout=3m")
+	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 6 * time.Minute, Memory: 1024, CPUs: 1, Disks: disks,
+		Modules:      append(append([]string{}, vm.DefaultModules...), "nvme", "virtio_blk", "dm_mod", "dm_delay"),
+		ModuleParams: map[string]string{"brd": fmt.Sprintf("rd_nr=4 rd_size=%d", hungRAM>>10)}},
+		".", "-test.run=^(TestBlockDevicesReadZeroesInGuest|TestHungPredecessorInGuest)$", "-test.v", "-test.timeout=5m")
 	t.Logf("VM run: boot %s, total %s", res.Boot.Round(time.Second), res.Duration.Round(time.Second))
 }
 
