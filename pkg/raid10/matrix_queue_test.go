@@ -78,6 +78,9 @@ type matrixCfg struct {
 	// batch through their Queue instead of one synchronous call; above 0
 	// the members are O_DIRECT files (ringFaulty).
 	queueShare float64
+	// ring puts each worker's Queue on a ring the worker drives
+	// (NewRingQueue, as a ublk queue thread; queue_ring_matrix_test.go).
+	ring bool
 }
 
 // queueCounts are the Queue requests of a round (atomics: the workers add).
@@ -310,7 +313,7 @@ type queued struct {
 // buffer in eight unaligned: both take the synchronous path), then waits
 // for them, checks the reads against the model and records the writes,
 // adding the acknowledged blocks to touched (for the worker's flushes).
-func (m *matrixQueue) batch(q *Queue, wrng *rand.Rand, lo, section int64, touched *[]int64) error {
+func (m *matrixQueue) batch(q batchQueue, wrng *rand.Rand, lo, section int64, touched *[]int64) error {
 	var reqs []queued
 	for range 1 + wrng.IntN(8) {
 		b := lo + wrng.Int64N(section)
@@ -345,7 +348,7 @@ func (m *matrixQueue) batch(q *Queue, wrng *rand.Rand, lo, section int64, touche
 	}
 	var first error
 	for _, r := range reqs {
-		err := <-r.done
+		err := q.wait(r.done)
 		if !r.write {
 			if first == nil {
 				first = m.check(r.b, r.l, r.p, err)

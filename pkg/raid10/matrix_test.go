@@ -160,7 +160,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals, cfg matrixCfg) {
 	for w := 0; w < workers; w++ {
 		wrng := rand.New(rand.NewPCG(seed, uint64(w)+7))
 		var q *Queue // the worker's, as an NBD connection's
-		if cfg.queueShare > 0 {
+		if cfg.queueShare > 0 && !cfg.ring {
 			if q, err = a.NewQueue(8); err != nil {
 				t.Fatal(err)
 			}
@@ -168,6 +168,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals, cfg matrixCfg) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			bq := workerQueue(t, a, cfg, &q) // a ring queue is made here, on the worker's thread
 			if q != nil {
 				defer func() {
 					if err := q.Close(); err != nil {
@@ -180,7 +181,7 @@ func matrixRound(t *testing.T, seed uint64, tot *matrixTotals, cfg matrixCfg) {
 			var touched []int64
 			for !stop.Load() {
 				if q != nil && wrng.Float64() < cfg.queueShare {
-					if err := mq.batch(q, wrng, lo, section, &touched); err != nil {
+					if err := mq.batch(bq, wrng, lo, section, &touched); err != nil {
 						errc <- err
 						stop.Store(true)
 						return

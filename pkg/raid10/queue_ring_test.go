@@ -3,6 +3,7 @@ package raid10
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -35,21 +36,54 @@ func newRingDriver(t *testing.T, a *Array, depth int) *ringDriver {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
-	ring, err := uring.New(uint32(4*depth), uring.SetupSingleIssuer)
-	if errors.Is(err, unix.EINVAL) {
-		ring, err = uring.New(uint32(4*depth), 0)
-	}
-	if err != nil && os.Getenv("CI") == "" {
+	d, err := openRingDriver(t, a, depth)
+	if errors.Is(err, ErrNoRing) && os.Getenv("CI") == "" {
 		t.Skipf("no io_uring here: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// openRingDriver sets up a ring (single issuer where the kernel has it:
+// the caller's thread, which it must have locked) and a ring queue of
+// depth on a.
+func openRingDriver(t *testing.T, a *Array, depth int) (*ringDriver, error) {
+	ring, err := uring.New(uint32(4*depth), uring.SetupSingleIssuer)
+	if errors.Is(err, unix.EINVAL) {
+		ring, err = uring.New(uint32(4*depth), 0)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoRing, err)
+	}
 	rq, err := a.NewRingQueue(ring, depth)
 	if err != nil {
-		t.Fatal(err)
+		_ = ring.Close()
+		return nil, err
 	}
-	return &ringDriver{t: t, ring: ring, q: rq.(*Queue), ts: uring.Timespec{Nsec: 1e6}}
+	return &ringDriver{t: t, ring: ring, q: rq.(*Queue), ts: uring.Timespec{Nsec: 1e6}}, nil
+}
+
+// workerQueue returns what a fault matrix worker submits its batches to:
+// its Queue *q (reaper), or with cfg.ring a ring queue that it makes on the
+// calling goroutine, locked to its thread for good (the thread ends with
+// the worker), and stores in *q for Close and the counts.
+func workerQueue(t *testing.T, a *Array, cfg matrixCfg, q **Queue) batchQueue {
+	if !cfg.ring {
+		if *q == nil {
+			return nil
+		}
+		return reaped{*q}
+	}
+	runtime.LockOSThread()
+	d, err := openRingDriver(t, a, 8)
+	if err != nil {
+		t.Errorf("worker's ring queue: %v", err)
+		return nil
+	}
+	*q = d.q
+	return d
 }
 
 func (d *ringDriver) Read(p []byte, off int64, done Completer) { d.q.Read(p, off, done) }
@@ -71,6 +105,11 @@ func (d *ringDriver) wait(done doneCh) error {
 		}
 		if !d.armed {
 			sqe, err := d.ring.GetSQE()
+			if errors.Is(err, uring.ErrSQFull) {
+				if _, err = d.ring.Submit(); err == nil {
+					sqe, err = d.ring.GetSQE()
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -284,4 +323,14 @@ func TestRingQueueDeadline(t *testing.T) {
 	if n := len(d.q.free); n != len(d.q.ops) {
 		t.Fatalf("%d of %d request states free after Close", n, len(d.q.ops))
 	}
+}
+
+// TestFaultMatrixRingQueue runs the fault matrix with half the foreground
+// I/O on Queues that run on their workers' own rings, driven by the
+// workers as ublk queue threads drive theirs (every failing, hanging and
+// vanishing member of TestFaultMatrixQueue; the crash batches and the
+// verifications keep Queues with a reaper).
+func TestFaultMatrixRingQueue(t *testing.T) {
+	probeQueueDir(t)
+	runMatrix(t, 3, 0x52, 22, matrixCfg{queueShare: 0.5, ring: true})
 }

@@ -197,13 +197,7 @@ func (q *queue) buf(tag uint16) []byte {
 // prepCmd queues a FETCH_REQ or COMMIT_AND_FETCH_REQ for tag, submitting what is queued
 // first if the ring is full.
 func (q *queue) prepCmd(op uint32, tag uint16, res int32) error {
-	sqe, err := q.ring.GetSQE()
-	if errors.Is(err, uring.ErrSQFull) {
-		if _, err = q.ring.Submit(); err != nil {
-			return err
-		}
-		sqe, err = q.ring.GetSQE()
-	}
+	sqe, err := q.getSQE()
 	if err != nil {
 		return err
 	}
@@ -214,8 +208,21 @@ func (q *queue) prepCmd(op uint32, tag uint16, res int32) error {
 	return nil
 }
 
-func (q *queue) armWake() error {
+// getSQE returns a submission slot, submitting what is prepared first if the ring is full
+// (the member I/O of a ring queue shares it).
+func (q *queue) getSQE() (*uring.SQE, error) {
 	sqe, err := q.ring.GetSQE()
+	if errors.Is(err, uring.ErrSQFull) {
+		if _, err = q.ring.Submit(); err != nil {
+			return nil, err
+		}
+		sqe, err = q.ring.GetSQE()
+	}
+	return sqe, err
+}
+
+func (q *queue) armWake() error {
+	sqe, err := q.getSQE()
 	if err != nil {
 		return err
 	}
