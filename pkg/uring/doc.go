@@ -1,9 +1,9 @@
 // Package uring is the small part of Linux io_uring that the ublk frontend and the engine's
 // asynchronous Queue (pkg/raid10) need, written on
 // golang.org/x/sys/unix: io_uring_setup, the mmapped submission and completion rings,
-// io_uring_enter to submit and wait, and the opcodes NOP, READ, WRITE and URING_CMD (a
-// command passed to a driver's uring_cmd handler, the way /dev/ublk-control and /dev/ublkcN
-// are driven). No Go io_uring module is available to this project, hence its own.
+// io_uring_enter to submit and wait (also bounded by a timeout, IORING_ENTER_EXT_ARG), and
+// the opcodes NOP, TIMEOUT, READ, WRITE and URING_CMD (a command passed to a driver's
+// uring_cmd handler, the way /dev/ublk-control and /dev/ublkcN are driven). No Go io_uring module is available to this project, hence its own.
 //
 // # Layout shared with the kernel
 //
