@@ -364,7 +364,9 @@ type Raid10VolumeStatus struct {
 	// +optional
 	DevicePath string `json:"devicePath,omitempty"`
 	// Frontend is how the node serves that device: nbd (the kernel's NBD client) or ublk
-	// (the kernel's ublk driver, over io_uring); empty while the volume is not attached.
+	// (the kernel's ublk driver, over io_uring), the latter followed by the newer ublk
+	// features of the node's kernel in brackets, e.g. "ublk (UPDATE_SIZE, AUTO_BUF_REG)";
+	// empty while the volume is not attached.
 	// +optional
 	Frontend string `json:"frontend,omitempty"`
 	// Limits are the QoS limits the node agent last put on the array (spec.limits as
@@ -397,7 +399,7 @@ type Raid10VolumeStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Copied",type=integer,JSONPath=`.status.hydration.percent`,priority=1,description="A restore's or clone's copy from its source, in percent"
 // +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.devicePath`,priority=1
-// +kubebuilder:printcolumn:name="Frontend",type=string,JSONPath=`.status.frontend`,priority=1,description="nbd or ublk: how the node serves the device"
+// +kubebuilder:printcolumn:name="Frontend",type=string,JSONPath=`.status.frontend`,priority=1,description="nbd or ublk (with the kernel's ublk features): how the node serves the device"
 // +kubebuilder:printcolumn:name="Requested",type=integer,JSONPath=`.spec.sizeBytes`,priority=1
 // +kubebuilder:printcolumn:name="LostBlocks",type=integer,JSONPath=`.status.lostBlocks`,priority=1,description="Blocks bad on every copy: reads there fail"
 // +kubebuilder:printcolumn:name="Scrub",type=string,JSONPath=`.status.scrub.state`,priority=1,description="State of the current or last scrub"
