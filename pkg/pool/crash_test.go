@@ -141,15 +141,7 @@ func TestExpandCopyTargetCrash(t *testing.T) {
 			cfg := Config{Disks: []DiskConfig{{Path: filepath.Join(dir, "disk*.img")}}}
 			p := openPool(t, cfg)
 			defer func() { p.Close() }()
-			if _, err := p.CreateVolume("v", 16*mib, CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			data := randBytes(16 * mib)
-			writeVolume(t, p, "v", data, 0)
-			if _, err := p.CreateVolume("c", 16*mib, CreateOptions{Source: &Source{Volume: "v"}}); err != nil {
-				t.Fatal(err)
-			}
-			waitHydrated(t, p, "c")
+			data := hydratedClone(t, p)
 			hit := false
 			p.failpoint = crashAt(c.point, &hit)
 			if _, err := p.ExpandVolume("c", c.stopped); !hit || !errors.Is(err, errCrash) {
@@ -220,15 +212,7 @@ func TestExpandCopyTargetPowerCut(t *testing.T) {
 	cfg := Config{Disks: []DiskConfig{{Path: filepath.Join(dir, "disk*.img")}}}
 	p := openPool(t, cfg)
 	defer func() { p.Close() }()
-	if _, err := p.CreateVolume("v", 16*mib, CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	data := randBytes(16 * mib)
-	writeVolume(t, p, "v", data, 0)
-	if _, err := p.CreateVolume("c", 16*mib, CreateOptions{Source: &Source{Volume: "v"}}); err != nil {
-		t.Fatal(err)
-	}
-	waitHydrated(t, p, "c")
+	data := hydratedClone(t, p)
 	a, err := p.Array("c")
 	if err != nil {
 		t.Fatal(err)
@@ -251,4 +235,21 @@ func TestExpandCopyTargetPowerCut(t *testing.T) {
 		t.Fatalf("clone after the power cut: %+v, want 32 MiB and hydrated", vi)
 	}
 	checkGrownClone(t, p, data, 32*mib)
+}
+
+// hydratedClone makes volume "v" of 16 MiB, fills it, and makes "c", a clone of it, waiting
+// until its copy has ended; it returns the data.
+func hydratedClone(t *testing.T, p *Pool) []byte {
+	t.Helper()
+	const mib = 1 << 20
+	if _, err := p.CreateVolume("v", 16*mib, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(16 * mib)
+	writeVolume(t, p, "v", data, 0)
+	if _, err := p.CreateVolume("c", 16*mib, CreateOptions{Source: &Source{Volume: "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitHydrated(t, p, "c")
+	return data
 }
