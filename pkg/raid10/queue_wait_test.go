@@ -2,7 +2,9 @@ package raid10
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -26,8 +28,11 @@ func TestQueueSubmitterWaits(t *testing.T) {
 	}
 	defer a.Close()
 	q, err := a.NewQueue(8)
-	if err != nil {
+	if errors.Is(err, ErrNoRing) && os.Getenv("CI") == "" {
 		t.Skipf("no io_uring here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	if !q.ring.CanWaitTimeout() {
 		t.Skip("kernel without IORING_FEAT_EXT_ARG: the submitter never waits on the ring")
