@@ -169,6 +169,7 @@ func (p *Pool) assemble(v *volume) {
 	}
 	v.arr, v.err = arr, nil
 	p.applyLimits(v)
+	p.applyRates(v)
 	h, _ := p.health(v)
 	klog.InfoS("Volume assembled", "volume", v.name, "volumeUUID", v.uuid, "members", len(members), "of", v.members, "health", h)
 }

@@ -107,6 +107,8 @@ type volume struct {
 	arrTotal uint64
 	// limits are the QoS limits set on it (SetVolumeLimits), applied at every assembly.
 	limits raid10.Limits
+	// rates are the background rates set on it (SetVolumeRates), applied at every assembly.
+	rates raid10.Rates
 
 	// Snapshots and copies (snapshot.go).
 	snap       bool         // a snapshot, not a volume

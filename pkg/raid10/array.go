@@ -120,6 +120,8 @@ type Array struct {
 
 	// qos: the per-volume QoS limits of the frontend requests (limit.go).
 	qos qosState
+	// rates: the background work's rates (rates.go).
+	rates rateState
 
 	// epoch is advanced by the deadline monitor; see deadline.go.
 	epoch    atomic.Int64

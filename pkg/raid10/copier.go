@@ -118,6 +118,7 @@ func (c *Copy) Start() {
 func (c *Copy) run() {
 	defer close(c.done)
 	start, base := time.Now(), c.copied.Load()
+	gen := c.tgt.rates.gen.Load()
 	lastFg := c.src.fgWrites()
 	most := int64(len(c.batch)) >> c.shift
 	for r := int64(0); r < c.rec.Regions; {
@@ -146,19 +147,23 @@ func (c *Copy) run() {
 			return
 		}
 		r += k
-		// The rebuild's rate settings (the target's Options): at most
-		// SyncRateMax, falling back towards SyncRateMin while the source
-		// takes writes (its own reads of the source do not count).
+		// The target's rates (Rates, loaded per batch): at most SyncMax,
+		// falling back towards SyncMin while the source takes writes (its
+		// own reads of the source do not count). A change of rates starts
+		// the rate's window again, so the copy follows the new rate.
+		if g := c.tgt.rates.gen.Load(); g != gen {
+			gen, start, base = g, time.Now(), c.copied.Load()
+		}
 		done := c.copied.Load() - base
 		el := time.Since(start)
 		rate := float64(done) / max(el.Seconds(), 1e-6)
-		o := c.tgt.opts
-		if o.SyncRateMax > 0 && rate > float64(o.SyncRateMax) {
-			c.sleep(min(time.Duration(float64(done)/float64(o.SyncRateMax)*float64(time.Second))-el, 200*time.Millisecond))
+		o := c.tgt.Rates()
+		if o.SyncMax > 0 && rate > float64(o.SyncMax) {
+			c.sleep(min(time.Duration(float64(done)/float64(o.SyncMax)*float64(time.Second))-el, 200*time.Millisecond))
 		} else if fg := c.src.fgWrites(); fg != lastFg {
 			lastFg = fg
-			if o.SyncRateMin > 0 && rate > float64(o.SyncRateMin) {
-				c.sleep(min(time.Duration(float64(done)/float64(o.SyncRateMin)*float64(time.Second))-el, 10*time.Millisecond))
+			if o.SyncMin > 0 && rate > float64(o.SyncMin) {
+				c.sleep(min(time.Duration(float64(done)/float64(o.SyncMin)*float64(time.Second))-el, 10*time.Millisecond))
 			}
 		}
 	}

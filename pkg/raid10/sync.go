@@ -93,8 +93,9 @@ func (a *Array) fgOps() uint64 {
 	return n
 }
 
-// throttle keeps the sync rate under SyncRateMax and, while foreground I/O
-// is running, yields to it as long as the rate stays above SyncRateMin
+// throttle keeps the sync rate under its ceiling (Rates: SyncMax, or a
+// scrub's ScrubMax) and, while foreground I/O
+// is running, yields to it as long as the rate stays above SyncMin
 // (md's sync_speed_max and sync_speed_min).
 // Above the maximum it sleeps until the rate is down to it, in steps of at
 // most 200 ms so that a stop is seen: a single capped sleep per chunk let a
@@ -103,7 +104,8 @@ func (a *Array) throttle() {
 	for slept := false; ; slept = true {
 		done, el := a.syncDone()
 		rate := float64(done) / max(el.Seconds(), 1e-6)
-		if mx := a.opts.SyncRateMax; mx > 0 && rate > float64(mx) {
+		mx, mn := a.syncCeiling()
+		if mx > 0 && rate > float64(mx) {
 			want := time.Duration(float64(done) / float64(mx) * float64(time.Second))
 			a.sleep(min(want-el, 200*time.Millisecond))
 			if a.stopped() {
@@ -112,18 +114,18 @@ func (a *Array) throttle() {
 			continue
 		}
 		if !slept {
-			a.yield(done, el, rate)
+			a.yield(done, el, rate, mn)
 		}
 		return
 	}
 }
 
-// yield slows the sync towards SyncRateMin while foreground I/O runs.
-func (a *Array) yield(done int64, el time.Duration, rate float64) {
+// yield slows the sync towards the floor mn while foreground I/O runs.
+func (a *Array) yield(done int64, el time.Duration, rate float64, mn int64) {
 	if fg := a.fgOps(); fg != a.lastFg {
 		// Foreground I/O since the last chunk: fall back towards the floor.
 		a.lastFg = fg
-		if mn := a.opts.SyncRateMin; mn > 0 && rate > float64(mn) {
+		if mn > 0 && rate > float64(mn) {
 			want := time.Duration(float64(done) / float64(mn) * float64(time.Second))
 			a.sleep(min(want-el, 10*time.Millisecond))
 		}
