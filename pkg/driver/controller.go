@@ -124,6 +124,7 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if params.frontend != "" {
 		cv.VolumeContext = map[string]string{ParamFrontend: string(params.frontend)}
 	}
+	cv.VolumeContext = withEncrypted(cv.VolumeContext, params)
 	cv.ContentSource = req.GetVolumeContentSource()
 	return &csi.CreateVolumeResponse{Volume: cv}, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/attach"
+	"github.com/raid10-csi/raid10-csi/pkg/crypt"
 )
 
 // DefaultMaxVolumesPerNode is what NodeGetInfo reports when no limit is configured: the nbd
@@ -75,6 +76,9 @@ type NodeConfig struct {
 	// Pool answers the health calls (health_node.go); nil: GET_VOLUME_HEALTH and
 	// GET_STORAGE_HEALTH are not advertised.
 	Pool PoolHealth
+	// Crypt tunes the key derivation of the LUKS2 headers of encrypted volumes
+	// (node_crypt.go); zero: cryptsetup's defaults.
+	Crypt crypt.Options
 }
 
 // NodeServer is the CSI node service: it attaches a volume of the local pool over NBD,
@@ -91,6 +95,7 @@ type NodeServer struct {
 	resizer    *mount.ResizeFs
 	locks      *VolumeLocks
 	pool       PoolHealth // nil: no health calls
+	cryptOpts  crypt.Options
 }
 
 var _ csi.NodeServer = (*NodeServer)(nil)
@@ -120,6 +125,7 @@ func NewNodeServer(cfg NodeConfig) (*NodeServer, error) {
 		resizer:    mount.NewResizeFs(cfg.Exec),
 		locks:      &VolumeLocks{},
 		pool:       cfg.Pool,
+		cryptOpts:  cfg.Crypt,
 	}, nil
 }
 
@@ -177,6 +183,9 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	}
 	if err != nil {
 		return nil, fmt.Errorf("attach volume %q: %w", id, err)
+	}
+	if dev, err = n.openEncrypted(ctx, id, dev, req.GetVolumeContext(), req.GetSecrets()); err != nil {
+		return nil, err
 	}
 	logger := klog.FromContext(ctx)
 	if shape.mode == v1alpha1.VolumeModeBlock {
@@ -236,6 +245,7 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 			}
 		}
 	}
+	dev = n.stagedDevice(id, dev) // the LUKS mapping of an encrypted volume
 	if dev != "" {
 		mps, err := n.mounts.MountsOf(dev)
 		if err != nil {
@@ -254,6 +264,9 @@ func (n *NodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	}
 	if err := mount.CleanupMountPoint(staging, n.mounter, true); err != nil {
 		return nil, fmt.Errorf("unmount %s: %w", staging, err)
+	}
+	if err := n.closeEncrypted(ctx, id); err != nil {
+		return nil, err
 	}
 	if err := n.attacher.Detach(ctx, id); err != nil {
 		return nil, fmt.Errorf("detach volume %q: %w", id, err)
@@ -288,6 +301,9 @@ func (n *NodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		// Attach is idempotent: it returns the device NodeStageVolume attached.
 		if source, err = n.attacher.Attach(ctx, id); err != nil {
 			return nil, fmt.Errorf("device of volume %q: %w", id, err)
+		}
+		if source, err = n.publishedDevice(id, source, req.GetVolumeContext()); err != nil {
+			return nil, err
 		}
 		if err := makeFile(target); err != nil {
 			return nil, err
@@ -427,6 +443,9 @@ func (n *NodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	size, err := n.attacher.Expand(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("grow the device of volume %q: %w", id, err)
+	}
+	if err := n.resizeEncrypted(ctx, id); err != nil {
+		return nil, err
 	}
 	if want := req.GetCapacityRange().GetRequiredBytes(); want > size {
 		return nil, fmt.Errorf("volume %q: the device has %d bytes, %d required: the node agent has not grown the array yet: %w",

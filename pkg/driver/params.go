@@ -24,6 +24,10 @@ const (
 	// ParamFrontend is how the node serves the volume's block device: auto, nbd or ublk
 	// (attach.Frontend). It reaches the node in the volume context.
 	ParamFrontend = "frontend"
+	// ParamEncrypted is "true" for a volume encrypted at rest (dm-crypt, LUKS2; the key from
+	// the node-stage Secret, node_crypt.go) or "false" (default). It reaches the node in the
+	// volume context.
+	ParamEncrypted = "encrypted"
 
 	// Keys that external-provisioner's --extra-create-metadata adds; recorded as annotations.
 	paramPVCName      = "csi.storage.k8s.io/pvc/name"
@@ -53,6 +57,7 @@ type volumeParams struct {
 	frontend     attach.Frontend       // "" when the StorageClass does not say: the node's --frontend
 	maxSnapshots string                // ParamMaxSnapshots as validated, "" when unset
 	limits       v1alpha1.VolumeLimits // the QoS limit parameters (params_limits.go); 0: none
+	encrypted    bool                  // ParamEncrypted
 }
 
 // parseParams validates StorageClass parameters. An unknown or invalid one is an error
@@ -86,6 +91,12 @@ func parseParams(in map[string]string) (volumeParams, error) {
 				return p, fmt.Errorf("parameter %s: %w", k, err)
 			}
 			p.maxSnapshots = v
+		case ParamEncrypted:
+			b, err := parseEncrypted(v)
+			if err != nil {
+				return p, err
+			}
+			p.encrypted = b
 		case paramPVCName:
 			p.pvcName = v
 		case paramPVCNamespace:
@@ -98,7 +109,7 @@ func parseParams(in map[string]string) (volumeParams, error) {
 				return p, err
 			}
 			if !known {
-				return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ParamMaxSnapshots, limitParamNames, ErrInvalidArgument)
+				return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s, %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ParamEncrypted, ParamMaxSnapshots, limitParamNames, ErrInvalidArgument)
 			}
 		}
 	}

@@ -1,0 +1,181 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+	testingexec "k8s.io/utils/exec/testing"
+
+	"github.com/raid10-csi/raid10-csi/pkg/crypt"
+)
+
+// cryptExec is fakeExec with a scripted cryptsetup: isLuks and open exit with the statuses
+// set, luksFormat makes the device LUKS; blkid reports what fs says (the fake's own mkfs
+// included). It records the cryptsetup verbs and what each read on its standard input.
+type cryptExec struct {
+	*fakeExec
+	mu     sync.Mutex
+	luks   bool // the device has a LUKS header
+	openRC int  // exit status of cryptsetup open
+	verbs  []string
+	stdins []string
+}
+
+func (e *cryptExec) CommandContext(_ context.Context, cmd string, args ...string) utilexec.Cmd {
+	return e.Command(cmd, args...)
+}
+
+func (e *cryptExec) Command(cmd string, args ...string) utilexec.Cmd {
+	if cmd != "cryptsetup" {
+		return e.fakeExec.Command(cmd, args...)
+	}
+	fc := &testingexec.FakeCmd{}
+	fc.CombinedOutputScript = []testingexec.FakeAction{func() ([]byte, []byte, error) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		var in []byte
+		if fc.Stdin != nil {
+			in, _ = io.ReadAll(fc.Stdin)
+		}
+		e.verbs, e.stdins = append(e.verbs, args[0]), append(e.stdins, string(in))
+		rc := 0
+		switch args[0] {
+		case "isLuks":
+			if !e.luks {
+				rc = 1
+			}
+		case "luksFormat":
+			e.luks = true
+		case "open":
+			rc = e.openRC
+		}
+		if rc != 0 {
+			return nil, nil, &testingexec.FakeExitError{Status: rc}
+		}
+		return nil, nil, nil
+	}}
+	return fc
+}
+
+func (e *cryptExec) ran() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return strings.Join(e.verbs, " ")
+}
+
+func newCryptNode(t *testing.T) (*NodeServer, *cryptExec) {
+	t.Helper()
+	m := mount.NewFakeMounter(nil)
+	ex := &cryptExec{fakeExec: &fakeExec{fs: map[string]string{}}}
+	n, err := NewNodeServer(NodeConfig{NodeID: "node-a", Attacher: newFakeAttacher("vol-1"), Mounter: m, Exec: ex,
+		Mounts: mounterTable{m}, Crypt: crypt.Options{MapperDir: t.TempDir()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, ex
+}
+
+// TestNodeStageEncryptedFake: the key flow of NodeStageVolume for an encrypted volume, with
+// a scripted cryptsetup. A missing secret or field is InvalidArgument naming it and runs no
+// cryptsetup; a wrong key is FailedPrecondition naming the volume and formats nothing; a
+// device with data but no LUKS header is refused unformatted; a blank one gets a header
+// (the key on stdin) and the filesystem goes on the mapping.
+func TestNodeStageEncryptedFake(t *testing.T) {
+	enc := map[string]string{ParamEncrypted: "true"}
+	for _, tc := range []struct {
+		name     string
+		secrets  map[string]string
+		luks     bool   // the device has a header already
+		data     string // a filesystem on the raw device
+		openRC   int
+		want     codes.Code
+		wantText string // the error names it
+		wantRan  string // cryptsetup verbs run
+	}{
+		{name: "no secret", want: codes.InvalidArgument, wantText: "node-stage-secret-name", wantRan: ""},
+		{name: "no key field", secrets: map[string]string{"passphrase": "x"}, want: codes.InvalidArgument, wantText: `no field "key"`, wantRan: ""},
+		{name: "wrong key", secrets: map[string]string{"key": "bad"}, luks: true, openRC: 2, want: codes.FailedPrecondition, wantText: "wrong key", wantRan: "isLuks open"},
+		{name: "data without header", secrets: map[string]string{"key": "k"}, data: "ext4", want: codes.FailedPrecondition, wantText: "not blank", wantRan: "isLuks isLuks"},
+		{name: "blank", secrets: map[string]string{"key": "k"}, want: codes.OK, wantRan: "isLuks isLuks luksFormat isLuks open"},
+		{name: "reopen", secrets: map[string]string{"key": "k"}, luks: true, want: codes.OK, wantRan: "isLuks open"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, ex := newCryptNode(t)
+			ex.luks, ex.openRC = tc.luks, tc.openRC
+			if tc.data != "" {
+				ex.fs["/dev/fake0"] = tc.data
+			}
+			_, err := n.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{VolumeId: "vol-1",
+				StagingTargetPath: t.TempDir(), VolumeCapability: mountCap("ext4"), VolumeContext: enc, Secrets: tc.secrets})
+			if got := status.Code(toStatus(err)); got != tc.want {
+				t.Fatalf("code %s, want %s: %v", got, tc.want, err)
+			}
+			if err != nil && (!strings.Contains(err.Error(), tc.wantText) || !strings.Contains(err.Error(), `"vol-1"`)) {
+				t.Fatalf("error %q: want it to name %q and the volume", err, tc.wantText)
+			}
+			if got := ex.ran(); got != tc.wantRan {
+				t.Fatalf("cryptsetup ran %q, want %q", got, tc.wantRan)
+			}
+			for i, v := range ex.verbs {
+				if (v == "luksFormat" || v == "open") && ex.stdins[i] != tc.secrets["key"] {
+					t.Fatalf("%s read %q on stdin, want the key", v, ex.stdins[i])
+				}
+			}
+			mkfs := ex.fakeExec.ran("mkfs.ext4")
+			if tc.want != codes.OK && mkfs != 0 {
+				t.Fatal("mkfs ran after a failed open")
+			}
+			if tc.want == codes.OK {
+				mapper := n.cryptsetup().Path(crypt.MapperName("vol-1"))
+				if ex.fs[mapper] != "ext4" || ex.fs["/dev/fake0"] != "" {
+					t.Fatalf("filesystems made %v: want ext4 on %s only", ex.fs, mapper)
+				}
+			}
+		})
+	}
+}
+
+// TestNodePublishEncryptedBlockNotOpen: a Block encrypted volume whose mapping is not open
+// is not published (the raw device would expose the header to the pod).
+func TestNodePublishEncryptedBlockNotOpen(t *testing.T) {
+	n, _ := newCryptNode(t)
+	block := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
+	_, err := n.NodePublishVolume(context.Background(), &csi.NodePublishVolumeRequest{VolumeId: "vol-1",
+		StagingTargetPath: t.TempDir(), TargetPath: t.TempDir() + "/dev", VolumeCapability: block,
+		VolumeContext: map[string]string{ParamEncrypted: "true"}})
+	if !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), "not open") {
+		t.Fatalf("publish = %v; want FailedPrecondition: mapping not open", err)
+	}
+}
+
+func TestParseEncrypted(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    bool
+		wantErr bool
+	}{{"true", true, false}, {"false", false, false}, {"yes", false, true}, {"", false, true}} {
+		p, err := parseParams(map[string]string{ParamEncrypted: tc.in})
+		if (err != nil) != tc.wantErr || p.encrypted != tc.want {
+			t.Fatalf("parseParams(encrypted=%q) = %v, %v", tc.in, p.encrypted, err)
+		}
+		if err != nil && (!errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), ParamEncrypted)) {
+			t.Fatalf("error %v: want InvalidArgument naming %s", err, ParamEncrypted)
+		}
+	}
+	if vc := withEncrypted(nil, volumeParams{encrypted: true}); !isEncrypted(vc) {
+		t.Fatalf("volume context %v: not encrypted", vc)
+	}
+	if vc := withEncrypted(map[string]string{ParamFrontend: "nbd"}, volumeParams{}); isEncrypted(vc) || len(vc) != 1 {
+		t.Fatalf("volume context %v: want the frontend only", vc)
+	}
+}
