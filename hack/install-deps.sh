@@ -18,6 +18,8 @@ DEB_PACKAGES=(
   libnbd-bin qemu-utils fio nbdkit nbd-client
   # Filesystems and block tools used by the node plugin and the tests.
   e2fsprogs xfsprogs util-linux mdadm
+  # Encrypted volumes: cryptsetup (LUKS2 over the served device, pkg/crypt).
+  cryptsetup-bin
   # unshare -n and ip: the node plugin attached from a fresh network namespace (TestNetNSInGuest).
   iproute2
   # Device-mapper tables swapped under a running array (test/diskfault: delay, error).

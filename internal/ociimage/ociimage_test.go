@@ -37,7 +37,7 @@ func TestRepoDockerfile(t *testing.T) {
 	df := repoDockerfile(t)
 	want := &Dockerfile{
 		Base: "debian:bookworm-slim", Suite: "bookworm",
-		Packages:   []string{"e2fsprogs", "xfsprogs", "util-linux", "kmod"},
+		Packages:   []string{"e2fsprogs", "xfsprogs", "util-linux", "kmod", "cryptsetup-bin"},
 		Files:      []File{{"/usr/local/bin/raid10-csi", "raid10-csi"}, {"/usr/local/bin/kubectl-raid10", "kubectl-raid10"}},
 		Entrypoint: []string{"/usr/local/bin/raid10-csi"},
 	}
