@@ -29,13 +29,17 @@ import (
 	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
-// TestNodeVM boots the VM (a real kernel with nbd, ext4, xfs) and runs TestNodeInGuest there.
+// TestNodeVM boots the VM (a real kernel with nbd, ext4, xfs, dm-crypt) and runs every
+// TestNodeInGuest* there.
 func TestNodeVM(t *testing.T) {
 	vm.HostHalf(t)
 	start := time.Now()
-	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 6 * time.Minute, Memory: 2048,
-		Tests: []string{"TestNodeInGuest", "TestNodeInGuestExpand", "TestNodeInGuestRestart"}},
-		".", "-test.run=^TestNodeInGuest", "-test.v", "-test.timeout=5m")
+	// dm_crypt, xts and algif_skcipher: the encrypted volumes of TestNodeInGuestCrypt
+	// (cryptsetup uses the kernel's crypto API for its keyslots, dm-crypt for the data).
+	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 8 * time.Minute, Memory: 2048,
+		Modules: append(append([]string{}, vm.DefaultModules...), "dm_crypt", "xts", "algif_skcipher"),
+		Tests:   []string{"TestNodeInGuest", "TestNodeInGuestExpand", "TestNodeInGuestRestart", "TestNodeInGuestCrypt"}},
+		".", "-test.run=^TestNodeInGuest", "-test.v", "-test.timeout=7m")
 	t.Logf("VM run: boot %s, total %s (with the build: %s)", res.Boot.Round(time.Second),
 		res.Duration.Round(time.Second), time.Since(start).Round(time.Second))
 }
