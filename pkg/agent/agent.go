@@ -70,6 +70,10 @@ type Pool interface {
 	// it is assembled; kept in the pool's memory only. Errors wrap pool.ErrNotFound,
 	// pool.ErrInvalidArgument (a negative field), ...
 	SetVolumeLimits(name string, l raid10.Limits) error
+	// SetVolumeRates sets a volume's rebuild and scrub rates (a field of 0: the node's), at
+	// once on its running array, else when it is assembled; kept in memory only. Errors wrap
+	// pool.ErrNotFound, pool.ErrInvalidArgument (a negative field), ...
+	SetVolumeRates(name string, r raid10.Rates) error
 }
 
 var _ Pool = (*pool.Pool)(nil)
@@ -116,6 +120,8 @@ const (
 	EventHydrated          = "Hydrated"
 	EventLimitsSet         = "LimitsSet"
 	EventLimitsFailed      = "LimitsFailed"
+	EventRatesSet          = "RatesSet"
+	EventRatesFailed       = "RatesFailed"
 	eventRecorderComponent = "raid10.csi.io/node-agent"
 )
 
@@ -174,6 +180,7 @@ type Agent struct {
 	snapSeen    map[string]bool               // per snapshot: ready last reported, for Events
 	snapPrint   map[string]string             // poller: per snapshot name
 	limits      map[string]raid10.Limits      // per volume: the limits last put on the pool
+	rates       map[string]raid10.Rates       // per volume: the rates last put on the pool
 }
 
 // volumeSeen is what the agent last reported about a volume, for Events.
@@ -207,6 +214,7 @@ func New(opts Options, c client.Client, rec Recorder) (*Agent, error) {
 		volumeSeen:  map[string]volumeSeen{},
 		fingerprint: map[string]string{},
 		limits:      map[string]raid10.Limits{},
+		rates:       map[string]raid10.Rates{},
 	}, nil
 }
 

@@ -50,6 +50,8 @@
 //     pool keeps limits in memory only); the pool gives them to an array assembled later.
 //     status.limits reports them once set; an Event LimitsSet when they change, LimitsFailed
 //     (retried every 15 s) when the pool refuses them.
+//   - Rebuild and scrub rates (rates.go): spec.rates go to pool.SetVolumeRates the same way
+//     (a field of 0: the node's); status.rates, Events RatesSet and RatesFailed.
 //
 // Spec.layout.chunkSizeBytes goes to pool.CreateOptions.ChunkSize: the array is created with
 // that chunk size (recorded in its superblocks; pool.VolumeInfo.ChunkSize reports it).

@@ -85,6 +85,7 @@ func crdValidation(t *testing.T, c client.Client) {
 		{"FilesystemWithoutFSType", func(v *v1alpha1.Raid10Volume) { v.Spec.FSType = "" }, "fsType is required"},
 		{"Btrfs", func(v *v1alpha1.Raid10Volume) { v.Spec.FSType = "btrfs" }, "fsType"},
 		{"NegativeLimit", func(v *v1alpha1.Raid10Volume) { v.Spec.Limits = &v1alpha1.VolumeLimits{WriteIOPS: -1} }, "spec.limits.writeIOPS"},
+		{"NegativeRate", func(v *v1alpha1.Raid10Volume) { v.Spec.Rates = &v1alpha1.VolumeRates{ScrubRateMax: -1} }, "spec.rates.scrubRateMax"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := good("bad-" + strings.ToLower(tc.name))

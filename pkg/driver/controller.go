@@ -64,6 +64,10 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
+	rates, err := parseMutableRates(req.GetMutableParameters(), &params.rates)
+	if err != nil {
+		return nil, err
+	}
 	src, err := parseContentSource(req.GetVolumeContentSource())
 	if err != nil {
 		return nil, err
@@ -104,7 +108,7 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			return nil, err
 		}
 		vol = newVolume(id, name, node, size, params, shape)
-		vol.Spec.Source, vol.Spec.Limits = src, limits
+		vol.Spec.Source, vol.Spec.Limits, vol.Spec.Rates = src, limits, rates
 		if err := c.store.CreateVolume(ctx, vol); err != nil {
 			if errors.Is(err, ErrAlreadyExists) {
 				// Another controller replica won the race; the provisioner retries.

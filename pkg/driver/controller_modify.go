@@ -16,10 +16,11 @@ import (
 const modifyAttempts = 3
 
 // ControllerModifyVolume applies a VolumeAttributesClass's mutable parameters (the QoS
-// limits, params_limits.go) to the volume: it merges them into the Raid10Volume's
-// spec.limits, keys not named keeping their values, and returns once the spec is written.
-// The node agent puts the limits on the array at once when it is assembled, else when it
-// is (status.limits shows what it applied). A modify that changes nothing writes nothing.
+// limits, params_limits.go, and the background rates, params_rates.go) to the volume: it
+// merges them into the Raid10Volume's spec.limits and spec.rates, keys not named keeping
+// their values, and returns once the spec is written. The node agent puts them on the array
+// at once when it is assembled, else when it is (status.limits and status.rates show what
+// it applied). A modify that changes nothing writes nothing.
 func (c *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
@@ -46,7 +47,7 @@ func (c *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 	}
 }
 
-// modifyLimits is one read-merge-write of the volume's spec.limits.
+// modifyLimits is one read-merge-write of the volume's spec.limits and spec.rates.
 func (c *ControllerServer) modifyLimits(ctx context.Context, id string, params map[string]string) error {
 	vol, err := c.store.GetVolume(ctx, id)
 	if err != nil {
@@ -59,13 +60,17 @@ func (c *ControllerServer) modifyLimits(ctx context.Context, id string, params m
 	if err != nil {
 		return err
 	}
-	if equality.Semantic.DeepEqual(limits, vol.Spec.Limits) {
+	rates, err := parseMutableRates(params, vol.Spec.Rates)
+	if err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(limits, vol.Spec.Limits) && equality.Semantic.DeepEqual(rates, vol.Spec.Rates) {
 		return nil
 	}
-	vol.Spec.Limits = limits
+	vol.Spec.Limits, vol.Spec.Rates = limits, rates
 	if err := c.store.UpdateVolume(ctx, vol); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Volume limits changed", "volumeID", id, "limits", limits)
+	klog.FromContext(ctx).Info("Volume limits changed", "volumeID", id, "limits", limits, "rates", rates)
 	return nil
 }

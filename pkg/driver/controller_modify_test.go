@@ -122,4 +122,5 @@ func modifySuite(t *testing.T, c client.Client, cc csi.ControllerClient) {
 	if _, err := cc.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-qos"}); err != nil {
 		t.Fatal(err)
 	}
+	t.Run("Rates", func(t *testing.T) { modifyRatesSuite(t, c, cc) })
 }

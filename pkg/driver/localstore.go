@@ -51,7 +51,8 @@ const localExpandRetry = 2 * time.Second
 //   - UpdateVolume records the new spec (a new generation) and grows the pool volume; a
 //     refused expansion is phase Expanding, retried on reads every localExpandRetry.
 //   - spec.limits are put on the pool volume (pool.SetVolumeLimits) when they change, and
-//     at NewLocalStore, since the pool keeps them in memory only (localstore_limits.go).
+//     at NewLocalStore, since the pool keeps them in memory only (localstore_limits.go);
+//     spec.rates likewise (pool.SetVolumeRates, localstore_rates.go).
 //   - DeleteVolume marks the record deleting, deletes the pool volume, drops the record.
 //   - GetNode and ListNodes report one Raid10Node, named after the node ID, from
 //     pool.Status and pool.MemberFree.
@@ -89,6 +90,7 @@ type LocalStore struct {
 	version  int64                     // last resourceVersion given
 	expanded map[string]time.Time      // last expansion attempt per volume
 	limits   map[string]raid10.Limits  // per volume: the QoS limits last put on the pool
+	rates    map[string]raid10.Rates   // per volume: the rates last put on the pool
 }
 
 // localVolume is one Raid10Volume of the store: the object (metadata, spec and the status
@@ -130,7 +132,7 @@ func NewLocalStore(p *pool.Pool, nodeID, recordsPath string) (*LocalStore, error
 		return nil, fmt.Errorf("local store needs a pool, a node ID and a records path: %w", ErrInvalidArgument)
 	}
 	s := &LocalStore{pool: p, nodeID: nodeID, path: recordsPath, vols: map[string]*localVolume{}, snaps: map[string]*localSnapshot{},
-		expanded: map[string]time.Time{}, limits: map[string]raid10.Limits{}}
+		expanded: map[string]time.Time{}, limits: map[string]raid10.Limits{}, rates: map[string]raid10.Rates{}}
 	b, err := os.ReadFile(recordsPath)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -170,6 +172,7 @@ func NewLocalStore(p *pool.Pool, nodeID, recordsPath string) (*LocalStore, error
 		lv := &localVolume{obj: r.object(s.nextVersion()), provisioned: r.Provisioned}
 		if inPool { // the pool forgot them: put them on again now, not at the first read
 			lv.obj.Status.Limits = s.applyLimitsLocked(lv.obj, nil)
+			lv.obj.Status.Rates = s.applyRatesLocked(lv.obj, nil)
 		}
 		s.vols[r.Name] = lv
 	}
@@ -270,6 +273,7 @@ func (s *LocalStore) refreshLocked(lv *localVolume, ids map[string]string, now t
 	}
 	st := crstatus.VolumeStatus(vol.Status, vol, info, ids, now)
 	st.Limits = s.applyLimitsLocked(vol, vol.Status.Limits)
+	st.Rates = s.applyRatesLocked(vol, vol.Status.Rates)
 	if expandMsg != "" {
 		st = crstatus.ExpandPending(st, expandMsg)
 	}
@@ -446,6 +450,7 @@ func (s *LocalStore) DeleteVolume(_ context.Context, name string) error {
 	delete(s.vols, name)
 	delete(s.expanded, name)
 	delete(s.limits, name)
+	delete(s.rates, name)
 	if err := s.saveLocked(); err != nil {
 		// The pool volume is gone; a restart finishes the delete from the deleting record.
 		return err

@@ -57,6 +57,7 @@ type volumeParams struct {
 	frontend     attach.Frontend       // "" when the StorageClass does not say: the node's --frontend
 	maxSnapshots string                // ParamMaxSnapshots as validated, "" when unset
 	limits       v1alpha1.VolumeLimits // the QoS limit parameters (params_limits.go); 0: none
+	rates        v1alpha1.VolumeRates  // the rate parameters (params_rates.go); 0: the node's
 	encrypted    bool                  // ParamEncrypted
 }
 
@@ -105,11 +106,14 @@ func parseParams(in map[string]string) (volumeParams, error) {
 			p.pvName = v
 		default:
 			known, err := setLimit(&p.limits, k, v)
+			if err == nil && !known {
+				known, err = setRate(&p.rates, k, v)
+			}
 			if err != nil {
 				return p, err
 			}
 			if !known {
-				return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s, %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ParamEncrypted, ParamMaxSnapshots, limitParamNames, ErrInvalidArgument)
+				return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s, %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ParamEncrypted, ParamMaxSnapshots, limitParamNames+", "+rateParamNames, ErrInvalidArgument)
 			}
 		}
 	}

@@ -12,11 +12,12 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 )
 
-// TestLimitKeysInChartSchema ties the chart's values.schema.json to the limit parser: the
-// StorageClass's parameters and each VolumeAttributesClass's parameters list exactly the
-// limit keys, a count key with the count pattern and a byte key with the byte pattern, and
-// every value those patterns let through is one the parser takes (so helm refuses what
-// CreateVolume or ControllerModifyVolume would refuse, never the other way round).
+// TestLimitKeysInChartSchema ties the chart's values.schema.json to the limit and rate
+// parsers: the StorageClass's parameters and each VolumeAttributesClass's parameters list
+// exactly the limit keys, a count key with the count pattern and a byte key with the byte
+// pattern, and exactly the rate keys with the rate pattern, and every value those patterns
+// let through is one the parser takes (so helm refuses what CreateVolume or
+// ControllerModifyVolume would refuse, never the other way round).
 func TestLimitKeysInChartSchema(t *testing.T) {
 	raw, err := os.ReadFile("../../charts/raid10-csi/values.schema.json")
 	if err != nil {
@@ -51,15 +52,22 @@ func TestLimitKeysInChartSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	refs := map[bool]string{false: "#/definitions/qosCount", true: "#/definitions/qosBytes"}
+	const rateRef = "#/definitions/rateBytes"
 	for where, props := range map[string]map[string]prop{
 		"storageClass.parameters":            s.Properties.StorageClass.Properties.Parameters.Properties,
 		"volumeAttributesClasses.parameters": s.Properties.VolumeAttributesClasses.Items.Properties.Parameters.Properties,
 	} {
-		var got []string
+		var got, gotRates []string
 		for k, p := range props {
 			if strings.HasPrefix(p.Ref, "#/definitions/qos") {
 				got = append(got, k)
 			}
+			if p.Ref == rateRef {
+				gotRates = append(gotRates, k)
+			}
+		}
+		if want := slices.Sorted(maps.Keys(rateParams)); !slices.Equal(slices.Sorted(slices.Values(gotRates)), want) {
+			t.Errorf("%s: rate keys %v, want %v", where, slices.Sorted(slices.Values(gotRates)), want)
 		}
 		if want := slices.Sorted(maps.Keys(limitParams)); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
 			t.Errorf("%s: limit keys %v, want %v", where, slices.Sorted(slices.Values(got)), want)
@@ -88,6 +96,18 @@ func TestLimitKeysInChartSchema(t *testing.T) {
 			if _, err := setLimit(&v1alpha1.VolumeLimits{}, key, v); err != nil {
 				t.Errorf("%s: the chart takes %q, the parser refuses it: %v", ref, v, err)
 			}
+		}
+	}
+	re, err := regexp.Compile(s.Definitions[strings.TrimPrefix(rateRef, "#/definitions/")].Pattern)
+	if err != nil {
+		t.Fatalf("%s: %v", rateRef, err)
+	}
+	for _, v := range samples {
+		if !re.MatchString(v) {
+			continue
+		}
+		if _, err := setRate(&v1alpha1.VolumeRates{}, ParamScrubRateMax, v); err != nil {
+			t.Errorf("%s: the chart takes %q, the parser refuses it: %v", rateRef, v, err)
 		}
 	}
 }

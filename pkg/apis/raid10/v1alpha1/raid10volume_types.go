@@ -74,6 +74,31 @@ type Raid10VolumeSpec struct {
 	// whenever it assembles it. Absent or all zero: unlimited.
 	// +optional
 	Limits *VolumeLimits `json:"limits,omitempty"`
+	// Rates are the speeds of the volume's rebuilds and scrubs (StorageClass parameters, a
+	// VolumeAttributesClass): the node agent puts them on the array, live, and again whenever
+	// it assembles it. Absent or a field of 0: the node's (node.pool.rebuildRateMax).
+	// +optional
+	Rates *VolumeRates `json:"rates,omitempty"`
+}
+
+// VolumeRates are the volume's background rates in bytes per second, as md's
+// sync_speed_min and sync_speed_max. A field of 0 (or absent) takes the node's value: the
+// pool's rebuildRateMax for the rebuild's ceiling, the engine's defaults otherwise
+// (1000 KiB/s floor, 200000 KiB/s ceiling), the rebuild's ceiling for a scrub.
+type VolumeRates struct {
+	// RebuildRateMin is the rate a rebuild, resync, scrub or copy keeps even while the
+	// volume takes I/O of its own.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RebuildRateMin int64 `json:"rebuildRateMin,omitempty"`
+	// RebuildRateMax is the ceiling of a rebuild, a resync and a restore's or clone's copy.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RebuildRateMax int64 `json:"rebuildRateMax,omitempty"`
+	// ScrubRateMax is the ceiling of a scrub (check or repair).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ScrubRateMax int64 `json:"scrubRateMax,omitempty"`
 }
 
 // VolumeLimits caps the requests that reach a volume from its block device: each rate is a
@@ -373,6 +398,10 @@ type Raid10VolumeStatus struct {
 	// applied); absent when none are.
 	// +optional
 	Limits *VolumeLimits `json:"limits,omitempty"`
+	// Rates are the background rates the node agent last put on the array (spec.rates as
+	// applied); absent when the volume has the node's.
+	// +optional
+	Rates *VolumeRates `json:"rates,omitempty"`
 	// Message is a human-readable summary of the last problem.
 	// +optional
 	Message string `json:"message,omitempty"`
