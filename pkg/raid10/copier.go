@@ -24,8 +24,10 @@ func (c *Copy) stopped() bool {
 // copyRegions copies regions [r, r+k) (as the source reads now, which is
 // the cut: their bits are clear, and the caller holds them busy) into the
 // target, makes them durable and durably sets their bits. Blocks the source
-// cannot deliver are recorded bad on every copy of the target (reads of
-// them fail there as on the source), never zero. A source that is itself
+// has recorded lost (bad on every in-sync copy) are recorded bad on every
+// copy of the target (reads of them fail there as on the source), never
+// zero; a block the source cannot read without having recorded it lost
+// (its members are gone or hung) fails the copy. A source that is itself
 // a copy target whose copy failed (a restore from a snapshot still being
 // filled) does not hold the regions it never got: that fails this copy
 // too, since they are not lost media but data this target can never have.
@@ -45,6 +47,14 @@ func (c *Copy) copyRegions(r, k int64, b []byte) error {
 			if _, err := c.src.read(p, off+b, false); err != nil {
 				if err := notLost(err, r); err != nil {
 					return err
+				}
+				if !c.src.recordedLost(off + b) {
+					// Unreadable now, not lost: the source's members holding it are
+					// gone or hung. Holes recorded here would read EIO for good
+					// though the data comes back with the disks; the copy fails
+					// instead (its target is refused service, never served wrong).
+					return fmt.Errorf("copy: region %d: source block %d unreadable but not recorded lost (its members are unavailable): %w",
+						r, (off+b)/BlockSize, err)
 				}
 				clear(p)
 				lost = addRun(lost, (off+b)/BlockSize, 1)
