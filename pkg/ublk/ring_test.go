@@ -3,22 +3,12 @@ package ublk
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 	"github.com/raid10-csi/raid10-csi/test/vm"
 )
-
-// TestUblkRingVM boots the 6.12 kernel and runs TestInGuestRing there.
-func TestUblkRingVM(t *testing.T) {
-	vm.HostHalf(t)
-	vm.RunGoTestOpts(t, vm.Options{Timeout: 6 * time.Minute, Memory: 2048,
-		KernelSeries: vm.UblkKernelSeries, Modules: append(slices.Clone(vm.DefaultModules), "ublk_drv"),
-		Tests: []string{"TestInGuestRing"}},
-		".", "-test.run=^TestInGuestRing$", "-test.v", "-test.timeout=5m")
-}
 
 // TestInGuestRing serves the engine over ublk and checks that its reads and plain writes are
 // served on the queue threads' own rings (RingServed: ended inside the thread's Reap, with no

@@ -30,13 +30,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestUblkVM boots the 6.12 kernel and runs the TestInGuest* tests there; each must pass.
+// TestUblkVM boots the 6.12 kernel and runs TestInGuestAttach, TestInGuestKill9 and
+// TestInGuestRing there (one boot); each must pass.
 func TestUblkVM(t *testing.T) {
 	vm.HostHalf(t)
-	vm.RunGoTestOpts(t, vm.Options{Timeout: 8 * time.Minute, Memory: 2048,
+	vm.RunGoTestOpts(t, vm.Options{Timeout: 10 * time.Minute, Memory: 2048,
 		KernelSeries: vm.UblkKernelSeries, Modules: append(slices.Clone(vm.DefaultModules), "ublk_drv"),
-		Tests: []string{"TestInGuestAttach", "TestInGuestKill9"}},
-		".", "-test.run=^TestInGuest(Attach|Kill9)$", "-test.v", "-test.timeout=7m")
+		Tests: []string{"TestInGuestAttach", "TestInGuestKill9", "TestInGuestRing"}},
+		".", "-test.run=^TestInGuest(Attach|Kill9|Ring)$", "-test.v", "-test.timeout=9m")
 }
 
 func inGuest(t *testing.T) {
