@@ -105,26 +105,72 @@ const scheduleInterval = time.Minute
 
 // scheduler starts the scheduled scrubs, pauses them when their window closes and continues
 // them in the next window of the cycle, until each volume has finished one scrub per cycle.
+// A volume with a schedule of its own (SetVolumeScrubSchedule) follows that one; with the
+// node's schedule off, the scheduler looks only while some volume has one.
 func (p *Pool) scheduler() {
 	c := p.cfg.Scrub.withDefaults()
-	if c.Schedule == ScrubOff {
-		return
-	}
-	p.every(scheduleInterval, func() { p.scheduleOnce(c, p.now()) })
+	p.every(scheduleInterval, func() {
+		if c.Schedule == ScrubOff && !p.ownScrubSchedules() {
+			return
+		}
+		p.scheduleOnce(c, p.now())
+	})
 }
 
-// scheduleOnce is one look of the scheduler at time now.
-func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
-	in, cycle, _ := scrubWindow(c, now)
-	kind := ScrubCheck
-	if c.Repair {
-		kind = ScrubRepair
+// SetVolumeScrubSchedule gives the volume called name a scrub schedule of its own, c (the
+// fields of the node's Config.Scrub; an empty field takes its default, as there), or with
+// c nil returns it to the node's. The scheduler follows it from its next look (within a
+// minute): a window that closes, or a schedule turned off, pauses the volume's scheduled
+// scrub as the node's schedule does. Like SetVolumeLimits, the pool keeps it in memory
+// only; after a restart the caller sets it again. Errors: ErrInvalidArgument naming the
+// field, ErrNotFound, ErrClosed.
+func (p *Pool) SetVolumeScrubSchedule(name string, c *ScrubConfig) error {
+	if c != nil {
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("volume %q: %w", name, err)
+		}
+		d := c.withDefaults()
+		c = &d
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, err := p.openVolumeLocked(name)
+	if err != nil {
+		return err
+	}
+	v.scrubSchedule = c
+	return nil
+}
+
+// ownScrubSchedules reports whether some volume has a scrub schedule of its own.
+func (p *Pool) ownScrubSchedules() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, v := range p.volumes {
+		if v.scrubSchedule != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// scheduleOnce is one look of the scheduler at time now, c being the node's schedule.
+func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
+	p.mu.Lock()
 	var start, fresh, stop []string
+	kinds := map[string]ScrubKind{}
 	for u, v := range p.volumes {
 		if v.snap {
 			continue // scrubbed by name: volumes only
+		}
+		vc := c
+		if v.scrubSchedule != nil {
+			vc = *v.scrubSchedule
+		}
+		in, cycle, _ := scrubWindow(vc, now)
+		kinds[v.name] = ScrubCheck
+		if vc.Repair {
+			kinds[v.name] = ScrubRepair
 		}
 		r := p.scrubs[u]
 		running := r != nil && r.cancel != nil
@@ -151,7 +197,7 @@ func (p *Pool) scheduleOnce(c ScrubConfig, now time.Time) {
 		}
 	}
 	for i, name := range append(fresh, start...) {
-		if _, err := p.startScrub(name, kind, true, i < len(fresh)); err != nil {
+		if _, err := p.startScrub(name, kinds[name], true, i < len(fresh)); err != nil {
 			klog.InfoS("Scheduled scrub not started", "volume", name, "err", err)
 		}
 	}

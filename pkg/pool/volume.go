@@ -109,6 +109,9 @@ type volume struct {
 	limits raid10.Limits
 	// rates are the background rates set on it (SetVolumeRates), applied at every assembly.
 	rates raid10.Rates
+	// scrubSchedule is its own scrub schedule (SetVolumeScrubSchedule, defaults filled in);
+	// nil: the node's.
+	scrubSchedule *ScrubConfig
 
 	// Snapshots and copies (snapshot.go).
 	snap       bool         // a snapshot, not a volume
