@@ -56,6 +56,7 @@ func describeSpec(ew *errWriter, v *v1alpha1.Raid10Volume, now time.Time) {
 	ew.printf("  Layout:      %d members, %s chunks (near-2)\n", v.Spec.Layout.Members, human(uint64(v.Spec.Layout.ChunkSizeBytes)))
 	ew.printf("  Volume mode: %s\n", v.Spec.VolumeMode)
 	ew.printf("  FS type:     %s\n", dash(string(v.Spec.FSType)))
+	ew.printf("  Encryption:  %s\n", encryptionOf(v))
 	describeLimitsSpec(ew, v)
 }
 
@@ -162,4 +163,13 @@ func describeEvents(ew *errWriter, evs []eventsv1.Event, now time.Time) {
 		}
 		ew.printf("  %s\t%s\t%s\t%s\t%s\n", e.Type, e.Reason, age(metav1.NewTime(eventTime(e)), now), dash(from), e.Note)
 	}
+}
+
+// encryptionOf says whether the volume is encrypted at rest, as its StorageClass asked
+// (the annotation the controller writes at creation).
+func encryptionOf(v *v1alpha1.Raid10Volume) string {
+	if v.Annotations[v1alpha1.EncryptedAnnotation] == "true" {
+		return "LUKS2 (dm-crypt on the node; key from the node-stage Secret)"
+	}
+	return "none"
 }

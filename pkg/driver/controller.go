@@ -170,6 +170,7 @@ func newVolume(id, name, node string, size int64, p volumeParams, shape volumeSh
 		v1alpha1.PVCNamespaceAnnotation: p.pvcNamespace,
 		v1alpha1.PVNameAnnotation:       p.pvName,
 		maxSnapshotsAnnotation:          p.maxSnapshots,
+		v1alpha1.EncryptedAnnotation:    encryptedAnnotation(p),
 	} {
 		if v != "" {
 			vol.Annotations[k] = v

@@ -43,6 +43,15 @@ func withEncrypted(vc map[string]string, p volumeParams) map[string]string {
 	return vc
 }
 
+// encryptedAnnotation is the value of v1alpha1.EncryptedAnnotation for a new volume: "true"
+// or "" (no annotation).
+func encryptedAnnotation(p volumeParams) string {
+	if p.encrypted {
+		return "true"
+	}
+	return ""
+}
+
 // isEncrypted reports whether a volume context asks for encryption at rest.
 func isEncrypted(vc map[string]string) bool {
 	b, err := strconv.ParseBool(vc[ParamEncrypted])

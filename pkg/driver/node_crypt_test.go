@@ -15,6 +15,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 	testingexec "k8s.io/utils/exec/testing"
 
+	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/crypt"
 )
 
@@ -177,5 +178,22 @@ func TestParseEncrypted(t *testing.T) {
 	}
 	if vc := withEncrypted(map[string]string{ParamFrontend: "nbd"}, volumeParams{}); isEncrypted(vc) || len(vc) != 1 {
 		t.Fatalf("volume context %v: want the frontend only", vc)
+	}
+}
+
+// TestNewVolumeEncryptedAnnotation: a volume created with encrypted=true carries the
+// annotation kubectl raid10 describe reads; one without has none.
+func TestNewVolumeEncryptedAnnotation(t *testing.T) {
+	p, err := parseParams(map[string]string{ParamEncrypted: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := newVolume("vol-1", "pvc-1", "node-a", 1<<30, p, volumeShape{mode: "Filesystem", fsType: "ext4"})
+	if got := vol.Annotations[v1alpha1.EncryptedAnnotation]; got != "true" {
+		t.Fatalf("annotation %q = %q, want true", v1alpha1.EncryptedAnnotation, got)
+	}
+	plain := newVolume("vol-2", "pvc-2", "node-a", 1<<30, volumeParams{}, volumeShape{mode: "Filesystem", fsType: "ext4"})
+	if _, ok := plain.Annotations[v1alpha1.EncryptedAnnotation]; ok {
+		t.Fatalf("a plain volume has annotations %v", plain.Annotations)
 	}
 }

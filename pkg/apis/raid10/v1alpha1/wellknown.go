@@ -22,6 +22,10 @@ const (
 	PVCNameAnnotation      = "raid10.csi.io/pvc-name"
 	PVCNamespaceAnnotation = "raid10.csi.io/pvc-namespace"
 	PVNameAnnotation       = "raid10.csi.io/pv-name"
+	// EncryptedAnnotation is "true" on a Raid10Volume whose StorageClass asked for
+	// encryption at rest (parameter encrypted): the node stages it on a dm-crypt LUKS2
+	// mapping, and the disks hold only its ciphertext.
+	EncryptedAnnotation = "raid10.csi.io/encrypted"
 	// ConditionReady is the condition type both resources report.
 	ConditionReady = "Ready"
 	// ConditionRedundant is the Raid10Volume condition that is True while every chunk has
