@@ -26,6 +26,7 @@
 //	volume_limit_burst_{ops,bytes}{volume,op}          gauge: its burst as the engine uses it
 //	volume_throttled_requests_total{volume,op}         counter: requests that waited for the limits
 //	volume_throttle_wait_seconds_total{volume,op}      counter: the time they waited, summed
+//	volume_throttled_bytes_total{volume,op}            counter: the bytes those requests moved
 //	disk_info{disk,path,identity}                      always 1
 //	disk_state{disk,state}                             state set (Active, Spare, Failed, Removed, Missing, Refused)
 //	disk_size_bytes{disk}, disk_free_bytes{disk}       gauge

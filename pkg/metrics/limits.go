@@ -17,10 +17,11 @@ var (
 	volLimitBytesBs = desc("volume_limit_burst_bytes", "Bytes the volume's QoS limit lets through at once after an idle time (its burst, the default share of the rate when none was set); absent when unlimited.", "volume", "op")
 	volThrottled    = desc("volume_throttled_requests_total", "Requests from the volume's block device that waited for its QoS limits, by direction.", "volume", "op")
 	volThrottleWait = desc("volume_throttle_wait_seconds_total", "Time the volume's requests waited for its QoS limits, summed over the requests, by direction.", "volume", "op")
+	volThrottledB   = desc("volume_throttled_bytes_total", "Bytes moved by the volume's requests that waited for its QoS limits, by direction (a discard or write-zeroes moves none).", "volume", "op")
 )
 
 // limitDescs are the descriptions collectLimits reports, for Describe.
-var limitDescs = []*prometheus.Desc{volLimitOps, volLimitBytes, volLimitOpsBst, volLimitBytesBs, volThrottled, volThrottleWait}
+var limitDescs = []*prometheus.Desc{volLimitOps, volLimitBytes, volLimitOpsBst, volLimitBytesBs, volThrottled, volThrottleWait, volThrottledB}
 
 // collectLimits reports volume name's limits and throttle counters from its array's status.
 func collectLimits(ch chan<- prometheus.Metric, name string, as raid10.Status) {
@@ -28,11 +29,11 @@ func collectLimits(ch chan<- prometheus.Metric, name string, as raid10.Status) {
 	for _, d := range []struct {
 		op                               string
 		ops, opsBurst, bytes, bytesBurst int64
-		delayed                          uint64
+		delayed, delayedBytes            uint64
 		waited                           float64
 	}{
-		{"read", l.ReadIOPS, l.ReadIOPSBurst, l.ReadBytesPerSecond, l.ReadBytesBurst, th.ReadsDelayed, th.ReadDelay.Seconds()},
-		{"write", l.WriteIOPS, l.WriteIOPSBurst, l.WriteBytesPerSecond, l.WriteBytesBurst, th.WritesDelayed, th.WriteDelay.Seconds()},
+		{"read", l.ReadIOPS, l.ReadIOPSBurst, l.ReadBytesPerSecond, l.ReadBytesBurst, th.ReadsDelayed, th.ReadBytesDelayed, th.ReadDelay.Seconds()},
+		{"write", l.WriteIOPS, l.WriteIOPSBurst, l.WriteBytesPerSecond, l.WriteBytesBurst, th.WritesDelayed, th.WriteBytesDelayed, th.WriteDelay.Seconds()},
 	} {
 		if d.ops > 0 {
 			ch <- prometheus.MustNewConstMetric(volLimitOps, prometheus.GaugeValue, float64(d.ops), name, d.op)
@@ -44,5 +45,6 @@ func collectLimits(ch chan<- prometheus.Metric, name string, as raid10.Status) {
 		}
 		ch <- prometheus.MustNewConstMetric(volThrottled, prometheus.CounterValue, float64(d.delayed), name, d.op)
 		ch <- prometheus.MustNewConstMetric(volThrottleWait, prometheus.CounterValue, d.waited, name, d.op)
+		ch <- prometheus.MustNewConstMetric(volThrottledB, prometheus.CounterValue, float64(d.delayedBytes), name, d.op)
 	}
 }

@@ -60,6 +60,8 @@ func TestPoolCollectorLimits(t *testing.T) {
 		{"raid10_volume_throttled_requests_total", "write", float64(th.WritesDelayed)},
 		{"raid10_volume_throttle_wait_seconds_total", "write", th.WriteDelay.Seconds()},
 		{"raid10_volume_throttled_requests_total", "read", 0},
+		{"raid10_volume_throttled_bytes_total", "write", float64(th.WritesDelayed * 4096)},
+		{"raid10_volume_throttled_bytes_total", "read", 0},
 	} {
 		t.Run(c.name+"/"+c.op, func(t *testing.T) {
 			got, ok := value(t, reg, c.name, map[string]string{"volume": "v1", "op": c.op})

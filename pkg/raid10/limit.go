@@ -62,6 +62,9 @@ type ThrottleStatus struct {
 	ReadsDelayed, WritesDelayed uint64
 	// ReadDelay and WriteDelay are the total time they waited.
 	ReadDelay, WriteDelay time.Duration
+	// ReadBytesDelayed and WriteBytesDelayed are the bytes those requests
+	// moved (a delayed discard or write-zeroes moves none).
+	ReadBytesDelayed, WriteBytesDelayed uint64
 }
 
 // Validate reports the first negative field, by name.
@@ -193,6 +196,7 @@ type qosState struct {
 	setMu     sync.Mutex // serialises SetLimits
 	delayed   [2]atomic.Uint64
 	delayNano [2]atomic.Int64
+	delayByte [2]atomic.Uint64
 }
 
 // timers are reused by waiting requests, so a wait allocates nothing.
@@ -272,6 +276,7 @@ func (a *Array) waitLimit(lm *limiter, write bool, n int64, d time.Duration) {
 	}
 	a.qos.delayed[k].Add(1)
 	a.qos.delayNano[k].Add(int64(time.Since(t0)))
+	a.qos.delayByte[k].Add(uint64(n))
 }
 
 // sleepOrChange sleeps for d or until changed is closed, and reports the
@@ -297,6 +302,9 @@ func (a *Array) throttleStatus() (Limits, ThrottleStatus) {
 		WritesDelayed: q.delayed[1].Load(),
 		ReadDelay:     time.Duration(q.delayNano[0].Load()),
 		WriteDelay:    time.Duration(q.delayNano[1].Load()),
+
+		ReadBytesDelayed:  q.delayByte[0].Load(),
+		WriteBytesDelayed: q.delayByte[1].Load(),
 	}
 }
 
