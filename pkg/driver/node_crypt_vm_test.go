@@ -90,8 +90,9 @@ func headSum(t *testing.T, dev string, n int) [32]byte {
 // the clear shows that the raw scan finds a pattern; the same pattern written through an
 // encrypted Filesystem and an encrypted Block volume appears on no disk; both read back
 // after a re-stage with the key; a wrong key and a missing one fail with clear errors
-// and leave the LUKS header byte for byte; a device holding data without a header is not
-// formatted; the encrypted filesystem grows online.
+// and leave the LUKS header byte for byte; a repeated stage, also by a fresh node service,
+// keeps the open mapping; a device holding data without a header is not formatted; the
+// encrypted filesystem grows online.
 func TestNodeInGuestCrypt(t *testing.T) {
 	vm.GuestHalf(t, "TestNodeVM")
 	testenv.RequireTools(t, "cryptsetup", "blkid", "mkfs.ext4", "resize2fs")
@@ -195,6 +196,19 @@ func TestNodeInGuestCrypt(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(stEnc, "f"))
 	if err != nil || !bytes.Equal(got, bytes.Repeat(secret, 2048)) {
 		t.Fatalf("read back through the re-opened mapping: %d bytes, %v", len(got), err)
+	}
+
+	// A repeated stage, and one by a fresh node service (a restarted plugin, whose
+	// predecessor handed the device over): the active mapping is found over the same device
+	// (cryptsetup status) and kept.
+	step("repeated stage", stage("vol-enc", stEnc, mountCap("ext4"), enc, key))
+	ns2, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
+	step("second node service", err)
+	_, err = ns2.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "vol-enc", StagingTargetPath: stEnc,
+		VolumeCapability: mountCap("ext4"), VolumeContext: enc, Secrets: key})
+	step("stage by a fresh node service", err)
+	if backing, err := ns2.cryptsetup().Backing(ctx, crypt.MapperName("vol-enc")); err != nil || backing != dev {
+		t.Fatalf("the mapping is over %q (%v), want %s", backing, err, dev)
 	}
 
 	// Online expansion: the pool grows the volume, NodeExpandVolume the device, the mapping
