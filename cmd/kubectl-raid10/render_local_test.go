@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // TestLocalBlocks: --local volumes and status show each volume's bad blocks (with the lost
@@ -29,8 +31,8 @@ func TestLocalBlocks(t *testing.T) {
 		prefix string
 		want   []string // fields from the second on
 	}{
-		{"clean ", []string{"1GiB", "Healthy", "2/2", "0", "-", "-"}},
-		{"worn ", []string{"1GiB", "Degraded", "2/2", "9", "(4", "lost)", "-", "-"}},
+		{"clean ", []string{"1GiB", "Healthy", "2/2", "0", "-", "-", "-"}},
+		{"worn ", []string{"1GiB", "Degraded", "2/2", "9", "(4", "lost)", "-", "-", "-"}},
 		{"  worn ", []string{"ROLE", "DISK", "PATH", "STATE", "BAD", "BLOCKS", "TIMEOUTS"}},
 	} {
 		f := strings.Fields(lineOf(out, tc.prefix))
@@ -48,5 +50,36 @@ func TestLocalBlocks(t *testing.T) {
 		if got := strings.Join(strings.Fields(lines[i+1+j]), " "); got != want {
 			t.Errorf("member row %d: %q, want %q", j, got, want)
 		}
+	}
+}
+
+// TestLocalLimits: --local volumes shows each volume's QoS limits in force in the LIMITS
+// column and, under the table, what they delayed; a volume without limits shows "-" and no
+// such line.
+func TestLocalLimits(t *testing.T) {
+	vs := []pool.VolumeInfo{
+		{Name: "free", Size: 1 << 30, Health: pool.Healthy, InSync: 2, Members: make([]pool.MemberInfo, 2)},
+		{Name: "capped", Size: 1 << 30, Health: pool.Healthy, InSync: 2, Members: make([]pool.MemberInfo, 2),
+			Limits: &raid10.Limits{ReadIOPS: 2000, ReadIOPSBurst: 200, ReadBytesPerSecond: 200 << 20, ReadBytesBurst: 20 << 20, WriteIOPS: 1000, WriteIOPSBurst: 100},
+			Throttle: &raid10.ThrottleStatus{WritesDelayed: 3, WriteDelay: 40 * time.Millisecond, WriteBytesDelayed: 12 << 10}},
+	}
+	var buf bytes.Buffer
+	r := renderer{o: &Options{RunDir: t.TempDir()}, w: &buf}
+	if err := r.volumes(vs); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	t.Logf("volumes:\n%s", out)
+	for _, tc := range []struct{ prefix, want string }{
+		{"free ", "free 1GiB Healthy 2/2 0 - - -"},
+		{"capped ", "capped 1GiB Healthy 2/2 0 - r:2000iops/200MiB/s,w:1000iops -"},
+		{"  capped:", "capped: throttled: reads 0 (0s, 0B), writes 3 (40ms, 12KiB)"},
+	} {
+		if got := strings.Join(strings.Fields(lineOf(out, tc.prefix)), " "); got != tc.want {
+			t.Errorf("row %q: %q, want %q", tc.prefix, got, tc.want)
+		}
+	}
+	if strings.Contains(out, "free: ") {
+		t.Errorf("a volume without limits has a throttle line:\n%s", out)
 	}
 }

@@ -46,6 +46,12 @@ func (p *Pool) volumeInfoOf(v *volume, sp *raid10.Status) VolumeInfo {
 		vi.Health, vi.Sync = healthOf(st)
 		vi.ChunkSize = uint64(st.ChunkSize)
 		vi.BadBlocks, vi.LostBlocks = st.BadBlocks, st.LostBlocks
+		if st.Limits != (raid10.Limits{}) {
+			vi.Limits = &st.Limits
+		}
+		if vi.Limits != nil || st.Throttle != (raid10.ThrottleStatus{}) {
+			vi.Throttle = &st.Throttle
+		}
 	} else if v.err != nil {
 		vi.Reason = v.err.Error()
 	}

@@ -115,3 +115,42 @@ func TestSetVolumeLimits(t *testing.T) {
 		t.Fatalf("limits after a restart: %+v, want none (the caller sets them again)", got)
 	}
 }
+
+// TestVolumeInfoLimits: Volume (and Status) report the limits in force on the array, with
+// their bursts, and the throttle counts; a volume without limits reports neither.
+func TestVolumeInfoLimits(t *testing.T) {
+	c := configFor(makeDisks(t, t.TempDir(), 2, testDiskSize)...)
+	p := openPool(t, c)
+	defer p.Close()
+	for _, name := range []string{"v", "w"} {
+		if _, err := p.CreateVolume(name, 16<<20, CreateOptions{Members: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.SetVolumeLimits("v", raid10.Limits{WriteIOPS: 100, WriteIOPSBurst: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.Array("v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	for i := range 4 {
+		if _, err := a.WriteAt(buf, int64(i)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vi, err := p.Volume("v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vi.Limits == nil || *vi.Limits != (raid10.Limits{WriteIOPS: 100, WriteIOPSBurst: 1}) {
+		t.Fatalf("VolumeInfo.Limits = %+v, want the limits in force", vi.Limits)
+	}
+	if vi.Throttle == nil || vi.Throttle.WritesDelayed == 0 || vi.Throttle.WriteBytesDelayed != vi.Throttle.WritesDelayed*4096 {
+		t.Fatalf("VolumeInfo.Throttle = %+v, want the delayed writes and their bytes", vi.Throttle)
+	}
+	if wi, err := p.Volume("w"); err != nil || wi.Limits != nil || wi.Throttle != nil {
+		t.Fatalf("a volume without limits: limits %+v, throttle %+v, %v", wi.Limits, wi.Throttle, err)
+	}
+}

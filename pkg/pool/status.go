@@ -115,6 +115,11 @@ type VolumeInfo struct {
 	Hydrated bool `json:"hydrated"`
 	// Copied is the number of bytes its copy has done so far.
 	Copied uint64 `json:"copied,omitempty"`
+	// Limits are the QoS limits in force on the array (SetVolumeLimits; the bursts as in
+	// use); nil when it has none or is not assembled. Throttle counts the requests they
+	// delayed since the array was assembled; nil while none was and no limit is set.
+	Limits   *raid10.Limits         `json:"limits,omitempty"`
+	Throttle *raid10.ThrottleStatus `json:"throttle,omitempty"`
 }
 
 // Capacity is the pool's capacity. Usable figures are after mirroring: a RAID10 (md near-2)
