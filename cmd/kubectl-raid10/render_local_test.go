@@ -60,7 +60,7 @@ func TestLocalLimits(t *testing.T) {
 	vs := []pool.VolumeInfo{
 		{Name: "free", Size: 1 << 30, Health: pool.Healthy, InSync: 2, Members: make([]pool.MemberInfo, 2)},
 		{Name: "capped", Size: 1 << 30, Health: pool.Healthy, InSync: 2, Members: make([]pool.MemberInfo, 2),
-			Limits: &raid10.Limits{ReadIOPS: 2000, ReadIOPSBurst: 200, ReadBytesPerSecond: 200 << 20, ReadBytesBurst: 20 << 20, WriteIOPS: 1000, WriteIOPSBurst: 100},
+			Limits:   &raid10.Limits{ReadIOPS: 2000, ReadIOPSBurst: 200, ReadBytesPerSecond: 200 << 20, ReadBytesBurst: 20 << 20, WriteIOPS: 1000, WriteIOPSBurst: 100},
 			Throttle: &raid10.ThrottleStatus{WritesDelayed: 3, WriteDelay: 40 * time.Millisecond, WriteBytesDelayed: 12 << 10}},
 	}
 	var buf bytes.Buffer
