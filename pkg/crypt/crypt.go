@@ -249,7 +249,8 @@ func (c *Cryptsetup) Close(ctx context.Context, name string) error {
 		return nil
 	}
 	out, code, err := c.run(ctx, nil, "close", name)
-	if err != nil && !(code == exitNoDevice && !c.IsOpen(name)) {
+	goneMeanwhile := code == exitNoDevice && !c.IsOpen(name) // closed by someone else
+	if err != nil && !goneMeanwhile {
 		return cmdError("close "+name, out, err)
 	}
 	return nil
