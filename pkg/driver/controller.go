@@ -88,6 +88,9 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 		if err := compatible(vol, name, req.GetCapacityRange(), params.layout, shape); err != nil {
 			return nil, err
 		}
+		if err := sameEncryption(vol, params); err != nil {
+			return nil, err
+		}
 		if !sameSource(vol.Spec.Source, src) {
 			return nil, fmt.Errorf("volume %q exists with another content source (%s): %w", id, describeSource(vol.Spec.Source), ErrAlreadyExists)
 		}

@@ -197,3 +197,27 @@ func TestNewVolumeEncryptedAnnotation(t *testing.T) {
 		t.Fatalf("a plain volume has annotations %v", plain.Annotations)
 	}
 }
+
+// TestSameEncryption: a repeated CreateVolume that differs in encrypted is AlreadyExists.
+func TestSameEncryption(t *testing.T) {
+	enc := newVolume("vol-1", "pvc-1", "node-a", 1<<30, volumeParams{encrypted: true}, volumeShape{mode: "Filesystem", fsType: "ext4"})
+	plain := newVolume("vol-2", "pvc-2", "node-a", 1<<30, volumeParams{}, volumeShape{mode: "Filesystem", fsType: "ext4"})
+	for _, tc := range []struct {
+		name string
+		vol  *v1alpha1.Raid10Volume
+		ask  bool
+		want error
+	}{
+		{"encrypted again", enc, true, nil},
+		{"plain again", plain, false, nil},
+		{"plain asked of an encrypted one", enc, false, ErrAlreadyExists},
+		{"encrypted asked of a plain one", plain, true, ErrAlreadyExists},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := sameEncryption(tc.vol, volumeParams{encrypted: tc.ask})
+			if !errors.Is(err, tc.want) || (err != nil && !strings.Contains(err.Error(), ParamEncrypted)) {
+				t.Fatalf("sameEncryption = %v, want %v naming %s", err, tc.want, ParamEncrypted)
+			}
+		})
+	}
+}
