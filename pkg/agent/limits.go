@@ -12,6 +12,7 @@ import (
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // applyLimits puts vol's spec.limits on the pool when they differ from what this agent last
@@ -21,28 +22,54 @@ import (
 // reports, the spec's limits once set, and the reconcile's result r; when the pool refuses
 // them, prev (the last ones reported) and r with a retry after expandRetry.
 func (a *Agent) applyLimits(ctx context.Context, vol *v1alpha1.Raid10Volume, prev *v1alpha1.VolumeLimits, r reconcile.Result) (*v1alpha1.VolumeLimits, reconcile.Result) {
-	want := crstatus.EngineLimits(vol.Spec.Limits)
-	a.mu.Lock()
-	last, known := a.limits[vol.Name]
-	a.mu.Unlock()
-	if known && last == want {
-		return vol.Spec.Limits.DeepCopy(), r
-	}
-	logger := klog.FromContext(ctx).WithValues("volumeID", vol.Name, "nodeID", a.node)
-	if err := a.pool.SetVolumeLimits(vol.Name, want); err != nil {
-		logger.Error(err, "Setting the volume's QoS limits")
-		a.event(vol, corev1.EventTypeWarning, EventLimitsFailed, "Limit", "%v", err)
+	ok := applySetting(ctx, a, vol, poolSetting[raid10.Limits]{
+		what: "QoS limits", reason: "Limit", logKey: "limits", setEvent: EventLimitsSet, failEvent: EventLimitsFailed,
+		want: crstatus.EngineLimits(vol.Spec.Limits), last: a.limits, set: a.pool.SetVolumeLimits,
+		news: !equality.Semantic.DeepEqual(prev, vol.Spec.Limits), describe: func() string { return describeLimits(vol.Spec.Limits) },
+	})
+	if !ok {
 		r.RequeueAfter = expandRetry
 		return prev.DeepCopy(), r
 	}
-	a.mu.Lock()
-	a.limits[vol.Name] = want
-	a.mu.Unlock()
-	if !equality.Semantic.DeepEqual(prev, vol.Spec.Limits) { // news, not a restart's reapply
-		logger.Info("Volume QoS limits set", "limits", want)
-		a.event(vol, corev1.EventTypeNormal, EventLimitsSet, "Limit", "%s", describeLimits(vol.Spec.Limits))
-	}
 	return vol.Spec.Limits.DeepCopy(), r
+}
+
+// poolSetting is one per-volume setting the agent puts on the pool (limits, rates): the
+// value the spec wants, what this agent last put there by volume, and the pool's setter.
+type poolSetting[E comparable] struct {
+	what, reason        string // for the log ("QoS limits") and the Events' reason suffix
+	logKey              string // the log line's key for the value
+	setEvent, failEvent string
+	want                E
+	last                map[string]E // guarded by Agent.mu
+	set                 func(volume string, e E) error
+	news                bool // the spec changed (not a restart's reapply): log it and record an Event
+	describe            func() string
+}
+
+// applySetting puts s.want on the pool unless it is what this agent last put there for vol,
+// and reports whether the volume has it now; a refusal is logged and recorded as an Event.
+func applySetting[E comparable](ctx context.Context, a *Agent, vol *v1alpha1.Raid10Volume, s poolSetting[E]) bool {
+	a.mu.Lock()
+	last, known := s.last[vol.Name]
+	a.mu.Unlock()
+	if known && last == s.want {
+		return true
+	}
+	logger := klog.FromContext(ctx).WithValues("volumeID", vol.Name, "nodeID", a.node)
+	if err := s.set(vol.Name, s.want); err != nil {
+		logger.Error(err, "Setting the volume's "+s.what)
+		a.event(vol, corev1.EventTypeWarning, s.failEvent, s.reason, "%v", err)
+		return false
+	}
+	a.mu.Lock()
+	s.last[vol.Name] = s.want
+	a.mu.Unlock()
+	if s.news {
+		logger.Info("Volume "+s.what+" set", s.logKey, s.want)
+		a.event(vol, corev1.EventTypeNormal, s.setEvent, s.reason, "%s", s.describe())
+	}
+	return true
 }
 
 // describeLimits says which limits are in force, for the Event.

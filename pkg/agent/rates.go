@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/crstatus"
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
 // applyRates does for spec.rates what applyLimits does for spec.limits: it puts them on the
@@ -20,26 +19,14 @@ import (
 // spec's rates once set, and the reconcile's result r; when the pool refuses them, prev and r
 // with a retry after expandRetry.
 func (a *Agent) applyRates(ctx context.Context, vol *v1alpha1.Raid10Volume, prev *v1alpha1.VolumeRates, r reconcile.Result) (*v1alpha1.VolumeRates, reconcile.Result) {
-	want := crstatus.EngineRates(vol.Spec.Rates)
-	a.mu.Lock()
-	last, known := a.rates[vol.Name]
-	a.mu.Unlock()
-	if known && last == want {
-		return vol.Spec.Rates.DeepCopy(), r
-	}
-	logger := klog.FromContext(ctx).WithValues("volumeID", vol.Name, "nodeID", a.node)
-	if err := a.pool.SetVolumeRates(vol.Name, want); err != nil {
-		logger.Error(err, "Setting the volume's rebuild and scrub rates")
-		a.event(vol, corev1.EventTypeWarning, EventRatesFailed, "Rates", "%v", err)
+	ok := applySetting(ctx, a, vol, poolSetting[raid10.Rates]{
+		what: "rebuild and scrub rates", reason: "Rates", logKey: "rates", setEvent: EventRatesSet, failEvent: EventRatesFailed,
+		want: crstatus.EngineRates(vol.Spec.Rates), last: a.rates, set: a.pool.SetVolumeRates,
+		news: !equality.Semantic.DeepEqual(prev, vol.Spec.Rates), describe: func() string { return describeRates(vol.Spec.Rates) },
+	})
+	if !ok {
 		r.RequeueAfter = expandRetry
 		return prev.DeepCopy(), r
-	}
-	a.mu.Lock()
-	a.rates[vol.Name] = want
-	a.mu.Unlock()
-	if !equality.Semantic.DeepEqual(prev, vol.Spec.Rates) { // news, not a restart's reapply
-		logger.Info("Volume rates set", "rates", want)
-		a.event(vol, corev1.EventTypeNormal, EventRatesSet, "Rates", "%s", describeRates(vol.Spec.Rates))
 	}
 	return vol.Spec.Rates.DeepCopy(), r
 }
