@@ -214,9 +214,13 @@ func TestRingQueueMatchesModel(t *testing.T) {
 		}
 	})
 	st := a.Status()
-	if st.Members[1].ReadErrors+st.Members[1].WriteErrors == 0 || st.Members[1].State != MemberFaulty || st.Members[3].State != MemberFaulty {
-		t.Fatalf("members 1 and 3: %+v, %+v: want errors counted on 1, both faulty", st.Members[1], st.Members[3])
+	if st.Members[1].State != MemberFaulty || st.Members[3].State != MemberFaulty {
+		t.Fatalf("members 1 and 3: %+v, %+v: want both faulty", st.Members[1], st.Members[3])
 	}
+	// A bitmap write can meet the broken descriptor before any data request does: the
+	// member is then failed by that write, with no data error counted (a clean-clone CI run
+	// saw it once). The model check above holds either way.
+	t.Logf("member 1 failed with %d read and %d write errors counted", st.Members[1].ReadErrors, st.Members[1].WriteErrors)
 	fast2, slow2 := q.Stats()
 	t.Logf("after the failures: %d fast (%d ended on the owner), %d fallbacks", fast2, q.Owned(), slow2)
 	if fast2 == fast || q.Owned() == fast {
