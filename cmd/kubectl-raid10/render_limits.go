@@ -21,25 +21,11 @@ func limitsPending(v *v1alpha1.Raid10Volume) bool {
 // limitsColumn is the LIMITS column: spec.limits in short, "r:2000iops/200MiB/s,w:1000iops",
 // "-" for none, with " (pending)" while the node agent has not applied them.
 func limitsColumn(v *v1alpha1.Raid10Volume) string {
-	var dirs []string
+	text := ""
 	if l := v.Spec.Limits; l != nil {
-		for _, d := range []struct {
-			name      string
-			iops, bps int64
-		}{{"r", l.ReadIOPS, l.ReadBytesPerSecond}, {"w", l.WriteIOPS, l.WriteBytesPerSecond}} {
-			var parts []string
-			if d.iops > 0 {
-				parts = append(parts, strconv.FormatInt(d.iops, 10)+"iops")
-			}
-			if d.bps > 0 {
-				parts = append(parts, human(uint64(d.bps))+"/s")
-			}
-			if parts != nil {
-				dirs = append(dirs, d.name+":"+strings.Join(parts, "/"))
-			}
-		}
+		text = limitsText(l.ReadIOPS, l.ReadBytesPerSecond, l.WriteIOPS, l.WriteBytesPerSecond)
 	}
-	s := dash(strings.Join(dirs, ","))
+	s := dash(text)
 	if limitsPending(v) {
 		s += " (pending)"
 	}
@@ -91,4 +77,26 @@ func describeLimitsStatus(ew *errWriter, v *v1alpha1.Raid10Volume) {
 		return
 	}
 	ew.printf("  QoS limits:  %s (spec not applied yet: the node agent puts it on the array once assembled)\n", limitsDetail(v.Status.Limits))
+}
+
+// limitsText is a volume's read and write limits in short, "r:2000iops/200MiB/s,w:1000iops"
+// (a zero is no limit), "" for none: the LIMITS column of both modes.
+func limitsText(readIOPS, readBPS, writeIOPS, writeBPS int64) string {
+	var dirs []string
+	for _, d := range []struct {
+		name      string
+		iops, bps int64
+	}{{"r", readIOPS, readBPS}, {"w", writeIOPS, writeBPS}} {
+		var parts []string
+		if d.iops > 0 {
+			parts = append(parts, strconv.FormatInt(d.iops, 10)+"iops")
+		}
+		if d.bps > 0 {
+			parts = append(parts, human(uint64(d.bps))+"/s")
+		}
+		if parts != nil {
+			dirs = append(dirs, d.name+":"+strings.Join(parts, "/"))
+		}
+	}
+	return strings.Join(dirs, ",")
 }

@@ -6,8 +6,6 @@ package main
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
@@ -19,23 +17,7 @@ func localLimitsColumn(l *raid10.Limits) string {
 	if l == nil {
 		return "-"
 	}
-	var dirs []string
-	for _, d := range []struct {
-		name      string
-		iops, bps int64
-	}{{"r", l.ReadIOPS, l.ReadBytesPerSecond}, {"w", l.WriteIOPS, l.WriteBytesPerSecond}} {
-		var parts []string
-		if d.iops > 0 {
-			parts = append(parts, strconv.FormatInt(d.iops, 10)+"iops")
-		}
-		if d.bps > 0 {
-			parts = append(parts, human(uint64(d.bps))+"/s")
-		}
-		if parts != nil {
-			dirs = append(dirs, d.name+":"+strings.Join(parts, "/"))
-		}
-	}
-	return dash(strings.Join(dirs, ","))
+	return dash(limitsText(l.ReadIOPS, l.ReadBytesPerSecond, l.WriteIOPS, l.WriteBytesPerSecond))
 }
 
 // throttleLine says what a volume's limits delayed, "" when nothing was:
