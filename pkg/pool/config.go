@@ -77,6 +77,15 @@ type Config struct {
 	// Scrub is the schedule of the volumes' scrubs: by default a check every first Sunday
 	// of the month in a nightly window (ScrubConfig).
 	Scrub ScrubConfig `json:"scrub,omitempty"`
+
+	// OpenDisk, when set, opens every disk path (Disks, DisksFile, AddDisk, ReplaceDisk)
+	// instead of the file system: the pool claims, labels and serves the returned member
+	// as it would a device of that size (labels through its ReadAt and WriteAt, Flush for
+	// their durability, Discard for freed extents), with no lock, no identity, no glob
+	// expansion of a path without glob characters. The member is the disk's data path too;
+	// the pool closes it with the disk. Nil (the plugin): devices and files. For disks
+	// that live elsewhere, such as the in-memory disks of the hollow nodes in test/scale.
+	OpenDisk func(path string) (raid10.Member, error) `json:"-"`
 }
 
 // Duration is a time.Duration that JSON writes as a duration string ("5s") and reads from a

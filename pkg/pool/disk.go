@@ -9,13 +9,18 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
-// diskFile is an open, exclusively locked disk: a block device or a regular file.
+// diskFile is an open, exclusively locked disk: a block device or a regular file, or the
+// member that Config.OpenDisk returned for the path.
 type diskFile struct {
 	path    string // as configured (after glob expansion)
 	real    string // symlinks resolved
-	f       *os.File
+	f       labelIO
+	mem     raid10.Member // the disk of Config.OpenDisk; nil for a device or a file
+	memBase bool          // mem is the disk's data path now (openBase): closed with it
 	size    int64
 	isBlock bool
 	ident   Identity
@@ -43,9 +48,28 @@ func (i Identity) String() string {
 	return ""
 }
 
-// openDisk opens path read-write and takes an exclusive, non-blocking flock on it (and
+// labelIO is what labels and signatures are read and written through: the disk's *os.File,
+// or the member of Config.OpenDisk.
+type labelIO interface {
+	io.ReaderAt
+	io.WriterAt
+}
+
+// openDisk opens path through Config.OpenDisk when it is set, else as openDiskFile does.
+func (p *Pool) openDisk(path string) (*diskFile, error) {
+	if p.cfg.OpenDisk == nil {
+		return openDiskFile(path)
+	}
+	m, err := p.cfg.OpenDisk(path)
+	if err != nil {
+		return nil, fmt.Errorf("pool: open disk %s: %w", path, err)
+	}
+	return &diskFile{path: path, real: path, f: m, mem: m, size: m.Size()}, nil
+}
+
+// openDiskFile opens path read-write and takes an exclusive, non-blocking flock on it (and
 // O_EXCL for block devices, which the kernel refuses while the device is mounted or held).
-func openDisk(path string) (*diskFile, error) {
+func openDiskFile(path string) (*diskFile, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: disk %s: %w", ErrNotFound, path, err)
@@ -89,10 +113,27 @@ func openDisk(path string) (*diskFile, error) {
 	return d, nil
 }
 
-func (d *diskFile) close() error { return d.f.Close() }
+func (d *diskFile) close() error {
+	if d.mem != nil {
+		if d.memBase {
+			return nil // the data path closes it
+		}
+		return d.mem.Close()
+	}
+	return d.osFile().Close()
+}
 
-// unlock releases the lock openDisk took (openBase moves it to the data path).
-func (d *diskFile) unlock() error { return unix.Flock(int(d.f.Fd()), unix.LOCK_UN) }
+// osFile is the *os.File of a device or a file (not of a Config.OpenDisk member).
+func (d *diskFile) osFile() *os.File { return d.f.(*os.File) }
+
+// unlock releases the lock openDisk took (openBase moves it to the data path). A member of
+// Config.OpenDisk has no lock.
+func (d *diskFile) unlock() error {
+	if d.mem != nil {
+		return nil
+	}
+	return unix.Flock(int(d.osFile().Fd()), unix.LOCK_UN)
+}
 
 // Where blockIdentity looks; tests point them at a fake tree.
 var (
@@ -154,11 +195,17 @@ func (d *diskFile) wipeSignatures() error {
 }
 
 func (d *diskFile) sync() error {
-	if err := d.f.Sync(); err != nil {
+	sync := d.osFileSync
+	if d.mem != nil {
+		sync = d.mem.Flush
+	}
+	if err := sync(); err != nil {
 		return fmt.Errorf("pool: sync %s: %w", d.path, err)
 	}
 	return nil
 }
+
+func (d *diskFile) osFileSync() error { return d.osFile().Sync() }
 
 // writeLabelSlot writes an encoded label into slot s and makes it durable before it
 // returns.
@@ -172,14 +219,17 @@ func (d *diskFile) writeLabelSlot(s int, b []byte) error {
 // discard releases a byte range: punch a hole in a file, BLKDISCARD on a device. Errors
 // are returned but callers treat them as advisory.
 func (d *diskFile) discard(off, length int64) error {
+	if d.mem != nil {
+		return d.mem.Discard(off, length)
+	}
 	if d.isBlock {
 		r := [2]uint64{uint64(off), uint64(length)}
-		if err := ioctlBlkDiscard(d.f.Fd(), &r); err != nil {
+		if err := ioctlBlkDiscard(d.osFile().Fd(), &r); err != nil {
 			return fmt.Errorf("pool: discard %s [%d, +%d): %w", d.path, off, length, err)
 		}
 		return nil
 	}
-	if err := unix.Fallocate(int(d.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length); err != nil {
+	if err := unix.Fallocate(int(d.osFile().Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, length); err != nil {
 		return fmt.Errorf("pool: punch hole in %s [%d, +%d): %w", d.path, off, length, err)
 	}
 	return nil

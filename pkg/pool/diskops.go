@@ -140,7 +140,7 @@ func (p *Pool) ReplaceDisk(ref string, with DiskConfig) (DiskInfo, error) {
 
 // addNewDisk opens and claims a disk not yet known to the pool. Caller holds p.mu.
 func (p *Pool) addNewDisk(dc DiskConfig) (*disk, error) {
-	f, err := openDisk(dc.Path)
+	f, err := p.openDisk(dc.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +336,7 @@ func (p *Pool) AddDisk(dc DiskConfig) (DiskInfo, error) {
 		}
 		p.disks = kept
 	}
-	f, err := openDisk(dc.Path)
+	f, err := p.openDisk(dc.Path)
 	if err != nil {
 		return DiskInfo{}, err
 	}

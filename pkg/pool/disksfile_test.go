@@ -168,7 +168,7 @@ func TestDisksFileNeverClaims(t *testing.T) {
 		t.Fatalf("blank recorded disk: %+v", d)
 	}
 	p.Close()
-	f, err := openDisk(paths[2])
+	f, err := openDiskFile(paths[2])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func (p *Pool) returnFreedLocked() {
 		if d.present || d.path == "" || !errors.Is(d.refused, ErrDiskInUse) {
 			continue
 		}
-		f, err := openDisk(d.path)
+		f, err := p.openDisk(d.path)
 		if err != nil {
 			if !errors.Is(err, ErrDiskInUse) {
 				d.refused = err

@@ -447,7 +447,7 @@ func (w *walk) crash() error {
 	}
 	for _, d := range p.disks {
 		if d.file != nil {
-			_ = d.file.f.Close()
+			_ = d.file.osFile().Close()
 		}
 	}
 	p.mu.Unlock()

@@ -116,7 +116,7 @@ func (p *Pool) probeDisks() []*probe {
 func (p *Pool) probeDisk(dc DiskConfig) *probe {
 	d := &disk{path: dc.Path, cfg: dc, listed: true}
 	pr := &probe{d: d}
-	f, err := openDisk(dc.Path)
+	f, err := p.openDisk(dc.Path)
 	if err != nil {
 		d.refused = err
 		return pr
@@ -293,6 +293,11 @@ func (p *Pool) openDataPaths() {
 // with no lock: a process that takes it then makes this open fail, which refuses the disk
 // here, never both.
 func (d *disk) openBase() error {
+	if d.file.mem != nil {
+		// A disk of Config.OpenDisk: its member is the data path too, with no lock to move.
+		d.base, d.file.memBase = d.file.mem, true
+		return nil
+	}
 	m, err := raid10.OpenFileMember(d.file.real)
 	if err != nil {
 		return fmt.Errorf("pool: open data path of %s: %w", d.path, err)
