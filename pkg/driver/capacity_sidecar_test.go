@@ -13,7 +13,7 @@ import (
 // that it strips only before CreateVolume. GetCapacity ignores those reserved keys; anything
 // else it does not know gets the default layout's capacity (CreateVolume refuses it, naming
 // it: a class that looked full would hide the error behind the scheduler's "not enough free
-// storage"; test/e2e TestPVCFlow runs the real sidecar).
+// storage"; test/e2e TestRBACLeastPrivilege/PVCFlow runs the real sidecar).
 func TestGetCapacitySidecarKeys(t *testing.T) {
 	ctrl, _ := startDriver(t, fakeClient(t), DefaultReadyTimeout)
 	for _, tc := range []struct {

@@ -16,20 +16,15 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
-// TestControllerAgentEndToEnd drives the real node agent through the real CSI controller,
-// called over gRPC on its unix socket, with a real kube-apiserver between them: CreateVolume
-// gives a Raid10Volume that the agent builds Healthy; GetCapacity follows the pool's free
-// space; a failed disk shows Degraded, its replacement Rebuilding with a percentage, then
-// Healthy, each read from the Table that `kubectl get r10v` prints; ControllerExpandVolume
-// grows it in place; DeleteVolume frees the extents and the space comes back.
-func TestControllerAgentEndToEnd(t *testing.T) {
-	skipHeavy(t)
-	klogToFile(t)
-	controllerAgentFlow(t, startCluster(t))
-}
-
-// controllerAgentFlow is TestControllerAgentEndToEnd on cl. What it starts stops when t
-// ends; the object it leaves is the Raid10Node node-e2e.
+// controllerAgentFlow (run by TestRBACLeastPrivilege/ControllerAgent) drives the real node agent
+// through the real CSI controller, called over gRPC on its unix socket, with a real kube-apiserver
+// between them: CreateVolume gives a Raid10Volume that the agent builds Healthy; GetCapacity
+// follows the pool's free space; a failed disk shows Degraded, its replacement Rebuilding with a
+// percentage, then Healthy, each read from the Table that `kubectl get r10v` prints;
+// ControllerExpandVolume grows it in place; DeleteVolume frees the extents and the space comes
+// back.
+//
+// It runs on cl. What it starts stops when t ends; the object it leaves is the Raid10Node node-e2e.
 func controllerAgentFlow(t *testing.T, cl *cluster) {
 	const (
 		node     = "node-e2e"

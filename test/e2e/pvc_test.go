@@ -14,35 +14,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
-	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
 
 // selectedNodeAnnotation is what kube-scheduler writes on a WaitForFirstConsumer claim when
 // it has picked the node of the claim's first pod.
 const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
 
-// TestPVCFlow is the real claim flow on the host: kube-controller-manager's PV controller,
-// the real csi-provisioner (capacity tracking on) against the in-process controller, the
-// node agent over four file-backed disks. A claim with the scheduler's selected-node
-// annotation becomes Bound to a PV whose Raid10Volume is Ready and Healthy, with its
+// pvcFlow is the real claim flow on the host (run by TestRBACLeastPrivilege/PVCFlow): kube-
+// controller-manager's PV controller, the real csi-provisioner (capacity tracking on) against the
+// in-process controller, the node agent over four file-backed disks. A claim with the scheduler's
+// selected-node annotation becomes Bound to a PV whose Raid10Volume is Ready and Healthy, with its
 // VolumeAttributesClass's QoS limits in force; moved to another class, the real csi-resizer
-// modifies the volume (ControllerModifyVolume) and both classes' limits hold; a larger request
-// is expanded by the real csi-resizer (the array grows, the PV follows; the filesystem step
-// waits for a kubelet); the CSIStorageCapacity of the node's topology segment equals the
-// pool's largest volume throughout: before, lower after provisioning and again after the
-// expansion, and back when the claim is deleted (reclaim Delete removes the PV, the
-// Raid10Volume and the extents).
-func TestPVCFlow(t *testing.T) {
-	skipHeavy(t)
-	prov := sidecarBinary(t, provisionerEnv)
-	resizer := sidecarBinary(t, resizerEnv)
-	klogToFile(t)
-	pvcFlow(t, startCluster(t, kubeenv.WithControllerManager()), prov, resizer)
-}
-
-// pvcFlow is TestPVCFlow on cl, a cluster with kube-controller-manager, with the
-// csi-provisioner and csi-resizer binaries prov and resizer. What it starts stops when t
-// ends; the objects it leaves are those of node-a (Node, CSINode, Raid10Node).
+// modifies the volume (ControllerModifyVolume) and both classes' limits hold; a larger request is
+// expanded by the real csi-resizer (the array grows, the PV follows; the filesystem step waits for
+// a kubelet); the CSIStorageCapacity of the node's topology segment equals the pool's largest
+// volume throughout: before, lower after provisioning and again after the expansion, and back when
+// the claim is deleted (reclaim Delete removes the PV, the Raid10Volume and the extents).
+//
+// It runs on cl, a cluster with kube-controller-manager, with the csi-provisioner and csi-resizer
+// binaries prov and resizer. What it starts stops when t ends; the objects it leaves are those of
+// node-a (Node, CSINode, Raid10Node).
 func pvcFlow(t *testing.T, cl *cluster, prov, resizer string) {
 	const (
 		node     = "node-a"

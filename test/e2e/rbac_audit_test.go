@@ -99,11 +99,26 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	}
 	// Each flow stops what it started (and the sidecars release their leases) when its
 	// subtest ends, so the log then holds every request of the run.
-	flowsOK := t.Run("PVCFlow", func(t *testing.T) { pvcFlow(t, cl, prov, resizer) })
-	flowsOK = t.Run("ControllerAgent", func(t *testing.T) { controllerAgentFlow(t, cl) }) && flowsOK
-	flowsOK = t.Run("CapacityWithoutTopology", func(t *testing.T) { capacityWithoutTopology(t, cl) }) && flowsOK
-	flowsOK = t.Run("SnapshotFlow", func(t *testing.T) { snapshotFlow(t, cl, prov, snapper, snapCtrl) }) && flowsOK
-	flowsOK = t.Run("RarePaths", func(t *testing.T) { rarePaths(t, cl, prov, resizer) }) && flowsOK
+	flows := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"PVCFlow", func(t *testing.T) { pvcFlow(t, cl, prov, resizer) }},
+		{"ControllerAgent", func(t *testing.T) { controllerAgentFlow(t, cl) }},
+		{"CapacityWithoutTopology", func(t *testing.T) { capacityWithoutTopology(t, cl) }},
+		{"SnapshotFlow", func(t *testing.T) { snapshotFlow(t, cl, prov, snapper, snapCtrl) }},
+		{"RarePaths", func(t *testing.T) { rarePaths(t, cl, prov, resizer) }},
+	}
+	flowsOK, ran := true, 0
+	for _, f := range flows {
+		flowsOK = t.Run(f.name, func(t *testing.T) { ran++; f.run(t) }) && flowsOK
+	}
+	if ran < len(flows) {
+		// -run picked some flows (e.g. TestRBACLeastPrivilege/PVCFlow): the grants that the
+		// others use would show as unused, so there is nothing to check.
+		t.Logf("the audit check needs every flow: %d of %d ran", ran, len(flows))
+		return
+	}
 
 	used, err := readAudit(cl.env.AuditLog)
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
-	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
 
 // The environment variables with the paths of external-snapshotter's binaries.
@@ -34,28 +33,19 @@ var (
 	volumeSnapshotContentGVK = schema.GroupVersionKind{Group: "snapshot.storage.k8s.io", Version: "v1", Kind: "VolumeSnapshotContent"}
 )
 
-// TestSnapshotFlow is the real snapshot flow on the host: kube-controller-manager, the real
-// snapshot-controller and csi-snapshotter (external-snapshotter v8) with the snapshot CRDs
-// and the chart's VolumeSnapshotClass, the real csi-provisioner, the in-process controller
-// and the node agent over four file-backed disks. A VolumeSnapshot of a claim becomes
-// ReadyToUse; a claim restored from it binds and holds the data as of the cut although the
-// source was written after the cut and during the copy; a claim cloned from a claim holds
-// the source's data as of the clone; deletes in every order (a snapshot while its restore
-// still copies from it, which waits for the copy; source before its snapshot and clone;
-// restore before its snapshot; snapshot before its source) succeed, and the pool, the Raid10Node and the CSIStorageCapacity are back where
-// they started.
-func TestSnapshotFlow(t *testing.T) {
-	skipHeavy(t)
-	prov := sidecarBinary(t, provisionerEnv)
-	snapper := sidecarBinary(t, snapshotterEnv)
-	snapCtrl := sidecarBinary(t, snapshotControllerEnv)
-	klogToFile(t)
-	snapshotFlow(t, startCluster(t, kubeenv.WithControllerManager()), prov, snapper, snapCtrl)
-}
-
-// snapshotFlow is TestSnapshotFlow on cl (a cluster with kube-controller-manager and the
-// snapshot CRDs, see startCluster). What it starts stops when t ends; it leaves node-b's
-// Node, CSINode and Raid10Node.
+// snapshotFlow is the real snapshot flow on the host (run by TestRBACLeastPrivilege/SnapshotFlow):
+// kube-controller-manager, the real snapshot-controller and csi-snapshotter (external-snapshotter
+// v8) with the snapshot CRDs and the chart's VolumeSnapshotClass, the real csi-provisioner, the
+// in-process controller and the node agent over four file-backed disks. A VolumeSnapshot of a claim
+// becomes ReadyToUse; a claim restored from it binds and holds the data as of the cut although the
+// source was written after the cut and during the copy; a claim cloned from a claim holds the
+// source's data as of the clone; deletes in every order (a snapshot while its restore still copies
+// from it, which waits for the copy; source before its snapshot and clone; restore before its
+// snapshot; snapshot before its source) succeed, and the pool, the Raid10Node and the
+// CSIStorageCapacity are back where they started.
+//
+// It runs on cl (a cluster with kube-controller-manager and the snapshot CRDs, see startCluster).
+// What it starts stops when t ends; it leaves node-b's Node, CSINode and Raid10Node.
 func snapshotFlow(t *testing.T, cl *cluster, prov, snapper, snapCtrl string) {
 	const (
 		node     = "node-b"
