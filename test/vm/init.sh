@@ -10,7 +10,8 @@ H=/host
 OPTS=trans=virtio,version=9p2000.L,msize=262144
 
 log() { echo "raid10-vm: [$(cut -d' ' -f1 /proc/uptime)] $*"; }
-halt() { sync; poweroff -f; sleep 5; exit 1; }
+# NO_EXIT_SYNC (config.sh, Options.NoExitSync): the command synced what it keeps.
+halt() { [ -n "${NO_EXIT_SYNC:-}" ] || sync; poweroff -f; sleep 5; exit 1; }
 fatal() { echo "raid10-vm: FATAL: $*"; halt; }
 
 mount -t proc proc /proc

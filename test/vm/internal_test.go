@@ -349,3 +349,39 @@ func TestDeviceArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestNoExitSync: Options.NoExitSync reaches the guest's config.sh, and init's halt skips
+// its sync only then (run by busybox sh here, with sync and poweroff stubbed).
+func TestNoExitSync(t *testing.T) {
+	start := bytes.Index(initScript, []byte("halt() {"))
+	if start < 0 {
+		t.Fatal("init.sh has no halt()")
+	}
+	halt := string(initScript[start:])
+	halt = halt[:strings.IndexByte(halt, '\n')]
+	for _, no := range []bool{false, true} {
+		dir := t.TempDir()
+		if err := writeRunFiles(dir, Options{NoExitSync: no, Dir: dir}, Kernel{}, "true"); err != nil {
+			t.Fatal(err)
+		}
+		config, err := os.ReadFile(filepath.Join(dir, "config.sh"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(config), "NO_EXIT_SYNC=1\n"); got != no {
+			t.Fatalf("NoExitSync %v: config.sh sets NO_EXIT_SYNC: %v\n%s", no, got, config)
+		}
+		// Only the variable: config.sh's vm_setup calls functions init defines.
+		script := "sync() { echo synced; }\npoweroff() { echo off; }\nsleep() { :; }\n" + halt + "\n"
+		if no {
+			script = "NO_EXIT_SYNC=1\n" + script
+		}
+		out, err := exec.Command("sh", "-c", script+"halt").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "off") {
+			t.Fatalf("NoExitSync %v: halt: %v\n%s", no, err, out)
+		}
+		if got := strings.Contains(string(out), "synced"); got == no {
+			t.Fatalf("NoExitSync %v: halt synced: %v\n%s", no, got, out)
+		}
+	}
+}

@@ -52,6 +52,9 @@ func (o Options) writableShares() []string {
 func writeRunFiles(runDir string, o Options, k Kernel, script string) error {
 	var c strings.Builder
 	fmt.Fprintf(&c, "RUN_DIR=%s\nWORK_DIR=%s\n", shQuote(runDir), shQuote(o.Dir))
+	if o.NoExitSync {
+		c.WriteString("NO_EXIT_SYNC=1\n")
+	}
 	if wd := o.watchdog(); wd > 0 {
 		fmt.Fprintf(&c, "CMD_TIMEOUT=%d\n", int(wd.Seconds()))
 	}

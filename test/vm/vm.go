@@ -79,6 +79,12 @@ type Options struct {
 	Console io.Writer
 	// KernelArgs are appended to the kernel command line.
 	KernelArgs []string
+	// NoExitSync makes the guest power off without syncing every filesystem after the
+	// command (which syncs what it keeps itself): a guest whose filesystems sit on
+	// devices served by processes that have ended (the cluster node's NBD volumes after
+	// its pods stopped) would wait in that sync until the host kills QEMU 30 s after
+	// the exit status (test/cluster's reboot: 58 s to stop the node; issue 24).
+	NoExitSync bool
 	// KeepRunDir leaves the run directory (script, output, console.log) in place.
 	KeepRunDir bool
 	// RunDir, if set, is used as the run directory instead of a fresh one under
