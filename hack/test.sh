@@ -28,6 +28,9 @@ if (($# == 0)); then
   mapfile -t rest < <(go list ./... | sed "s#^$module#.#" | grep -vxF -f <(printf '%s\n' "${slow_first[@]}"))
   set -- "${slow_first[@]}" "${rest[@]}"
 fi
+# cpu_ticks: the machine's busy and total CPU ticks since boot (/proc/stat's first line).
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+read -r busy0 total0 < <(cpu_ticks)
 go test -race -count=1 -timeout 50m -v "$@" >"$log" 2>&1 &
 pid=$!
 tail -n +1 -f --pid="$pid" "$log" | awk '
@@ -36,6 +39,10 @@ tail -n +1 -f --pid="$pid" "$log" | awk '
   { prev = $0 }'
 wait "$pid"
 rc=$?
+# How much of the machine the run kept busy: the part left idle is what more packages at
+# once (go test -p) could still use (issue 24).
+read -r busy1 total1 < <(cpu_ticks)
+echo "== CPU: $(( (busy1 - busy0) * 100 / (total1 - total0 + 1) ))% busy over the run, $(nproc) CPUs"
 if ((rc != 0)); then
   echo
   echo "== details of the failures (full log: $log)"
