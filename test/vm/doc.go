@@ -13,7 +13,8 @@
 //			"./pkg/nbd", "-test.run=^TestInKernel")
 //	}
 //
-// builds ./pkg/nbd's test binary (`go test -c`), runs it in the guest in the
+// builds ./pkg/nbd's test binary (`go test -c`; once per process, package and build
+// flags: a package whose tests boot several VMs links it once), runs it in the guest in the
 // package directory with -test.v, streams its output to t.Log, and fails t on a
 // non-zero exit, and also unless each of Tests reported "--- PASS" there (none
 // skipped, no "no tests to run"): an in-guest test that was renamed or skipped in

@@ -118,7 +118,7 @@ func RunGoTestOpts(t testing.TB, opts Options, pkg string, args ...string) *Resu
 		}
 	}
 
-	bin, dir, cleanup, err := BuildGoTest(ctx, pkg, opts.BuildFlags...)
+	bin, dir, cleanup, err := buildGoTestOnce(ctx, pkg, opts.BuildFlags...)
 	if err != nil {
 		t.Fatalf("vm: build test binary of %s: %v", pkg, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -383,5 +384,53 @@ func TestNoExitSync(t *testing.T) {
 		if got := strings.Contains(string(out), "synced"); got == no {
 			t.Fatalf("NoExitSync %v: halt synced: %v\n%s", no, got, out)
 		}
+	}
+}
+
+// TestBuildGoTestOnce: a second RunGoTestOpts of the same package and flags in one process
+// reuses the binary of the first (no second link); the kept binary's directory names the
+// process, and a dead process's one is removed.
+func TestBuildGoTestOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("heavy: links a test binary (-short)")
+	}
+	ctx := t.Context()
+	bin1, dir1, cleanup1, err := buildGoTestOnce(ctx, "../../internal/atomicfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanup1()
+	st1, err := os.Stat(bin1)
+	if err != nil {
+		t.Fatalf("the kept binary is gone after its cleanup: %v", err)
+	}
+	bin2, dir2, _, err := buildGoTestOnce(ctx, "../../internal/atomicfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, err := os.Stat(bin2)
+	if err != nil || bin2 != bin1 || dir2 != dir1 || !st2.ModTime().Equal(st1.ModTime()) {
+		t.Fatalf("second build: %s %s (%v), want the first's %s %s", bin2, dir2, err, bin1, dir1)
+	}
+	if pid, ok := keptPid(filepath.Base(filepath.Dir(bin1))); !ok || pid != os.Getpid() {
+		t.Fatalf("kept in %s: want this process's pid %d", filepath.Dir(bin1), os.Getpid())
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(bin1)) })
+	// A process that has ended: its kept directory goes at the next build.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Dir(filepath.Dir(bin1))
+	stale := filepath.Join(base, pidPrefix+strconv.Itoa(dead.Process.Pid)+"-test")
+	if err := os.MkdirAll(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	removeDeadPids(base)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("%s of an ended process is still there (%v)", stale, err)
+	}
+	if _, err := os.Stat(bin1); err != nil {
+		t.Fatalf("this process's kept binary was removed: %v", err)
 	}
 }
