@@ -70,6 +70,10 @@ func main() {
 	flag.IntVar(&o.NBDMaxRequestKiB, "nbd-max-request-kib", kernel.DefaultMaxRequestKiB, "node and all modes: the largest request, in KiB, the kernel sends a volume's /dev/nbdX (its queue/max_sectors_kb; the kernel's default of 128 cuts a 1 MiB request into 8); 0: the kernel's default")
 	flag.StringVar(&o.RegistrationDir, "registration-dir", driver.DefaultRegistrationDir, "node mode: the kubelet's plugin registration directory; the plugin registers itself there (socket raid10.csi.io-reg.sock), no node-driver-registrar needed; empty: no registration")
 	flag.StringVar(&o.KubeletRegistrationPath, "kubelet-registration-path", "", "node mode: the CSI socket's path on the host, as the kubelet dials it (e.g. /var/lib/kubelet/plugins/raid10.csi.io/csi.sock); empty: the path of a unix --endpoint")
+	flag.StringVar(&o.Crypt.PBKDF, "crypt-pbkdf", "", "node and all modes: the key derivation of a new encrypted volume's LUKS2 keyslot (cryptsetup --pbkdf): argon2id, argon2i or pbkdf2; empty: cryptsetup's default, argon2id, which production should keep (the other --crypt-* flags make tests and emulated CPUs cheaper)")
+	flag.IntVar(&o.Crypt.PBKDFMemoryKiB, "crypt-pbkdf-memory-kib", 0, "node and all modes: the memory argon2 may use for a new keyslot, in KiB (cryptsetup --pbkdf-memory); 0: cryptsetup's default (up to 1 GiB)")
+	flag.IntVar(&o.Crypt.IterTimeMs, "crypt-iter-time-ms", 0, "node and all modes: the time a new keyslot's key derivation is tuned to take, in ms (cryptsetup --iter-time); 0: cryptsetup's default (2000)")
+	flag.IntVar(&o.Crypt.ForceIterations, "crypt-pbkdf-force-iterations", 0, "node and all modes: a fixed iteration count for a new keyslot, skipping cryptsetup's benchmark (--pbkdf-force-iterations; at least 1000 for pbkdf2, 4 for argon2; not with --crypt-iter-time-ms); 0: benchmarked")
 	flag.Parse()
 
 	if err := o.Validate(); err != nil {

@@ -3,6 +3,7 @@ package crypt
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -50,19 +51,88 @@ const (
 // mount-utils' SafeFormatAndMount.GetDiskFormat (blkid -p), the check that guards mkfs.
 type ProbeFunc func(dev string) (string, error)
 
-// Options tune the key derivation of new headers. The zero value takes cryptsetup's
-// defaults (argon2id, about 2 s of CPU, up to 1 GiB of memory).
+// Key derivation functions Options.PBKDF names (cryptsetup's --pbkdf).
+const (
+	PBKDFArgon2id = "argon2id" // LUKS2's default: memory-hard
+	PBKDFArgon2i  = "argon2i"
+	PBKDFPBKDF2   = "pbkdf2" // not memory-hard; for tests, or hosts short of memory
+)
+
+// Lowest iteration counts cryptsetup accepts for --pbkdf-force-iterations.
+const (
+	minIterationsPBKDF2 = 1000
+	minIterationsArgon2 = 4
+)
+
+// Options tune the key derivation of new headers (the function that turns a passphrase
+// into the key of keyslot 0). The zero value takes cryptsetup's defaults: argon2id, tuned
+// by a benchmark to about 2 s of CPU and up to 1 GiB of memory, which is what production
+// should use; the other settings exist so that tests and emulated CPUs can make it cheap.
+// Opening a header costs what its derivation was set to cost when it was written.
 type Options struct {
-	// PBKDFMemoryKiB caps the memory argon2id uses to derive a keyslot's key
-	// (--pbkdf-memory); 0: cryptsetup's default.
+	// PBKDF is the key derivation function (--pbkdf): argon2id, argon2i or pbkdf2; "":
+	// cryptsetup's default (argon2id for LUKS2).
+	PBKDF string
+	// PBKDFMemoryKiB caps the memory argon2 uses to derive a keyslot's key
+	// (--pbkdf-memory); 0: cryptsetup's default. Not with pbkdf2.
 	PBKDFMemoryKiB int
 	// IterTimeMs is the time the key derivation is tuned to take (--iter-time); 0:
 	// cryptsetup's default (2000 ms for LUKS2).
 	IterTimeMs int
+	// ForceIterations sets the iteration count and skips cryptsetup's benchmark
+	// (--pbkdf-force-iterations: at least 1000 for pbkdf2, 4 for argon2); 0: benchmarked.
+	// Not with IterTimeMs.
+	ForceIterations int
 	// Binary is the cryptsetup executable; "": cryptsetup in $PATH.
 	Binary string
 	// MapperDir is where device-mapper's nodes appear; "": /dev/mapper.
 	MapperDir string
+}
+
+// Validate reports the first setting cryptsetup would refuse, naming it as the node
+// plugin's flag (--crypt-...) does.
+func (o Options) Validate() error {
+	switch o.PBKDF {
+	case "", PBKDFArgon2id, PBKDFArgon2i, PBKDFPBKDF2:
+	default:
+		return fmt.Errorf("crypt: pbkdf %q: must be argon2id, argon2i or pbkdf2 (empty: cryptsetup's default)", o.PBKDF)
+	}
+	minIter := minIterationsArgon2
+	if o.PBKDF == PBKDFPBKDF2 {
+		minIter = minIterationsPBKDF2
+	}
+	switch {
+	case o.PBKDFMemoryKiB < 0 || o.IterTimeMs < 0 || o.ForceIterations < 0:
+		return fmt.Errorf("crypt: pbkdf memory %d KiB, iter time %d ms, iterations %d: must not be negative",
+			o.PBKDFMemoryKiB, o.IterTimeMs, o.ForceIterations)
+	case o.PBKDF == PBKDFPBKDF2 && o.PBKDFMemoryKiB > 0:
+		return fmt.Errorf("crypt: pbkdf memory %d KiB: only argon2 has a memory cost, not pbkdf2", o.PBKDFMemoryKiB)
+	case o.ForceIterations > 0 && o.IterTimeMs > 0:
+		return errors.New("crypt: forced iterations and an iter time: set one, not both")
+	case o.ForceIterations > 0 && o.ForceIterations < minIter:
+		return fmt.Errorf("crypt: forced iterations %d: cryptsetup takes at least %d for %s",
+			o.ForceIterations, minIter, cmp.Or(o.PBKDF, PBKDFArgon2id))
+	}
+	return nil
+}
+
+// kdfArgs are luksFormat's arguments for the key derivation: none for the zero Options,
+// so that cryptsetup's defaults apply.
+func (o Options) kdfArgs() []string {
+	var args []string
+	if o.PBKDF != "" {
+		args = append(args, "--pbkdf", o.PBKDF)
+	}
+	if o.PBKDFMemoryKiB > 0 {
+		args = append(args, "--pbkdf-memory", strconv.Itoa(o.PBKDFMemoryKiB))
+	}
+	if o.IterTimeMs > 0 {
+		args = append(args, "--iter-time", strconv.Itoa(o.IterTimeMs))
+	}
+	if o.ForceIterations > 0 {
+		args = append(args, "--pbkdf-force-iterations", strconv.Itoa(o.ForceIterations))
+	}
+	return args
 }
 
 // Cryptsetup formats, opens, closes and resizes LUKS2 devices with the cryptsetup binary.
@@ -170,13 +240,7 @@ func (c *Cryptsetup) Format(ctx context.Context, dev string, key []byte) error {
 	if sig != "" {
 		return fmt.Errorf("%s holds %s: %w", dev, sig, ErrNotBlank)
 	}
-	args := []string{"luksFormat", "--type", "luks2", "--batch-mode", "--key-file=-"}
-	if c.opts.PBKDFMemoryKiB > 0 {
-		args = append(args, "--pbkdf-memory", strconv.Itoa(c.opts.PBKDFMemoryKiB))
-	}
-	if c.opts.IterTimeMs > 0 {
-		args = append(args, "--iter-time", strconv.Itoa(c.opts.IterTimeMs))
-	}
+	args := append([]string{"luksFormat", "--type", "luks2", "--batch-mode", "--key-file=-"}, c.opts.kdfArgs()...)
 	if out, _, err := c.run(ctx, key, append(args, dev)...); err != nil {
 		return cmdError("luksFormat "+dev, out, err)
 	}

@@ -3,6 +3,7 @@ package crypt
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -19,8 +20,9 @@ import (
 	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
-// fastKDF keeps the tests' key derivations short; production uses cryptsetup's defaults.
-var fastKDF = Options{PBKDFMemoryKiB: 32 << 10, IterTimeMs: 100}
+// fastKDF keeps the tests' key derivations short (pbkdf2 at its fewest iterations, no
+// benchmark); production uses cryptsetup's defaults.
+var fastKDF = Options{PBKDF: PBKDFPBKDF2, ForceIterations: 1000}
 
 // realCryptsetup is a Cryptsetup over the real binary, with blkid (mount-utils) as its
 // probe: the same check that guards mkfs in the node plugin.
@@ -50,7 +52,31 @@ func fileSum(t *testing.T, p string) [32]byte {
 	return sha256.Sum256(b)
 }
 
-// TestFormatRealCryptsetup: a blank device is formatted as LUKS2 and then refused; a device
+// keyslotKDF is the key derivation function and iteration count of keyslot 0 of the LUKS2
+// header on dev, as luksDump's JSON metadata has them.
+func keyslotKDF(t *testing.T, dev string) (string, int) {
+	t.Helper()
+	out, err := exec.Command("cryptsetup", "luksDump", "--dump-json-metadata", dev).Output()
+	if err != nil {
+		t.Fatalf("luksDump %s: %v", dev, err)
+	}
+	var md struct {
+		Keyslots map[string]struct {
+			KDF struct {
+				Type       string `json:"type"`
+				Iterations int    `json:"iterations"`
+			} `json:"kdf"`
+		} `json:"keyslots"`
+	}
+	if err := json.Unmarshal(out, &md); err != nil {
+		t.Fatalf("luksDump %s: %v", dev, err)
+	}
+	ks := md.Keyslots["0"].KDF
+	return ks.Type, ks.Iterations
+}
+
+// TestFormatRealCryptsetup: a blank device is formatted as LUKS2, its keyslot with the
+// options' key derivation, and then refused; a device
 // holding a filesystem is refused and left byte for byte as it was.
 func TestFormatRealCryptsetup(t *testing.T) {
 	c := realCryptsetup(t)
@@ -64,6 +90,9 @@ func TestFormatRealCryptsetup(t *testing.T) {
 	}
 	if luks, err := c.IsLUKS(ctx, dev); err != nil || !luks {
 		t.Fatalf("IsLUKS(formatted) = %v, %v; want true, nil", luks, err)
+	}
+	if kdf, iter := keyslotKDF(t, dev); kdf != PBKDFPBKDF2 || iter != 1000 {
+		t.Fatalf("keyslot 0 derives its key with %s, %d iterations; want the options' pbkdf2, 1000", kdf, iter)
 	}
 	before := fileSum(t, dev)
 	if err := c.Format(ctx, dev, []byte("k2")); !errors.Is(err, ErrAlreadyLUKS) {
@@ -176,31 +205,78 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-// TestFormatArgs: luksFormat of LUKS2 with the key on standard input and the options asked;
-// a probe that finds a signature stops it before luksFormat.
+// TestFormatArgs: luksFormat of LUKS2 with the key on standard input and the key
+// derivation asked; the zero Options (production's default) pass no key-derivation
+// argument, so the header gets cryptsetup's argon2id at its benchmarked cost. A probe that
+// finds a signature stops it before luksFormat.
 func TestFormatArgs(t *testing.T) {
+	base := []string{"luksFormat", "--type", "luks2", "--batch-mode", "--key-file=-"}
+	for _, tc := range []struct {
+		name string
+		opts Options
+		kdf  []string
+	}{
+		{"default", Options{}, nil},
+		{"argon2 tuned", Options{PBKDFMemoryKiB: 65536, IterTimeMs: 500}, []string{"--pbkdf-memory", "65536", "--iter-time", "500"}},
+		{"pbkdf2 forced", Options{PBKDF: PBKDFPBKDF2, ForceIterations: 1000}, []string{"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, calls := fakeCryptsetup(t, func(args []string) (string, int) {
+				if args[0] == "isLuks" {
+					return "", exitNotLUKS
+				}
+				return "", 0
+			})
+			c.opts = tc.opts
+			if err := c.Format(context.Background(), "/dev/nbd3", []byte("k")); err != nil {
+				t.Fatal(err)
+			}
+			got := (*calls)[len(*calls)-1]
+			want := append(append(slices.Clone(base), tc.kdf...), "/dev/nbd3")
+			if !slices.Equal(got.args, want) || got.stdin != "k" {
+				t.Fatalf("ran %q stdin %q; want %q stdin k", got.args, got.stdin, want)
+			}
+		})
+	}
 	c, calls := fakeCryptsetup(t, func(args []string) (string, int) {
 		if args[0] == "isLuks" {
 			return "", exitNotLUKS
 		}
 		return "", 0
 	})
-	c.opts.PBKDFMemoryKiB, c.opts.IterTimeMs = 65536, 500
-	if err := c.Format(context.Background(), "/dev/nbd3", []byte("k")); err != nil {
-		t.Fatal(err)
-	}
-	got := (*calls)[len(*calls)-1]
-	want := []string{"luksFormat", "--type", "luks2", "--batch-mode", "--key-file=-", "--pbkdf-memory", "65536", "--iter-time", "500", "/dev/nbd3"}
-	if !slices.Equal(got.args, want) || got.stdin != "k" {
-		t.Fatalf("ran %q stdin %q; want %q stdin k", got.args, got.stdin, want)
-	}
 	c.probe = func(string) (string, error) { return "xfs", nil }
-	n := len(*calls)
 	if err := c.Format(context.Background(), "/dev/nbd3", []byte("k")); !errors.Is(err, ErrNotBlank) {
 		t.Fatalf("Format(xfs) = %v; want ErrNotBlank", err)
 	}
-	if len(*calls) != n+1 { // isLuks only
-		t.Fatalf("ran %v after the probe found xfs", (*calls)[n:])
+	if len(*calls) != 1 { // isLuks only
+		t.Fatalf("ran %v after the probe found xfs", *calls)
+	}
+}
+
+// TestOptionsValidate: what cryptsetup would refuse is refused up front, naming the setting.
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string // "" valid, else a part of the error
+	}{
+		{"default", Options{}, ""},
+		{"tests' cheap", fastKDF, ""},
+		{"argon2id tuned", Options{PBKDF: PBKDFArgon2id, PBKDFMemoryKiB: 65536, IterTimeMs: 200}, ""},
+		{"argon2 forced", Options{PBKDF: PBKDFArgon2i, ForceIterations: 4}, ""},
+		{"unknown", Options{PBKDF: "scrypt"}, `pbkdf "scrypt"`},
+		{"pbkdf2 memory", Options{PBKDF: PBKDFPBKDF2, PBKDFMemoryKiB: 1024}, "memory"},
+		{"both", Options{ForceIterations: 8, IterTimeMs: 100}, "not both"},
+		{"pbkdf2 too few", Options{PBKDF: PBKDFPBKDF2, ForceIterations: 999}, "at least 1000"},
+		{"argon2 too few", Options{ForceIterations: 3}, "at least 4 for argon2id"},
+		{"negative", Options{IterTimeMs: -1}, "negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.opts.Validate()
+			if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate(%+v) = %v; want %q", tc.opts, err, tc.want)
+			}
+		})
 	}
 }
 

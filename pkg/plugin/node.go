@@ -80,7 +80,7 @@ func openNodePlugin(ctx context.Context, o *Options, waiting func()) (*nodePlugi
 		return nil, err
 	}
 	np.ns, err = driver.NewNodeServer(driver.NodeConfig{NodeID: o.NodeID, MaxVolumes: o.MaxVolumes,
-		Attacher: np.attacher, Mounter: mount.New(""), Exec: utilexec.New(), Pool: p})
+		Attacher: np.attacher, Mounter: mount.New(""), Exec: utilexec.New(), Pool: p, Crypt: o.Crypt})
 	if err != nil {
 		np.close()
 		return nil, err

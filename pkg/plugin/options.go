@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raid10-csi/raid10-csi/pkg/attach"
+	"github.com/raid10-csi/raid10-csi/pkg/crypt"
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
@@ -62,6 +63,10 @@ type Options struct {
 	// KubeletRegistrationPath is the CSI socket's path on the host, reported to the kubelet;
 	// empty: the path of a unix --endpoint (right when the plugin runs on the host).
 	KubeletRegistrationPath string
+	// Crypt is the key derivation of new LUKS2 headers of encrypted volumes (node and all
+	// modes: --crypt-pbkdf, --crypt-pbkdf-memory-kib, --crypt-iter-time-ms,
+	// --crypt-pbkdf-force-iterations); the zero value keeps cryptsetup's defaults.
+	Crypt crypt.Options
 }
 
 // registrationPath is the CSI endpoint's path as the kubelet sees it.
@@ -128,6 +133,9 @@ func (o *Options) Validate() error {
 		}
 		if err := pool.ValidateMemberTimeout(o.MemberTimeout); err != nil {
 			return fmt.Errorf("--member-timeout=%s: %w", o.MemberTimeout, err)
+		}
+		if err := o.Crypt.Validate(); err != nil {
+			return fmt.Errorf("--crypt-pbkdf, --crypt-pbkdf-memory-kib, --crypt-iter-time-ms, --crypt-pbkdf-force-iterations: %w", err)
 		}
 	}
 	if o.HandoverWait < 0 {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/raid10-csi/raid10-csi/pkg/crypt"
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
 	"github.com/raid10-csi/raid10-csi/pkg/metrics"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
@@ -79,6 +80,12 @@ func TestValidate(t *testing.T) {
 			node(driver.ModeAll)(o)
 			o.RegistrationDir, o.Endpoint = "/r", "tcp://127.0.0.1:10000"
 		}, ""},
+		{"CryptCheap", func(o *Options) {
+			node(driver.ModeNode)(o)
+			o.Crypt = crypt.Options{PBKDF: "pbkdf2", ForceIterations: 1000}
+		}, ""},
+		{"CryptUnknownPBKDF", func(o *Options) { node(driver.ModeAll)(o); o.Crypt.PBKDF = "scrypt" }, "--crypt-pbkdf"},
+		{"CryptTooFewIterations", func(o *Options) { node(driver.ModeNode)(o); o.Crypt.ForceIterations = 1 }, "--crypt-pbkdf-force-iterations"},
 		{"Holder", func(o *Options) { o.Mode, o.StateDir = ModeHolder, "/var/lib/x" }, ""},
 		{"HolderWithoutStateDir", func(o *Options) { o.Mode, o.StateDir = ModeHolder, "" }, "--state-dir"},
 	} {
