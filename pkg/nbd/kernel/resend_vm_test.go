@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -19,10 +20,9 @@ import (
 
 	"github.com/raid10-csi/raid10-csi/pkg/blockdev"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
-	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
-// soakEnv, set to a duration (e.g. 5m), makes TestGuestResendFio run fio that long instead
+// soakEnv, set to a duration (e.g. 5m), makes TestInKernelResendFio run fio that long instead
 // of resendFioDefault.
 const (
 	soakEnv          = "NBD_RESEND_SOAK"
@@ -30,23 +30,17 @@ const (
 	resendTimeout    = 2 * time.Second // the kernel's request timeout in these tests
 )
 
-// TestKernelResendVM runs the re-send ordering tests in the VM: a real /dev/nbdX with two
-// connections and a short request timeout, over backends that stall requests past it, so
-// that the kernel gives up on sockets and re-sends their requests on the other connection.
-func TestKernelResendVM(t *testing.T) {
-	vm.HostHalf(t)
-	soak := resendFioDefault
-	if v := os.Getenv(soakEnv); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", soakEnv, v, err)
-		}
-		soak = d
+// resendSoak is how long TestInKernelResendFio runs fio: soakEnv or resendFioDefault.
+func resendSoak() (time.Duration, error) {
+	v := os.Getenv(soakEnv)
+	if v == "" {
+		return resendFioDefault, nil
 	}
-	limit := soak + 4*time.Minute
-	vm.RunGoTestOpts(t, vm.Options{Timeout: limit, Memory: 2048, Env: []string{soakEnv + "=" + soak.String()}},
-		".", "-test.run=^(TestGuestResendOrder|TestGuestResendFio)$", "-test.v",
-		"-test.timeout="+(limit-time.Minute).String())
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", soakEnv, v, err)
+	}
+	return d, nil
 }
 
 // attachStalling serves b on a device with two connections and the short request timeout.
@@ -128,12 +122,12 @@ func directIO(t *testing.T, path string) (*os.File, []byte) {
 	return f, buf
 }
 
-// TestGuestResendOrder is the sequence of issue 12: a write W1 (A to block X) is held in the
+// TestInKernelResendOrder is the sequence of issue 12: a write W1 (A to block X) is held in the
 // backend past the kernel's request timeout; the kernel gives up on the socket and re-sends
 // W1 on the other connection; once W1 is acknowledged, W2 (B to X) is written and
 // acknowledged; the held W1 then reaches the backend. A read of X must return B.
-func TestGuestResendOrder(t *testing.T) {
-	vm.GuestHalf(t, "TestKernelResendVM")
+func TestInKernelResendOrder(t *testing.T) {
+	inGuest(t)
 	const x = 1 << 20
 	fb, err := nbd.OpenFileBackend(filepath.Join(t.TempDir(), "disk.img"), 64<<20)
 	if err != nil {
@@ -232,7 +226,7 @@ wait:
 		// The scenario was not reached this time (under load the hold
 		// missed W1 once in a clean-clone CI run: W1 acknowledged at
 		// 559 ms, 2 writes to X); the order check below still holds, and
-		// TestGuestResendFio re-sends stalled writes many times.
+		// TestInKernelResendFio re-sends stalled writes many times.
 		t.Logf("the backend saw %d writes to X, not W1, its re-sent copy and W2: no re-send in this run", b.writes.Load())
 	}
 	if buf[0] != 'B' || !bytes.Equal(buf, bytes.Repeat([]byte{'B'}, 4096)) {
@@ -294,21 +288,17 @@ type fioFigures struct {
 	} `json:"jobs"`
 }
 
-// TestGuestResendFio runs fio with verification on the device for a while (NBD_RESEND_SOAK,
+// TestInKernelResendFio runs fio with verification on the device for a while (NBD_RESEND_SOAK,
 // default 20 s) while the backend stalls requests around the request timeout: the kernel
 // keeps giving up on sockets and re-sending. Each fio run writes every block of a small
 // region once in random order and verifies it, several times over (loops), so a stale write
 // that lands after a newer one is read back with the wrong header. fio must report no error
 // and its verification must pass.
-func TestGuestResendFio(t *testing.T) {
-	vm.GuestHalf(t, "TestKernelResendVM")
-	soak := resendFioDefault
-	if v := os.Getenv(soakEnv); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		soak = d
+func TestInKernelResendFio(t *testing.T) {
+	inGuest(t)
+	soak, err := resendSoak()
+	if err != nil {
+		t.Fatal(err)
 	}
 	fb, err := nbd.OpenFileBackend(filepath.Join(t.TempDir(), "disk.img"), 64<<20)
 	if err != nil {
