@@ -19,10 +19,11 @@
 //     of 10.0.1.1:443 to the API server on the host's loopback (socat per connection). The
 //     kubelet uses that address; pods reach it as the kubernetes Service's ClusterIP, which
 //     the kubelet puts in KUBERNETES_SERVICE_HOST, through the bridge and iptables
-//     masquerade: no kube-proxy and no chart setting. The API server cannot reach the
-//     kubelet (no `kubectl logs` or `exec`): the test reads pod logs from the node's
-//     /var/log/pods and runs node commands through Rig.Exec (a command file on the shared
-//     rig directory).
+//     masquerade: no kube-proxy and no chart setting. The API server reaches the kubelet
+//     (`kubectl logs`, `exec`, port-forward) the other way round (tunnel.go): node.sh keeps
+//     connections to a second guestfwd waiting, and the API server's egress selector sends
+//     its CONNECTs to the rig's proxy, which joins each to one of them. Node commands outside
+//     any container run through Rig.Exec (a command file on the shared rig directory).
 //   - Images, without Docker or a registry: `make image` (hack/image.sh) writes the plugin,
 //     pause, csi-provisioner, csi-resizer and csi-snapshotter tarballs; the test adds
 //     raid10-csi/ioverify (test/cluster/ioverify, the workload); node.sh imports them with
@@ -37,7 +38,8 @@
 //     from that copy and imports only what changed: usually the plugin image, whose Debian
 //     layer containerd already holds, so only its binaries' layer is unpacked.
 //   - The kubelet authenticates with the admin token (the rig runs RBAC only, no node
-//     authorizer) and answers no one (anonymous, AlwaysAllow; unreachable from the host).
+//     authorizer) and lets the API server in anonymously (AlwaysAllow; only the tunnel
+//     reaches it).
 //
 // # The story (story_test.go)
 //

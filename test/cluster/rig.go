@@ -97,6 +97,7 @@ type Rig struct {
 	runErr  error
 	cmdSeq  int
 	nodeDir string // the rig directory of the current boot
+	tunnel  *kubeletTunnel
 }
 
 // Require skips (or, under CI, fails: internal/testenv) a test that needs the rig where a
@@ -137,9 +138,14 @@ func New(t testing.TB, cfg Config) *Rig {
 			t.Logf("cluster: rig kept in %s", dir)
 		}
 	})
+	if r.tunnel, err = startKubeletTunnel(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.tunnel.Close) // after the rig's cleanup above (LIFO): the node is stopped first
 	r.Env = kubeenv.Start(t, kubeenv.WithControllerManager(), kubeenv.WithScheduler(),
 		kubeenv.WithServingIPs(net.ParseIP(apiServerVIP)),
-		kubeenv.WithAPIServerFlags("--service-cluster-ip-range="+serviceRange, "--feature-gates="+featureGates))
+		kubeenv.WithAPIServerFlags("--service-cluster-ip-range="+serviceRange, "--feature-gates="+featureGates,
+			"--egress-selector-config-file="+r.tunnel.ConfigFile()))
 
 	for i := range cfg.NVMe {
 		f := filepath.Join(dir, fmt.Sprintf("nvme%d.img", i))
@@ -305,8 +311,11 @@ func (r *Rig) Boot(ctx context.Context) {
 		RunDir:  filepath.Join(nodeDir, "run"),
 		Disks:   disks,
 		Net: &vm.Net{
-			Network:  guestNetwork,
-			GuestFwd: map[string]string{apiServerVIP + ":443": "socat - TCP:127.0.0.1:" + port},
+			Network: guestNetwork,
+			GuestFwd: map[string]string{
+				apiServerVIP + ":443": "socat - TCP:127.0.0.1:" + port,
+				kubeletTunnelAddr:     r.tunnel.GuestFwd(), // the API server's way to the kubelet
+			},
 		},
 		Writable: []string{r.Dir},
 		// node.sh syncs the state disk itself; a sync of everything would wait on the pods'
@@ -320,7 +329,7 @@ func (r *Rig) Boot(ctx context.Context) {
 		Env: []string{
 			"RAID10_RIG=" + nodeDir,
 			"NODE_IP=" + NodeIP, "NODE_PREFIX=16", "NODE_GW=" + nodeGateway,
-			"NODE_NAME=" + NodeName, "STATE_DEV=/dev/vda",
+			"NODE_NAME=" + NodeName, "STATE_DEV=/dev/vda", "KUBELET_TUNNEL=" + kubeletTunnelAddr,
 			"KUBELET=" + filepath.Join(os.Getenv(kubeenv.BinDirEnv), "kubelet"),
 		},
 	}
@@ -470,12 +479,13 @@ const cniConfig = `{
 // the API server keep what it writes (pod status.volumeHealth, CSINode status.storageHealth).
 const featureGates = "CSIVolumeHealth=true"
 
-// kubeletConfig: cgroupfs (no systemd in the guest), no swap check, the API server never
-// calls the kubelet (it cannot reach the guest), eviction thresholds low for the small
-// state disk. syncFrequency 10s (default 1m): the kubelet resyncs a pod's volumes, and so
-// calls NodeExpandVolume after the controller's expansion, within 10 s instead of up to a
-// minute (the story's step 6 waited 59 s for it). volumeStatsAggPeriod 10s (default 1m) is
-// also how often the kubelet's CSIVolumeHealth asks the plugin for health.
+// kubeletConfig: cgroupfs (no systemd in the guest), no swap check, the API server let in
+// anonymously (it comes through tunnel.go's tunnel; nothing else reaches the guest),
+// eviction thresholds low for the small state disk. syncFrequency 10s (default 1m): the
+// kubelet resyncs a pod's volumes, and so calls NodeExpandVolume after the controller's
+// expansion, within 10 s instead of up to a minute (the story's step 6 waited 59 s for it).
+// volumeStatsAggPeriod 10s (default 1m) is also how often the kubelet's CSIVolumeHealth asks
+// the plugin for health.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
