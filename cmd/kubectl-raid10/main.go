@@ -54,6 +54,9 @@ type Options struct {
 	Kubeconfig string
 	// Context is the kubeconfig context of cluster mode; empty: the current one.
 	Context string
+	// MapperDir is where local mode looks for encrypted volumes' dm-crypt mappings; empty:
+	// /dev/mapper (tests set it).
+	MapperDir string
 }
 
 // Validate reports the first invalid option, naming it.

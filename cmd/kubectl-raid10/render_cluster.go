@@ -150,13 +150,13 @@ func (r renderer) clusterVolumes(vols []v1alpha1.Raid10Volume, now time.Time) er
 		return err
 	}
 	tw, ew := r.table()
-	ew.printf("NAME\tNODE\tSIZE\tSTATE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tCLAIM\tLIMITS\tAGE\n")
+	ew.printf("NAME\tNODE\tSIZE\tSTATE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tCLAIM\tLIMITS\tENCRYPTED\tAGE\n")
 	for i := range vols {
 		v := &vols[i]
 		claim := annotatedRef(v.Annotations, v1alpha1.PVCNamespaceAnnotation, v1alpha1.PVCNameAnnotation)
-		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Spec.Node, volumeSize(v), dash(string(v.Status.Phase)),
+		ew.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Spec.Node, volumeSize(v), dash(string(v.Status.Phase)),
 			dash(string(v.Status.Health)), dash(v.Status.InSync), blocks(v.Status.BadBlocks, v.Status.LostBlocks),
-			progressBar(v.Status.Rebuild), claim, limitsColumn(v), age(v.CreationTimestamp, now))
+			progressBar(v.Status.Rebuild), claim, limitsColumn(v), encryptedColumn(v), age(v.CreationTimestamp, now))
 	}
 	return flush(tw, ew)
 }

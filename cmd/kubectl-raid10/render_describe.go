@@ -168,7 +168,7 @@ func describeEvents(ew *errWriter, evs []eventsv1.Event, now time.Time) {
 // encryptionOf says whether the volume is encrypted at rest, as its StorageClass asked
 // (the annotation the controller writes at creation).
 func encryptionOf(v *v1alpha1.Raid10Volume) string {
-	if v.Annotations[v1alpha1.EncryptedAnnotation] == "true" {
+	if encrypted(v) {
 		return "LUKS2 (dm-crypt on the node; key from the node-stage Secret)"
 	}
 	return "none"

@@ -70,22 +70,22 @@ func (r renderer) disks(ds []pool.DiskInfo) error {
 	return ew.err
 }
 
-// volumes prints the pool's volumes with their resync, their QoS limits in force and the NBD
-// socket that serves each (the standalone agent's, when it exists), then why each one that
+// volumes prints the pool's volumes with their resync, their QoS limits in force, whether
+// each is open through dm-crypt here and the NBD socket that serves each (the standalone agent's, when it exists), then why each one that
 // is not healthy is so and what the limits of each delayed.
 func (r renderer) volumes(vs []pool.VolumeInfo) error {
 	if ok, err := r.structured(vs); ok {
 		return err
 	}
 	tw, ew := r.table()
-	ew.printf("NAME\tSIZE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tLIMITS\tNBD\n")
+	ew.printf("NAME\tSIZE\tHEALTH\tMEMBERS\tBAD BLOCKS\tREBUILD\tLIMITS\tENCRYPTED\tNBD\n")
 	for _, v := range vs {
 		sock := nbdSocket(r.o.RunDir, v.Name)
 		if _, err := os.Stat(sock); err != nil {
 			sock = "-"
 		}
-		ew.printf("%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", v.Name, human(v.Size), v.Health, v.InSync, len(v.Members),
-			blocks(v.BadBlocks, v.LostBlocks), syncColumn(v.Sync), localLimitsColumn(v.Limits), sock)
+		ew.printf("%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", v.Name, human(v.Size), v.Health, v.InSync, len(v.Members),
+			blocks(v.BadBlocks, v.LostBlocks), syncColumn(v.Sync), localLimitsColumn(v.Limits), localEncryptedColumn(r.o, v.Name), sock)
 	}
 	if err := flush(tw, ew); err != nil {
 		return err

@@ -31,8 +31,8 @@ func TestLocalBlocks(t *testing.T) {
 		prefix string
 		want   []string // fields from the second on
 	}{
-		{"clean ", []string{"1GiB", "Healthy", "2/2", "0", "-", "-", "-"}},
-		{"worn ", []string{"1GiB", "Degraded", "2/2", "9", "(4", "lost)", "-", "-", "-"}},
+		{"clean ", []string{"1GiB", "Healthy", "2/2", "0", "-", "-", "-", "-"}},
+		{"worn ", []string{"1GiB", "Degraded", "2/2", "9", "(4", "lost)", "-", "-", "-", "-"}},
 		{"  worn ", []string{"ROLE", "DISK", "PATH", "STATE", "BAD", "BLOCKS", "TIMEOUTS"}},
 	} {
 		f := strings.Fields(lineOf(out, tc.prefix))
@@ -71,8 +71,8 @@ func TestLocalLimits(t *testing.T) {
 	out := buf.String()
 	t.Logf("volumes:\n%s", out)
 	for _, tc := range []struct{ prefix, want string }{
-		{"free ", "free 1GiB Healthy 2/2 0 - - -"},
-		{"capped ", "capped 1GiB Healthy 2/2 0 - r:2000iops/200MiB/s,w:1000iops -"},
+		{"free ", "free 1GiB Healthy 2/2 0 - - - -"},
+		{"capped ", "capped 1GiB Healthy 2/2 0 - r:2000iops/200MiB/s,w:1000iops - -"},
 		{"  capped:", "capped: throttled: reads 0 (0s, 0B), writes 3 (40ms, 12KiB)"},
 	} {
 		if got := strings.Join(strings.Fields(lineOf(out, tc.prefix)), " "); got != tc.want {

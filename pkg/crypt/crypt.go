@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -174,10 +173,7 @@ func MapperName(volumeID string) string {
 func (c *Cryptsetup) Path(name string) string { return filepath.Join(c.opts.MapperDir, name) }
 
 // IsOpen reports whether the mapping name is active (its device node exists).
-func (c *Cryptsetup) IsOpen(name string) bool {
-	fi, err := os.Stat(c.Path(name))
-	return err == nil && fi.Mode()&os.ModeDevice != 0
-}
+func (c *Cryptsetup) IsOpen(name string) bool { return isDevice(c.Path(name)) }
 
 // run runs cryptsetup with args, the key (if any) on its standard input, and returns its
 // combined output and exit status (-1 when it did not run or was killed).

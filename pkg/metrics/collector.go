@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/raid10-csi/raid10-csi/pkg/crypt"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
@@ -26,13 +27,21 @@ var _ Source = (*pool.Pool)(nil)
 // PoolCollector is a prometheus.Collector that reads a pool snapshot on every scrape. It
 // keeps no state and adds nothing to the I/O path: the counters are the engine's own.
 type PoolCollector struct {
-	src Source
+	src       Source
+	mapperDir string // where encrypted volumes' dm-crypt mappings appear; "": /dev/mapper
 }
 
 var _ prometheus.Collector = (*PoolCollector)(nil)
 
 // NewPoolCollector returns a collector for src.
 func NewPoolCollector(src Source) *PoolCollector { return &PoolCollector{src: src} }
+
+// WithMapperDir makes the collector look for encrypted volumes' dm-crypt mappings
+// (volume_encrypted) in dir instead of /dev/mapper; for tests.
+func (c *PoolCollector) WithMapperDir(dir string) *PoolCollector {
+	c.mapperDir = dir
+	return c
+}
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)
@@ -61,6 +70,7 @@ var (
 	volScrubLast  = desc("volume_scrub_last_completed_timestamp_seconds", "When a scrub of the volume last reached its end (Unix time); absent before the first since the plugin started.", "volume")
 	memState      = desc("volume_member_state", "State of one member of a volume (engine's view): 1 for the current state.", "volume", "member", "state")
 	volHydCopied  = desc("volume_hydration_copied_bytes", "Bytes a restored or cloned volume has copied from its source; absent for a volume made blank.", "volume")
+	volEncrypted  = desc("volume_encrypted", "1 while the volume is staged on this node through its dm-crypt (LUKS2) mapping, so that its disks get ciphertext only; 0 otherwise: a plain volume, or an encrypted one not staged now (the Raid10Volume says what its StorageClass asked).", "volume")
 	volHydrated   = desc("volume_hydrated", "1 once a restored or cloned volume has copied all of its source (it no longer needs it), else 0; absent for a volume made blank.", "volume")
 	snapSize      = desc("snapshot_size_bytes", "Size of a snapshot: its source's size at the cut.", "snapshot", "source")
 	snapCopied    = desc("snapshot_copied_bytes", "Bytes of a snapshot copied into its own extents; equal to its size once ready.", "snapshot", "source")
@@ -91,7 +101,7 @@ func (c *PoolCollector) Describe(ch chan<- *prometheus.Desc) {
 		volReadOps, volWriteOps, volReadBytes, volWriteBytes, volSize, volHealth, volMembers, volInSync,
 		volSyncRatio, volSyncRate, volSyncLeft, volSyncETA, memErrors, memState,
 		volBadBlocks, volLostBlocks, memBadBlocks, memTimeouts, memSlowLast, volScrubMism, volScrubLast,
-		volHydCopied, volHydrated, snapSize, snapCopied, snapReady, snapCut, snapHealth,
+		volHydCopied, volHydrated, volEncrypted, snapSize, snapCopied, snapReady, snapCut, snapHealth,
 		diskInfo, diskState, diskSize, diskFree,
 		poolRaw, poolUsable, poolFreeRaw, poolFreeUse, poolLargest, poolSpare,
 	} {
@@ -153,6 +163,7 @@ func (c *PoolCollector) Collect(ch chan<- prometheus.Metric) {
 
 	for _, v := range st.Volumes {
 		gauge(volSize, float64(v.Size), v.Name)
+		gauge(volEncrypted, b(crypt.VolumeOpen(c.mapperDir, v.Name)), v.Name)
 		if v.Source != nil {
 			gauge(volHydCopied, float64(v.Copied), v.Name)
 			gauge(volHydrated, b(v.Hydrated), v.Name)
