@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,7 +40,18 @@ const (
 	pluginEnv   = "RAID10_SANITY_PLUGIN"
 	accessEnv   = "RAID10_SANITY_ACCESS_TYPE"
 	frontendEnv = "RAID10_SANITY_FRONTEND" // the plugin's --frontend (default: its own)
+	// elsewhereEnv names csi-sanity containers (a Ginkgo container's text, "|" between
+	// them) whose specs this pass leaves to the other: TestSanityInGuest skips them.
+	elsewhereEnv = "RAID10_SANITY_ELSEWHERE"
 )
+
+// listSnapshots is the csi-sanity container that the -race pass leaves to the plain one:
+// its specs create and copy 20 snapshots, each a full copy of its 16 MiB source, 83 s of
+// the -race pass and 17 s of the plain one in a clean-clone CI run (issue 24). What they
+// check (ListSnapshots' filters and paging) is the controller's, the same for both access
+// types; the -race pass still creates, restores and deletes snapshots in the other
+// snapshot specs.
+const listSnapshots = "ListSnapshots [Controller Server]"
 
 // TestSanityVM builds the plugin and runs TestSanityInGuest in the VM twice: the suite's
 // volumes as ext4 filesystems (with the restart and readiness checks) with the plugin built
@@ -81,19 +94,21 @@ func TestSanityVM(t *testing.T) {
 	type run struct {
 		name, access, frontend string
 		race                   bool
+		elsewhere              string // containers left to the other pass
 	}
-	runs := []run{{"mount", "mount", "", true}, {"block", "block", "", false}}
+	runs := []run{{"mount", "mount", "", true, listSnapshots}, {"block", "block", "", false, ""}}
 	if os.Getenv("RAID10_SANITY_UBLK") == "1" {
 		// By hand: the suite with every volume over ublk, in the 6.12 VM. Its expansion
 		// tests fail there: a ublk device cannot grow while staged (docs/limitations.md).
-		runs = append(runs, run{"ublk-mount", "mount", "ublk", true})
+		runs = append(runs, run{"ublk-mount", "mount", "ublk", true, ""})
 	}
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
 			plugin := build(t, r.race)
 			began := time.Now()
 			opts := vm.Options{Timeout: 22 * time.Minute, Memory: 2048,
-				Env: []string{pluginEnv + "=" + plugin, accessEnv + "=" + r.access, frontendEnv + "=" + r.frontend}}
+				Env: []string{pluginEnv + "=" + plugin, accessEnv + "=" + r.access, frontendEnv + "=" + r.frontend,
+					elsewhereEnv + "=" + r.elsewhere}}
 			if r.frontend == "ublk" {
 				opts.KernelSeries, opts.Modules = vm.UblkKernelSeries, append(append([]string{}, vm.DefaultModules...), "ublk_drv")
 			}
@@ -160,10 +175,22 @@ func TestSanityInGuest(t *testing.T) {
 		t.Fatalf("%s=%q: must be mount or block", accessEnv, access)
 	}
 	sc.TestVolumeAccessType = access
+	var elsewhere []string
+	if e := os.Getenv(elsewhereEnv); e != "" {
+		elsewhere = strings.Split(e, "|")
+		quoted := make([]string, len(elsewhere))
+		for i, c := range elsewhere {
+			quoted[i] = regexp.QuoteMeta(c)
+		}
+		// Ginkgo's own flag, which csisanity.Test's RunSpecs reads.
+		if err := flag.Set("ginkgo.skip", strings.Join(quoted, "|")); err != nil {
+			t.Fatalf("-ginkgo.skip: %v", err)
+		}
+	}
 	began := time.Now()
 	csisanity.Test(t, sc)
-	t.Logf("csi-sanity with %s volumes: %s", access, time.Since(began).Round(time.Second))
-	checkSnapshotSpecs(t)
+	t.Logf("csi-sanity with %s volumes: %s (left to the other pass: %q)", access, time.Since(began).Round(time.Second), elsewhere)
+	checkSnapshotSpecs(t, elsewhere)
 	if t.Failed() {
 		h.p.stop(t)
 		return
