@@ -39,7 +39,7 @@ func nodeUsable(n *v1alpha1.Raid10Node, members int32) int64 {
 // yet (each takes its source's size).
 func (c *ControllerServer) nodeFree(ctx context.Context, n *v1alpha1.Raid10Node, members int32, except string) (int64, error) {
 	free := layoutBytes(n, members, func(d v1alpha1.DiskStatus) int64 { return d.FreeBytes })
-	vols, err := c.store.ListVolumes(ctx)
+	vols, snaps, err := c.nodeObjects(ctx, n.Name)
 	if err != nil {
 		return 0, err
 	}
@@ -53,10 +53,6 @@ func (c *ControllerServer) nodeFree(ctx context.Context, n *v1alpha1.Raid10Node,
 		}
 	}
 	// Snapshots not cut yet take their source's size as soon as the agent gets to them.
-	snaps, err := c.store.ListSnapshots(ctx)
-	if err != nil {
-		return 0, err
-	}
 	for i := range snaps {
 		s := &snaps[i]
 		if s.Spec.Node != n.Name || s.DeletionTimestamp != nil || s.Status.CutAt != nil || s.Status.Phase == v1alpha1.SnapshotPhaseFailed {
@@ -69,6 +65,37 @@ func (c *ControllerServer) nodeFree(ctx context.Context, n *v1alpha1.Raid10Node,
 		}
 	}
 	return max(free, 0), nil
+}
+
+// NodeScopedStore is a VolumeStore that can list the volumes and snapshots of one node
+// (spec.node) without the rest of the cluster's. KubeStore does, with a field selector
+// that the API server applies, so that a node's capacity (GetCapacity, which the
+// provisioner asks for every node each capacity poll, and CreateVolume's check) costs what
+// that node holds, not every volume of the cluster (issue 28: O(nodes x volumes) per poll).
+type NodeScopedStore interface {
+	// ListNodeVolumes lists the Raid10Volumes whose spec.node is node.
+	ListNodeVolumes(ctx context.Context, node string) ([]v1alpha1.Raid10Volume, error)
+	// ListNodeSnapshots lists the Raid10Snapshots whose spec.node is node.
+	ListNodeSnapshots(ctx context.Context, node string) ([]v1alpha1.Raid10Snapshot, error)
+}
+
+// nodeObjects lists the volumes and snapshots of node: through the store's NodeScopedStore
+// when it has one, else every one (a store of one node, such as LocalStore, has no others).
+func (c *ControllerServer) nodeObjects(ctx context.Context, node string) ([]v1alpha1.Raid10Volume, []v1alpha1.Raid10Snapshot, error) {
+	if ns, ok := c.store.(NodeScopedStore); ok {
+		vols, err := ns.ListNodeVolumes(ctx, node)
+		if err != nil {
+			return nil, nil, err
+		}
+		snaps, err := ns.ListNodeSnapshots(ctx, node)
+		return vols, snaps, err
+	}
+	vols, err := c.store.ListVolumes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	snaps, err := c.store.ListSnapshots(ctx)
+	return vols, snaps, err
 }
 
 // checkCapacity reports whether node can give grow more bytes to a volume of that layout and

@@ -32,7 +32,12 @@ func fakeClient(t *testing.T) client.Client {
 		t.Fatal(err)
 	}
 	return fake.NewClientBuilder().WithScheme(s).
-		WithStatusSubresource(&v1alpha1.Raid10Volume{}, &v1alpha1.Raid10Node{}, &v1alpha1.Raid10Snapshot{}).Build()
+		WithStatusSubresource(&v1alpha1.Raid10Volume{}, &v1alpha1.Raid10Node{}, &v1alpha1.Raid10Snapshot{}).
+		// spec.node is a selectable field of the CRDs (the API server filters on it); the fake
+		// client needs an index for the KubeStore's per-node lists.
+		WithIndex(&v1alpha1.Raid10Volume{}, NodeField, func(o client.Object) []string { return []string{o.(*v1alpha1.Raid10Volume).Spec.Node} }).
+		WithIndex(&v1alpha1.Raid10Snapshot{}, NodeField, func(o client.Object) []string { return []string{o.(*v1alpha1.Raid10Snapshot).Spec.Node} }).
+		Build()
 }
 
 // startDriver serves a controller-mode Driver over c on a unix socket in a temp dir and

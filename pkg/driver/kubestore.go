@@ -60,6 +60,30 @@ func (s *KubeStore) ListVolumes(ctx context.Context) ([]v1alpha1.Raid10Volume, e
 	return l.Items, nil
 }
 
+// NodeField is the Raid10Volume and Raid10Snapshot field that names their node, selectable
+// in the CRDs (selectableFields), so the API server filters on it.
+const NodeField = "spec.node"
+
+var _ NodeScopedStore = (*KubeStore)(nil)
+
+// ListNodeVolumes implements NodeScopedStore: the API server filters by spec.node.
+func (s *KubeStore) ListNodeVolumes(ctx context.Context, node string) ([]v1alpha1.Raid10Volume, error) {
+	var l v1alpha1.Raid10VolumeList
+	if err := s.c.List(ctx, &l, client.MatchingFields{NodeField: node}); err != nil {
+		return nil, fmt.Errorf("list raid10volumes of node %q: %w", node, err)
+	}
+	return l.Items, nil
+}
+
+// ListNodeSnapshots implements NodeScopedStore: the API server filters by spec.node.
+func (s *KubeStore) ListNodeSnapshots(ctx context.Context, node string) ([]v1alpha1.Raid10Snapshot, error) {
+	var l v1alpha1.Raid10SnapshotList
+	if err := s.c.List(ctx, &l, client.MatchingFields{NodeField: node}); err != nil {
+		return nil, fmt.Errorf("list raid10snapshots of node %q: %w", node, err)
+	}
+	return l.Items, nil
+}
+
 // CreateVolume implements VolumeStore.
 func (s *KubeStore) CreateVolume(ctx context.Context, vol *v1alpha1.Raid10Volume) error {
 	return kubeErr(s.c.Create(ctx, vol), "raid10volume", vol.Name)
