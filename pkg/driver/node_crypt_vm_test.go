@@ -92,7 +92,8 @@ func headSum(t *testing.T, dev string, n int) [32]byte {
 // after a re-stage with the key; a wrong key and a missing one fail with clear errors
 // and leave the LUKS header byte for byte; a repeated stage, also by a fresh node service,
 // keeps the open mapping; a device holding data without a header is not formatted; the
-// encrypted filesystem grows online.
+// encrypted filesystem grows online; a snapshot, a restore and a clone keep the source's
+// key and hold no plaintext either (cryptCopies).
 func TestNodeInGuestCrypt(t *testing.T) {
 	vm.GuestHalf(t, "TestNodeVM")
 	testenv.RequireTools(t, "cryptsetup", "blkid", "mkfs.ext4", "resize2fs")
@@ -237,8 +238,10 @@ func TestNodeInGuestCrypt(t *testing.T) {
 		t.Fatalf("the refused device holds %q, want its ext4 still", fs)
 	}
 	step("detach plain", att.Detach(ctx, "vol-plain"))
+	step("delete plain", p.DeleteVolume("vol-plain")) // room for cryptCopies
 
 	cryptBlock(t, ns, cfg, enc, key)
+	cryptCopies(t, ns, p, cfg, att, enc, key, wrong)
 }
 
 // cryptBlock: an encrypted Block volume publishes the mapping; what a pod writes there is
