@@ -48,6 +48,14 @@ cluster-test: deps ## Only the user's story on a real kubelet in the QEMU node (
 cluster-demo: deps ## cluster-test, pausing PAUSE (default 10m) after the volumes are Healthy to look around with kubectl.
 	source hack/tool-env.sh && RAID10_CLUSTER_PAUSE=$${PAUSE:-10m} $(GO) test -count=1 -timeout 120m -v -run '^TestClusterStory$$' ./test/cluster
 
+.PHONY: k8s-e2e
+k8s-e2e: deps ## Kubernetes' external storage e2e suites on the rig (test/k8se2e, driver.yaml; builds e2e.test once, ~30 min cold): FOCUS, SKIP (regexps), PARALLEL (default 1); JUnit and log in _output/k8s-e2e. CHECK=1: only driver.yaml against --list-tests.
+	dir=$$(bash hack/build-k8s-e2e.sh) && source hack/tool-env.sh && cd test/k8se2e && \
+	  RAID10_K8S_E2E_DIR=$$dir RAID10_K8S_E2E_RUN=$(if $(CHECK),,1) RAID10_K8S_E2E_FOCUS='$(FOCUS)' \
+	  RAID10_K8S_E2E_SKIP='$(or $(SKIP),\[Disruptive\])' RAID10_K8S_E2E_PARALLEL=$(or $(PARALLEL),1) \
+	  RAID10_K8S_E2E_REPORT=$(abspath _output/k8s-e2e) GOWORK=off \
+	  $(GO) test -count=1 -timeout 0 -v -run '^(TestDriverYAMLSelectsSuites|TestK8sE2E)$$' .
+
 .PHONY: vm
 vm: ## Run CMD in the QEMU test VM (kernel nbd/md): make vm CMD='cat /proc/mdstat'
 	$(GO) run ./test/vm/cmd/vmrun -- '$(CMD)'
@@ -59,6 +67,15 @@ bench: deps ## Run the benchmarks (ratios against a reference measured in the sa
 .PHONY: bench-vm
 bench-vm: deps ## Run the VM benchmark: md raid10 vs the engine over NBD and ublk (6.12 kernel) on 4 emulated NVMe disks, one boot (~15 min); TABLE=file keeps the markdown table.
 	source hack/tool-env.sh && RAID10_PERF_TABLE=$(abspath $(or $(TABLE),_output/perf.md)) $(GO) test -run '^$$' -bench '^BenchmarkVM$$' -benchtime=1x -timeout 30m -v ./test/perf/
+
+.PHONY: scale-bench
+scale-bench: STEPS ?= 10,100,1000
+scale-bench: deps ## Grow a cluster of hollow nodes on the real kube-apiserver in STEPS (default 10,100,1000; VOLUMES per step 200, WORKERS 16, IDLE 60s); TABLE=file keeps the table.
+	$(GO) build -o $(BIN)/raid10-csi ./cmd/raid10-csi
+	source hack/tool-env.sh && RAID10_SCALE_STEPS=$(STEPS) RAID10_SCALE_VOLUMES=$(or $(VOLUMES),200) \
+	  RAID10_SCALE_WORKERS=$(or $(WORKERS),16) RAID10_SCALE_IDLE=$(or $(IDLE),60s) RAID10_SCALE_PLUGIN=$(abspath $(BIN)/raid10-csi) \
+	  RAID10_SCALE_TABLE=$(abspath $(or $(TABLE),_output/scale.md)) \
+	  $(GO) test -count=1 -timeout 0 -run '^TestScaleBench$$' -v ./test/scale/
 
 .PHONY: soak
 soak: ## Run the engine's fault matrix (on the synchronous calls, then with Queues), then the snapshot copy crash test, each with random seeds for SOAK (default 10m); RAID10_SEED=<seed> replays a round.

@@ -1,0 +1,245 @@
+package scale
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Environment of TestScaleBench (make scale-bench sets them from its variables).
+const (
+	envSteps   = "RAID10_SCALE_STEPS"   // node counts, comma-separated: 10,100,1000
+	envVolumes = "RAID10_SCALE_VOLUMES" // volumes created and deleted per step (default 200)
+	envWorkers = "RAID10_SCALE_WORKERS" // concurrent CSI calls (default 16)
+	envIdle    = "RAID10_SCALE_IDLE"    // idle window per step (default 60s)
+	envTable   = "RAID10_SCALE_TABLE"   // markdown file the table is written to
+	envPlugin  = "RAID10_SCALE_PLUGIN"  // the raid10-csi binary; empty: controller in process
+	capPoll    = 15 * time.Second       // the chart's sidecars.provisioner.capacityPollInterval
+)
+
+// stepResult is one row of the table.
+type stepResult struct {
+	nodes, volumes         int
+	createRate, deleteRate float64
+	p50, p99               time.Duration
+	idlePerNodeMin         float64
+	churnPerNodeMin        float64
+	writesPerVolume        float64
+	ctrlRSS, heapPerNode   int64
+	toNodeP50, toNodeMax   time.Duration
+	toCapP50, toCapMax     time.Duration
+	idleTop, churnTop      string
+}
+
+// TestScaleBench grows a cluster of hollow nodes in steps and measures each step (see
+// doc.go). It runs only when RAID10_SCALE_STEPS is set: make scale-bench.
+func TestScaleBench(t *testing.T) {
+	stepsEnv := os.Getenv(envSteps)
+	if stepsEnv == "" {
+		t.Skipf("the scale benchmark runs with $%s set: make scale-bench", envSteps)
+	}
+	var steps []int
+	for _, f := range strings.Split(stepsEnv, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || (len(steps) > 0 && n <= steps[len(steps)-1]) {
+			t.Fatalf("$%s=%q: want increasing positive node counts", envSteps, stepsEnv)
+		}
+		steps = append(steps, n)
+	}
+	volumes, workers := envInt(t, envVolumes, 200), envInt(t, envWorkers, 16)
+	idle := 60 * time.Second
+	if v := os.Getenv(envIdle); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("$%s: %v", envIdle, err)
+		}
+		idle = d
+	}
+	cl := startClusterWith(t, capPoll, os.Getenv(envPlugin))
+	var rows []stepResult
+	for _, n := range steps {
+		r := cl.step(t, n, volumes, workers, idle)
+		rows = append(rows, r)
+		t.Logf("step %d nodes: %+v", n, r)
+		if path := os.Getenv(envTable); path != "" {
+			if err := os.WriteFile(path, []byte(table(rows)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("\n%s", table(rows))
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("$%s=%q: want a positive number", name, v)
+	}
+	return n
+}
+
+// step grows the cluster to n nodes and measures: the new nodes' time to Raid10Node and
+// CSIStorageCapacity, memory, the idle API load, then volumes created and deleted.
+func (cl *cluster) step(t *testing.T, n, volumes, workers int, idle time.Duration) stepResult {
+	r := stepResult{nodes: n, volumes: volumes}
+	heap0 := heapInUse()
+	start := time.Now()
+	added := cl.addNodes(t, n-len(cl.nodes))
+	toNode, toCap := cl.reported(t, added, start, 30*time.Minute)
+	r.toNodeP50, r.toNodeMax = quantile(toNode, 0.5), slices.Max(toNode)
+	r.toCapP50, r.toCapMax = quantile(toCap, 0.5), slices.Max(toCap)
+	r.heapPerNode = (heapInUse() - heap0) / int64(len(added))
+	if cl.ctrl != nil {
+		r.ctrlRSS = rss(cl.ctrl.Process.Pid)
+	}
+
+	// Idle: what the nodes, the controller and the provisioner ask with nothing to do.
+	before, byBefore := cl.apiRequests(t)
+	time.Sleep(idle)
+	after, byAfter := cl.apiRequests(t)
+	r.idlePerNodeMin = (after - before) / float64(n) / idle.Minutes()
+	r.idleTop = top(byBefore, byAfter, 4)
+
+	// Churn: volumes created on every node in turn, then deleted.
+	ctx := t.Context()
+	ids := make([]string, volumes)
+	lat := make([]time.Duration, volumes)
+	churnStart := time.Now()
+	created := parallel(volumes, workers, func(i int) error {
+		nd := cl.nodes[(i*7919)%len(cl.nodes)]
+		t0 := time.Now()
+		id, err := cl.createVolume(ctx, fmt.Sprintf("pvc-%d-%05d", n, i), nd.Name, 1<<30)
+		lat[i], ids[i] = time.Since(t0), id
+		return err
+	}, t)
+	deleted := parallel(volumes, workers, func(i int) error {
+		_, err := cl.csi.DeleteVolume(ctx, deleteRequest(ids[i]))
+		return err
+	}, t)
+	churn := time.Since(churnStart)
+	end, byEnd := cl.apiRequests(t)
+	r.createRate, r.deleteRate = float64(volumes)/created.Seconds(), float64(volumes)/deleted.Seconds()
+	r.p50, r.p99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	r.churnPerNodeMin = (end - after) / float64(n) / churn.Minutes()
+	var writes float64
+	for k, v := range byEnd {
+		if verb, _, _ := strings.Cut(k, " "); verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE" ||
+			verb == "CREATE" || verb == "UPDATE" || verb == "APPLY" {
+			writes += v - byAfter[k]
+		}
+	}
+	r.writesPerVolume = writes / float64(volumes)
+	r.churnTop = top(byAfter, byEnd, 6)
+	return r
+}
+
+// parallel runs op(0..n-1) on workers goroutines and returns how long it took; any error
+// fails the test.
+func parallel(n, workers int, op func(i int) error, t *testing.T) time.Duration {
+	t.Helper()
+	start := time.Now()
+	errs := make([]error, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				errs[i] = op(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+func quantile(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// heapInUse is this process's heap after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
+}
+
+// rss is the resident memory of process pid (VmRSS), 0 when unknown.
+func rss(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// top names the k request kinds that grew most between two counts.
+func top(before, after map[string]float64, k int) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var l []kv
+	for key, v := range after {
+		if d := v - before[key]; d > 0 {
+			l = append(l, kv{key, d})
+		}
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i].v > l[j].v })
+	var parts []string
+	for _, e := range l[:min(k, len(l))] {
+		parts = append(parts, fmt.Sprintf("%s %.0f", e.k, e.v))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// table is the markdown table of the steps so far, then each step's busiest requests.
+func table(rows []stepResult) string {
+	var b strings.Builder
+	b.WriteString("| nodes | volumes | created/s | deleted/s | CreateVolume p50 | p99 | API req/node/min idle | under churn | writes/volume | controller RSS | heap/agent | Raid10Node p50/max | CSIStorageCapacity p50/max |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %d | %d | %.1f | %.1f | %s | %s | %.1f | %.1f | %.1f | %d MiB | %d KiB | %s / %s | %s / %s |\n",
+			r.nodes, r.volumes, r.createRate, r.deleteRate, ms(r.p50), ms(r.p99), r.idlePerNodeMin, r.churnPerNodeMin,
+			r.writesPerVolume, r.ctrlRSS>>20, r.heapPerNode>>10, ms(r.toNodeP50), ms(r.toNodeMax), ms(r.toCapP50), ms(r.toCapMax))
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "- %d nodes, idle: %s; churn: %s\n", r.nodes, r.idleTop, r.churnTop)
+	}
+	return b.String()
+}
