@@ -64,19 +64,23 @@ func limitsDetail(l *v1alpha1.VolumeLimits) string {
 		dir("write", l.WriteIOPS, l.WriteIOPSBurst, l.WriteBytesPerSecond, l.WriteBytesBurst)
 }
 
-// describeLimitsSpec prints describe's QoS line under Spec: spec.limits.
+// describeLimitsSpec prints describe's QoS line under Spec: spec.limits, then the rates and
+// the scrub schedule (render_schedule.go).
 func describeLimitsSpec(ew *errWriter, v *v1alpha1.Raid10Volume) {
 	ew.printf("  QoS limits:  %s\n", limitsDetail(v.Spec.Limits))
+	describeScheduleSpec(ew, v)
 }
 
 // describeLimitsStatus prints describe's QoS line under Status: "applied" when status.limits
-// are the spec's, else what the node agent last applied and that the spec is not yet.
+// are the spec's, else what the node agent last applied and that the spec is not yet; then
+// the same for the rates and the scrub schedule.
 func describeLimitsStatus(ew *errWriter, v *v1alpha1.Raid10Volume) {
 	if !limitsPending(v) {
 		ew.printf("  QoS limits:  applied\n")
-		return
+	} else {
+		ew.printf("  QoS limits:  %s (spec not applied yet: the node agent puts it on the array once assembled)\n", limitsDetail(v.Status.Limits))
 	}
-	ew.printf("  QoS limits:  %s (spec not applied yet: the node agent puts it on the array once assembled)\n", limitsDetail(v.Status.Limits))
+	describeScheduleStatus(ew, v)
 }
 
 // limitsText is a volume's read and write limits in short, "r:2000iops/200MiB/s,w:1000iops"

@@ -74,6 +74,10 @@ type Pool interface {
 	// once on its running array, else when it is assembled; kept in memory only. Errors wrap
 	// pool.ErrNotFound, pool.ErrInvalidArgument (a negative field), ...
 	SetVolumeRates(name string, r raid10.Rates) error
+	// SetVolumeScrubSchedule gives a volume a scrub schedule of its own (nil: the node's);
+	// kept in memory only. Errors wrap pool.ErrNotFound, pool.ErrInvalidArgument (naming the
+	// field), ...
+	SetVolumeScrubSchedule(name string, c *pool.ScrubConfig) error
 }
 
 var _ Pool = (*pool.Pool)(nil)
@@ -99,30 +103,32 @@ type Recorder interface {
 
 // Event reasons.
 const (
-	EventDiskFailed        = "DiskFailed"
-	EventDegraded          = "Degraded"
-	EventRebuildStarted    = "RebuildStarted"
-	EventRebuildFinished   = "RebuildFinished"
-	EventVolumeFailed      = "VolumeFailed"
-	EventProvisioned       = "Provisioned"
-	EventProvisionFailed   = "ProvisioningFailed"
-	EventExpanded          = "Expanded"
-	EventExpandFailed      = "ExpansionFailed"
-	EventDeleted           = "ExtentsFreed"
-	EventDeleteFailed      = "DeleteFailed"
-	EventDeleteWaiting     = "DeleteWaiting"
-	EventDiskReturned      = "DiskHealthy"
-	EventBadBlocks         = "BadBlocks"
-	EventSnapshotCut       = "SnapshotCut"
-	EventSnapshotReady     = "SnapshotReady"
-	EventSnapshotFailed    = "SnapshotFailed"
-	EventSnapshotDeleted   = "SnapshotDeleted"
-	EventHydrated          = "Hydrated"
-	EventLimitsSet         = "LimitsSet"
-	EventLimitsFailed      = "LimitsFailed"
-	EventRatesSet          = "RatesSet"
-	EventRatesFailed       = "RatesFailed"
-	eventRecorderComponent = "raid10.csi.io/node-agent"
+	EventDiskFailed          = "DiskFailed"
+	EventDegraded            = "Degraded"
+	EventRebuildStarted      = "RebuildStarted"
+	EventRebuildFinished     = "RebuildFinished"
+	EventVolumeFailed        = "VolumeFailed"
+	EventProvisioned         = "Provisioned"
+	EventProvisionFailed     = "ProvisioningFailed"
+	EventExpanded            = "Expanded"
+	EventExpandFailed        = "ExpansionFailed"
+	EventDeleted             = "ExtentsFreed"
+	EventDeleteFailed        = "DeleteFailed"
+	EventDeleteWaiting       = "DeleteWaiting"
+	EventDiskReturned        = "DiskHealthy"
+	EventBadBlocks           = "BadBlocks"
+	EventSnapshotCut         = "SnapshotCut"
+	EventSnapshotReady       = "SnapshotReady"
+	EventSnapshotFailed      = "SnapshotFailed"
+	EventSnapshotDeleted     = "SnapshotDeleted"
+	EventHydrated            = "Hydrated"
+	EventLimitsSet           = "LimitsSet"
+	EventLimitsFailed        = "LimitsFailed"
+	EventRatesSet            = "RatesSet"
+	EventRatesFailed         = "RatesFailed"
+	EventScrubScheduleSet    = "ScrubScheduleSet"
+	EventScrubScheduleFailed = "ScrubScheduleFailed"
+	eventRecorderComponent   = "raid10.csi.io/node-agent"
 )
 
 // DefaultPollInterval is how often the agent compares pool.Status with what it reported.
@@ -181,6 +187,8 @@ type Agent struct {
 	snapPrint   map[string]string             // poller: per snapshot name
 	limits      map[string]raid10.Limits      // per volume: the limits last put on the pool
 	rates       map[string]raid10.Rates       // per volume: the rates last put on the pool
+	// scrubSchedules per volume: the scrub schedule last put on the pool (zero: the node's)
+	scrubSchedules map[string]pool.ScrubConfig
 }
 
 // volumeSeen is what the agent last reported about a volume, for Events.
@@ -206,15 +214,16 @@ func New(opts Options, c client.Client, rec Recorder) (*Agent, error) {
 	}
 	return &Agent{
 		node: opts.NodeName, pool: opts.Pool, c: c, rec: rec, interval: opts.PollInterval, devices: opts.Devices,
-		volumeCh:    make(chan event.TypedGenericEvent[*v1alpha1.Raid10Volume], 256),
-		nodeCh:      make(chan event.TypedGenericEvent[*v1alpha1.Raid10Node], 4),
-		snapshotCh:  make(chan event.TypedGenericEvent[*v1alpha1.Raid10Snapshot], 256),
-		snapSeen:    map[string]bool{},
-		snapPrint:   map[string]string{},
-		volumeSeen:  map[string]volumeSeen{},
-		fingerprint: map[string]string{},
-		limits:      map[string]raid10.Limits{},
-		rates:       map[string]raid10.Rates{},
+		volumeCh:       make(chan event.TypedGenericEvent[*v1alpha1.Raid10Volume], 256),
+		nodeCh:         make(chan event.TypedGenericEvent[*v1alpha1.Raid10Node], 4),
+		snapshotCh:     make(chan event.TypedGenericEvent[*v1alpha1.Raid10Snapshot], 256),
+		snapSeen:       map[string]bool{},
+		snapPrint:      map[string]string{},
+		volumeSeen:     map[string]volumeSeen{},
+		fingerprint:    map[string]string{},
+		limits:         map[string]raid10.Limits{},
+		rates:          map[string]raid10.Rates{},
+		scrubSchedules: map[string]pool.ScrubConfig{},
 	}, nil
 }
 

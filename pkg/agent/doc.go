@@ -52,6 +52,9 @@
 //     (retried every 15 s) when the pool refuses them.
 //   - Rebuild and scrub rates (rates.go): spec.rates go to pool.SetVolumeRates the same way
 //     (a field of 0: the node's); status.rates, Events RatesSet and RatesFailed.
+//   - Scrub schedule (scrubschedule.go): spec.scrubSchedule goes to
+//     pool.SetVolumeScrubSchedule the same way (absent: the node's schedule);
+//     status.scrubSchedule, Events ScrubScheduleSet and ScrubScheduleFailed.
 //
 // Spec.layout.chunkSizeBytes goes to pool.CreateOptions.ChunkSize: the array is created with
 // that chunk size (recorded in its superblocks; pool.VolumeInfo.ChunkSize reports it).

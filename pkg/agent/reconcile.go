@@ -115,6 +115,7 @@ func (a *Agent) reconcileVolume(ctx context.Context, req reconcile.Request) (rec
 	st := crstatus.VolumeStatus(prev, &vol, info, crstatus.DiskIDs(a.pool.Status().Disks), now)
 	st.Limits, result = a.applyLimits(ctx, &vol, prev.Limits, result)
 	st.Rates, result = a.applyRates(ctx, &vol, prev.Rates, result)
+	st.ScrubSchedule, result = a.applyScrubSchedule(ctx, &vol, prev.ScrubSchedule, result)
 	if a.devices != nil {
 		st.DevicePath = a.devices.Device(vol.Name)
 		st.Frontend = frontendOf(st.DevicePath)
@@ -278,6 +279,7 @@ func (a *Agent) forgetVolume(name string) {
 	delete(a.volumeSeen, name)
 	delete(a.limits, name)
 	delete(a.rates, name)
+	delete(a.scrubSchedules, name)
 	a.mu.Unlock()
 }
 

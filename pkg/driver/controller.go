@@ -68,6 +68,10 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
+	scrub, err := parseMutableScrub(req.GetMutableParameters(), params.scrub)
+	if err != nil {
+		return nil, err
+	}
 	src, err := parseContentSource(req.GetVolumeContentSource())
 	if err != nil {
 		return nil, err
@@ -111,7 +115,7 @@ func (c *ControllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			return nil, err
 		}
 		vol = newVolume(id, name, node, size, params, shape)
-		vol.Spec.Source, vol.Spec.Limits, vol.Spec.Rates = src, limits, rates
+		vol.Spec.Source, vol.Spec.Limits, vol.Spec.Rates, vol.Spec.ScrubSchedule = src, limits, rates, scrub
 		if err := c.store.CreateVolume(ctx, vol); err != nil {
 			if errors.Is(err, ErrAlreadyExists) {
 				// Another controller replica won the race; the provisioner retries.

@@ -16,11 +16,12 @@ import (
 const modifyAttempts = 3
 
 // ControllerModifyVolume applies a VolumeAttributesClass's mutable parameters (the QoS
-// limits, params_limits.go, and the background rates, params_rates.go) to the volume: it
-// merges them into the Raid10Volume's spec.limits and spec.rates, keys not named keeping
-// their values, and returns once the spec is written. The node agent puts them on the array
-// at once when it is assembled, else when it is (status.limits and status.rates show what
-// it applied). A modify that changes nothing writes nothing.
+// limits, params_limits.go, the background rates, params_rates.go, and the scrub schedule,
+// params_scrub.go) to the volume: it merges them into the Raid10Volume's spec.limits,
+// spec.rates and spec.scrubSchedule, keys not named keeping their values, and returns once
+// the spec is written. The node agent puts them on the array (the schedule on the pool) at
+// once when it is assembled, else when it is (status.limits, status.rates and
+// status.scrubSchedule show what it applied). A modify that changes nothing writes nothing.
 func (c *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
@@ -47,7 +48,8 @@ func (c *ControllerServer) ControllerModifyVolume(ctx context.Context, req *csi.
 	}
 }
 
-// modifyLimits is one read-merge-write of the volume's spec.limits and spec.rates.
+// modifyLimits is one read-merge-write of the volume's spec.limits, spec.rates and
+// spec.scrubSchedule.
 func (c *ControllerServer) modifyLimits(ctx context.Context, id string, params map[string]string) error {
 	vol, err := c.store.GetVolume(ctx, id)
 	if err != nil {
@@ -64,13 +66,18 @@ func (c *ControllerServer) modifyLimits(ctx context.Context, id string, params m
 	if err != nil {
 		return err
 	}
-	if equality.Semantic.DeepEqual(limits, vol.Spec.Limits) && equality.Semantic.DeepEqual(rates, vol.Spec.Rates) {
+	scrub, err := parseMutableScrub(params, vol.Spec.ScrubSchedule)
+	if err != nil {
+		return err
+	}
+	if equality.Semantic.DeepEqual(limits, vol.Spec.Limits) && equality.Semantic.DeepEqual(rates, vol.Spec.Rates) &&
+		equality.Semantic.DeepEqual(scrub, vol.Spec.ScrubSchedule) {
 		return nil
 	}
-	vol.Spec.Limits, vol.Spec.Rates = limits, rates
+	vol.Spec.Limits, vol.Spec.Rates, vol.Spec.ScrubSchedule = limits, rates, scrub
 	if err := c.store.UpdateVolume(ctx, vol); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Volume limits changed", "volumeID", id, "limits", limits, "rates", rates)
+	klog.FromContext(ctx).Info("Volume limits changed", "volumeID", id, "limits", limits, "rates", rates, "scrubSchedule", scrub)
 	return nil
 }

@@ -123,4 +123,5 @@ func modifySuite(t *testing.T, c client.Client, cc csi.ControllerClient) {
 		t.Fatal(err)
 	}
 	t.Run("Rates", func(t *testing.T) { modifyRatesSuite(t, c, cc) })
+	t.Run("ScrubSchedule", func(t *testing.T) { modifyScrubSuite(t, c, cc) })
 }

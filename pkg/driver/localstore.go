@@ -52,7 +52,8 @@ const localExpandRetry = 2 * time.Second
 //     refused expansion is phase Expanding, retried on reads every localExpandRetry.
 //   - spec.limits are put on the pool volume (pool.SetVolumeLimits) when they change, and
 //     at NewLocalStore, since the pool keeps them in memory only (localstore_limits.go);
-//     spec.rates likewise (pool.SetVolumeRates, localstore_rates.go).
+//     spec.rates likewise (pool.SetVolumeRates, localstore_rates.go), and
+//     spec.scrubSchedule (pool.SetVolumeScrubSchedule, localstore_scrub.go).
 //   - DeleteVolume marks the record deleting, deletes the pool volume, drops the record.
 //   - GetNode and ListNodes report one Raid10Node, named after the node ID, from
 //     pool.Status and pool.MemberFree.
@@ -91,6 +92,8 @@ type LocalStore struct {
 	expanded map[string]time.Time      // last expansion attempt per volume
 	limits   map[string]raid10.Limits  // per volume: the QoS limits last put on the pool
 	rates    map[string]raid10.Rates   // per volume: the rates last put on the pool
+	// scrubSchedules per volume: the scrub schedule last put on the pool (zero: the node's)
+	scrubSchedules map[string]pool.ScrubConfig
 }
 
 // localVolume is one Raid10Volume of the store: the object (metadata, spec and the status
@@ -132,7 +135,8 @@ func NewLocalStore(p *pool.Pool, nodeID, recordsPath string) (*LocalStore, error
 		return nil, fmt.Errorf("local store needs a pool, a node ID and a records path: %w", ErrInvalidArgument)
 	}
 	s := &LocalStore{pool: p, nodeID: nodeID, path: recordsPath, vols: map[string]*localVolume{}, snaps: map[string]*localSnapshot{},
-		expanded: map[string]time.Time{}, limits: map[string]raid10.Limits{}, rates: map[string]raid10.Rates{}}
+		expanded: map[string]time.Time{}, limits: map[string]raid10.Limits{}, rates: map[string]raid10.Rates{},
+		scrubSchedules: map[string]pool.ScrubConfig{}}
 	b, err := os.ReadFile(recordsPath)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -173,6 +177,7 @@ func NewLocalStore(p *pool.Pool, nodeID, recordsPath string) (*LocalStore, error
 		if inPool { // the pool forgot them: put them on again now, not at the first read
 			lv.obj.Status.Limits = s.applyLimitsLocked(lv.obj, nil)
 			lv.obj.Status.Rates = s.applyRatesLocked(lv.obj, nil)
+			lv.obj.Status.ScrubSchedule = s.applyScrubScheduleLocked(lv.obj, nil)
 		}
 		s.vols[r.Name] = lv
 	}
@@ -274,6 +279,7 @@ func (s *LocalStore) refreshLocked(lv *localVolume, ids map[string]string, now t
 	st := crstatus.VolumeStatus(vol.Status, vol, info, ids, now)
 	st.Limits = s.applyLimitsLocked(vol, vol.Status.Limits)
 	st.Rates = s.applyRatesLocked(vol, vol.Status.Rates)
+	st.ScrubSchedule = s.applyScrubScheduleLocked(vol, vol.Status.ScrubSchedule)
 	if expandMsg != "" {
 		st = crstatus.ExpandPending(st, expandMsg)
 	}
@@ -451,6 +457,7 @@ func (s *LocalStore) DeleteVolume(_ context.Context, name string) error {
 	delete(s.expanded, name)
 	delete(s.limits, name)
 	delete(s.rates, name)
+	delete(s.scrubSchedules, name)
 	if err := s.saveLocked(); err != nil {
 		// The pool volume is gone; a restart finishes the delete from the deleting record.
 		return err

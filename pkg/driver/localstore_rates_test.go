@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
@@ -17,6 +18,8 @@ import (
 // for the rebuild and scrub rates: CreateVolume's and ControllerModifyVolume's rates reach the
 // array over the node's and status.rates, and a store opened again over a pool opened afresh
 // (which keeps rates in memory only) puts them on again before anything reads the volume.
+// The scrub schedule goes the same way on the same volume (status.scrubSchedule and
+// pool.VolumeScrubSchedule), and scrubSchedule "node" returns it to the node's.
 func TestLocalStoreRates(t *testing.T) {
 	p, cfg := openFilePool(t, 256<<20)
 	records := filepath.Join(t.TempDir(), LocalRecordsFile)
@@ -32,18 +35,37 @@ func TestLocalStoreRates(t *testing.T) {
 			t.Fatalf("array rates %+v, want %+v", got, want)
 		}
 	}
+	// scheduled checks the pool's schedule for the volume (first: before a read of the
+	// volume could apply it) and then status.scrubSchedule.
+	scheduled := func(t *testing.T, p *pool.Pool, want *v1alpha1.VolumeScrubSchedule) {
+		t.Helper()
+		got, err := p.VolumeScrubSchedule("pvc-rates")
+		var inPool *pool.ScrubConfig
+		if want != nil {
+			inPool = &pool.ScrubConfig{Schedule: want.Schedule, Start: pool.DefaultScrubStart, Window: pool.Duration(pool.DefaultScrubWindow), Repair: want.Repair}
+		}
+		if err != nil || (got == nil) != (inPool == nil) || (got != nil && *got != *inPool) {
+			t.Fatalf("pool scrub schedule %+v, %v; want %+v", got, err, inPool)
+		}
+		vol, err := c.store.GetVolume(ctx, "pvc-rates")
+		if err != nil || !equality.Semantic.DeepEqual(vol.Status.ScrubSchedule, want) {
+			t.Fatalf("status.scrubSchedule %+v, %v; want %+v", vol.Status.ScrubSchedule, err, want)
+		}
+	}
 
 	req := createReq("pvc-rates", 16<<20, localNode)
-	req.Parameters = map[string]string{ParamMembers: "2", ParamRebuildRateMax: "30Mi"}
+	req.Parameters = map[string]string{ParamMembers: "2", ParamRebuildRateMax: "30Mi", ParamScrubSchedule: "weekly"}
 	if _, err := c.CreateVolume(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	inForce(t, p, raid10.Rates{SyncMin: raid10.DefaultSyncRateMin, SyncMax: 30 << 20})
 
 	if _, err := c.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: "pvc-rates",
-		MutableParameters: map[string]string{ParamScrubRateMax: "3Mi"}}); err != nil {
+		MutableParameters: map[string]string{ParamScrubRateMax: "3Mi", ParamScrubRepair: "true"}}); err != nil {
 		t.Fatal(err)
 	}
+	weekly := &v1alpha1.VolumeScrubSchedule{Schedule: "weekly", Repair: true}
+	scheduled(t, p, weekly)
 	both := raid10.Rates{SyncMin: raid10.DefaultSyncRateMin, SyncMax: 30 << 20, ScrubMax: 3 << 20}
 	inForce(t, p, both)
 	vol, err := c.store.GetVolume(ctx, "pvc-rates")
@@ -55,6 +77,13 @@ func TestLocalStoreRates(t *testing.T) {
 	}
 
 	p2 := reopenPool(t, p, cfg)
-	openLocalStore(t, p2, records)
+	c.store = openLocalStore(t, p2, records)
 	inForce(t, p2, both)
+	scheduled(t, p2, weekly)
+
+	if _, err := c.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: "pvc-rates",
+		MutableParameters: map[string]string{ParamScrubSchedule: "node"}}); err != nil {
+		t.Fatal(err)
+	}
+	scheduled(t, p2, nil)
 }

@@ -54,11 +54,12 @@ type volumeParams struct {
 	pvcName      string
 	pvcNamespace string
 	pvName       string
-	frontend     attach.Frontend       // "" when the StorageClass does not say: the node's --frontend
-	maxSnapshots string                // ParamMaxSnapshots as validated, "" when unset
-	limits       v1alpha1.VolumeLimits // the QoS limit parameters (params_limits.go); 0: none
-	rates        v1alpha1.VolumeRates  // the rate parameters (params_rates.go); 0: the node's
-	encrypted    bool                  // ParamEncrypted
+	frontend     attach.Frontend               // "" when the StorageClass does not say: the node's --frontend
+	maxSnapshots string                        // ParamMaxSnapshots as validated, "" when unset
+	limits       v1alpha1.VolumeLimits         // the QoS limit parameters (params_limits.go); 0: none
+	rates        v1alpha1.VolumeRates          // the rate parameters (params_rates.go); 0: the node's
+	scrub        *v1alpha1.VolumeScrubSchedule // the scrub schedule parameters (params_scrub.go); nil: the node's
+	encrypted    bool                          // ParamEncrypted
 }
 
 // parseParams validates StorageClass parameters. An unknown or invalid one is an error
@@ -109,15 +110,20 @@ func parseParams(in map[string]string) (volumeParams, error) {
 			if err == nil && !known {
 				known, err = setRate(&p.rates, k, v)
 			}
+			if err == nil && !known {
+				known, err = setScrub(&v1alpha1.VolumeScrubSchedule{}, k, v) // checked here, merged below
+			}
 			if err != nil {
 				return p, err
 			}
 			if !known {
-				return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s, %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ParamEncrypted, ParamMaxSnapshots, limitParamNames+", "+rateParamNames, ErrInvalidArgument)
+				return p, fmt.Errorf("parameter %q: unknown (known: %s, %s, %s, %s, %s, %s): %w", k, ParamMembers, ParamChunkSize, ParamFrontend, ParamEncrypted, ParamMaxSnapshots, limitParamNames+", "+rateParamNames+", "+scrubParamNames, ErrInvalidArgument)
 			}
 		}
 	}
-	return p, nil
+	var err error
+	p.scrub, err = parseMutableScrub(in, nil) // the scrub keys together: scrubStart needs scrubSchedule
+	return p, err
 }
 
 // volumeShape is what a set of volume capabilities asks for.

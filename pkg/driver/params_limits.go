@@ -85,7 +85,8 @@ func setLimit(l *v1alpha1.VolumeLimits, k, v string) (known bool, err error) {
 // parseMutableParams applies mutable parameters (a VolumeAttributesClass's) over cur, the
 // volume's limits now (nil: none), and returns the result, nil when no limit is left. A key
 // that in does not name keeps its value in cur: nothing is cleared by omission ("0" lifts a
-// limit). Every key must be a limit key or a rate key (which parseMutableRates applies); an
+// limit). Every key must be a limit key, a rate key (which parseMutableRates applies) or a
+// scrub key (parseMutableScrub); an
 // unknown or malformed one is an error wrapping ErrInvalidArgument that names it.
 func parseMutableParams(in map[string]string, cur *v1alpha1.VolumeLimits) (*v1alpha1.VolumeLimits, error) {
 	var l v1alpha1.VolumeLimits
@@ -100,11 +101,14 @@ func parseMutableParams(in map[string]string, cur *v1alpha1.VolumeLimits) (*v1al
 		if !known { // a rate key (params_rates.go), checked here, applied by parseMutableRates
 			known, err = setRate(&v1alpha1.VolumeRates{}, k, in[k])
 		}
+		if err == nil && !known { // a scrub key (params_scrub.go), applied by parseMutableScrub
+			known, err = setScrub(&v1alpha1.VolumeScrubSchedule{}, k, in[k])
+		}
 		if err != nil {
 			return nil, err
 		}
 		if !known {
-			return nil, fmt.Errorf("mutable parameter %q: unknown (known: %s, %s): %w", k, limitParamNames, rateParamNames, ErrInvalidArgument)
+			return nil, fmt.Errorf("mutable parameter %q: unknown (known: %s, %s, %s): %w", k, limitParamNames, rateParamNames, scrubParamNames, ErrInvalidArgument)
 		}
 	}
 	return limitsOrNil(l), nil

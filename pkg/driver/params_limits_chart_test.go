@@ -15,7 +15,8 @@ import (
 // TestLimitKeysInChartSchema ties the chart's values.schema.json to the limit and rate
 // parsers: the StorageClass's parameters and each VolumeAttributesClass's parameters list
 // exactly the limit keys, a count key with the count pattern and a byte key with the byte
-// pattern, and exactly the rate keys with the rate pattern, and every value those patterns
+// pattern, exactly the rate keys with the rate pattern and the scrub keys each with its
+// definition, and every value those patterns
 // let through is one the parser takes (so helm refuses what CreateVolume or
 // ControllerModifyVolume would refuse, never the other way round).
 func TestLimitKeysInChartSchema(t *testing.T) {
@@ -69,6 +70,11 @@ func TestLimitKeysInChartSchema(t *testing.T) {
 		if want := slices.Sorted(maps.Keys(rateParams)); !slices.Equal(slices.Sorted(slices.Values(gotRates)), want) {
 			t.Errorf("%s: rate keys %v, want %v", where, slices.Sorted(slices.Values(gotRates)), want)
 		}
+		for k := range scrubParams { // each scrub key with its own definition, of its name
+			if want := "#/definitions/" + k; props[k].Ref != want {
+				t.Errorf("%s.%s: $ref %q, want %q", where, k, props[k].Ref, want)
+			}
+		}
 		if want := slices.Sorted(maps.Keys(limitParams)); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
 			t.Errorf("%s: limit keys %v, want %v", where, slices.Sorted(slices.Values(got)), want)
 		}
@@ -108,6 +114,23 @@ func TestLimitKeysInChartSchema(t *testing.T) {
 		}
 		if _, err := setRate(&v1alpha1.VolumeRates{}, ParamScrubRateMax, v); err != nil {
 			t.Errorf("%s: the chart takes %q, the parser refuses it: %v", rateRef, v, err)
+		}
+	}
+	// The scrub keys' patterns: what the chart takes, the parser takes.
+	scrubSamples := []string{"", "0", "00:00", "23:59", "24:00", "1:00", "02:30", "0m", "1m", "59m", "60m", "90m", "1439m",
+		"1440m", "1h", "1h30m", "1h0m", "23h59m", "24h", "25h", "24h1m", "0h", "4h", "1.5h", "1h60m"}
+	for _, k := range []string{ParamScrubStart, ParamScrubWindow} {
+		re, err := regexp.Compile(s.Definitions[k].Pattern)
+		if err != nil || s.Definitions[k].Pattern == "" {
+			t.Fatalf("definition %s: pattern %q: %v", k, s.Definitions[k].Pattern, err)
+		}
+		for _, v := range scrubSamples {
+			if !re.MatchString(v) {
+				continue
+			}
+			if _, err := setScrub(&v1alpha1.VolumeScrubSchedule{}, k, v); err != nil {
+				t.Errorf("%s: the chart takes %q, the parser refuses it: %v", k, v, err)
+			}
 		}
 	}
 }

@@ -29,7 +29,7 @@ func TestParseRates(t *testing.T) {
 			want: &v1alpha1.VolumeRates{RebuildRateMax: 50 << 20}},
 		{name: "All zero is none", in: map[string]string{ParamScrubRateMax: "0", ParamRebuildRateMax: "0"}, cur: cur},
 		{name: "Unknown", in: map[string]string{ParamScrubRateMax: "1Mi", "scrubRate": "1Mi"}, bad: `"scrubRate"`},
-		{name: "Schedule is not a key", in: map[string]string{"scrubSchedule": "weekly"}, bad: "scrubSchedule"},
+		{name: "Unknown scrub key", in: map[string]string{"scrubInterval": "168h"}, bad: "scrubInterval"},
 		{name: "Garbage", in: map[string]string{ParamRebuildRateMax: "fast"}, bad: ParamRebuildRateMax},
 		{name: "Negative", in: map[string]string{ParamRebuildRateMin: "-1Mi"}, bad: ParamRebuildRateMin},
 		{name: "Fractional", in: map[string]string{ParamScrubRateMax: "0.5"}, bad: ParamScrubRateMax},

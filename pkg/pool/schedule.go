@@ -142,6 +142,19 @@ func (p *Pool) SetVolumeScrubSchedule(name string, c *ScrubConfig) error {
 	return nil
 }
 
+// VolumeScrubSchedule is the scrub schedule of its own the volume called name has (defaults
+// filled in), nil when it follows the node's. Errors: ErrNotFound, ErrClosed.
+func (p *Pool) VolumeScrubSchedule(name string) (*ScrubConfig, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, err := p.openVolumeLocked(name)
+	if err != nil || v.scrubSchedule == nil {
+		return nil, err
+	}
+	c := *v.scrubSchedule
+	return &c, nil
+}
+
 // ownScrubSchedules reports whether some volume has a scrub schedule of its own.
 func (p *Pool) ownScrubSchedules() bool {
 	p.mu.Lock()

@@ -79,6 +79,33 @@ type Raid10VolumeSpec struct {
 	// it assembles it. Absent or a field of 0: the node's (node.pool.rebuildRateMax).
 	// +optional
 	Rates *VolumeRates `json:"rates,omitempty"`
+	// ScrubSchedule is the volume's own scrub schedule (StorageClass parameters, a
+	// VolumeAttributesClass): the node agent puts it on the pool, live, and again after every
+	// start. Absent: the volume follows the node's schedule (node.pool.scrub).
+	// +optional
+	ScrubSchedule *VolumeScrubSchedule `json:"scrubSchedule,omitempty"`
+}
+
+// VolumeScrubSchedule is a volume's scrub schedule of its own, the fields of the node's
+// scrub configuration. It is whole in itself: a field left empty takes the pool's default
+// (start 01:00, window 6h, check only), not the node's value, so that the class alone says
+// what the volume gets.
+type VolumeScrubSchedule struct {
+	// Schedule is when a new scrub cycle starts: monthly (the first Sunday of the month),
+	// weekly (every Sunday) or off (no scheduled scrub for this volume).
+	// +kubebuilder:validation:Enum=monthly;weekly;off
+	Schedule string `json:"schedule"`
+	// Start is the time of day (the node's local time, HH:MM) the nightly window opens.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start,omitempty"`
+	// Window is how long a scheduled scrub runs each night before it pauses (a duration,
+	// 4h; more than 0, at most 24h).
+	// +optional
+	Window string `json:"window,omitempty"`
+	// Repair makes the volume's scheduled scrubs repair instead of check.
+	// +optional
+	Repair bool `json:"repair,omitempty"`
 }
 
 // VolumeRates are the volume's background rates in bytes per second, as md's
@@ -402,6 +429,10 @@ type Raid10VolumeStatus struct {
 	// applied); absent when the volume has the node's.
 	// +optional
 	Rates *VolumeRates `json:"rates,omitempty"`
+	// ScrubSchedule is the scrub schedule the node agent last put on the pool
+	// (spec.scrubSchedule as applied); absent when the volume follows the node's.
+	// +optional
+	ScrubSchedule *VolumeScrubSchedule `json:"scrubSchedule,omitempty"`
 	// Message is a human-readable summary of the last problem.
 	// +optional
 	Message string `json:"message,omitempty"`
