@@ -37,15 +37,16 @@ func TestMain(m *testing.M) {
 // the plugin under fio, alone and overlapping a disk that dies and its rebuild.
 func TestRestartVM(t *testing.T) {
 	vm.HostHalf(t)
-	timeout, rounds := 14*time.Minute, "ext4:1:1:0:1,xfs:1:1"
+	timeout, rounds := 14*time.Minute, "ext4:1:1:0:1,xfs:1:1,ext4+crypt:1:1"
 	if os.Getenv(restartLongEnv) == "1" {
-		timeout, rounds = 86*time.Minute, "ext4:20:20:5:10,xfs:20:20:5:10"
+		timeout, rounds = 86*time.Minute, "ext4:20:20:5:10,xfs:20:20:5:10,ext4+crypt:5:5"
 	}
 	if r := os.Getenv("RAID10_RESTART_ROUNDS"); r != "" { // by hand: other rounds
 		rounds = r
 	}
+	// dm_crypt, xts, algif_skcipher: the encrypted volume (ext4+crypt) of TestRestartInGuest.
 	res := vm.RunGoTestOpts(t, vm.Options{Timeout: timeout, Memory: 2048, Env: []string{"RAID10_RESTART_ROUNDS=" + rounds},
-		Modules: append(append([]string{}, vm.DefaultModules...), "dm_mod"),
+		Modules: append(append([]string{}, vm.DefaultModules...), "dm_mod", "dm_crypt", "xts", "algif_skcipher"),
 		Tests:   []string{"TestRestartInGuest", "TestRestartFaultsInGuest"}},
 		".", "-test.run=^TestRestart(Faults)?InGuest$", "-test.v", "-test.timeout="+(timeout-90*time.Second).String())
 	t.Logf("VM run: boot %s, total %s", res.Boot.Round(time.Second), res.Duration.Round(time.Second))
@@ -93,7 +94,9 @@ type round struct {
 // request timeout (no request waited for it), and the filesystem must check clean at the end.
 // Overlaps start the new process while the old one still serves (a surge update): it waits,
 // and takes the devices from the old one directly when that one is told to stop. RAID10_RESTART_ROUNDS is
-// "fs:graceful:kills[:drains[:overlaps]],...".
+// "fs:graceful:kills[:drains[:overlaps]],..."; an fs of "ext4+crypt" is an encrypted
+// volume (encrypted: "true", the node-stage secret's key): fio runs on ext4 over its
+// dm-crypt mapping, which stays open over the served device across the restarts.
 func TestRestartInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestRestartVM")
 	spec := os.Getenv("RAID10_RESTART_ROUNDS")
@@ -107,7 +110,10 @@ func TestRestartInGuest(t *testing.T) {
 	if frontend == "" {
 		frontend = "nbd"
 	}
-	rig := newRestartRig(t, dir, pool.Config{}, disks, "--frontend="+frontend)
+	// The encrypted volume's header gets the cheap key derivation (--crypt-*): argon2id at
+	// cryptsetup's defaults costs seconds of emulated CPU.
+	rig := newRestartRig(t, dir, pool.Config{}, disks, "--frontend="+frontend,
+		"--crypt-pbkdf=pbkdf2", "--crypt-pbkdf-force-iterations=1000")
 	ctx := context.Background()
 	ctrl := csi.NewControllerClient(rig.conn)
 
@@ -118,7 +124,8 @@ func TestRestartInGuest(t *testing.T) {
 		if len(f) < 3 {
 			t.Fatalf("bad RAID10_RESTART_ROUNDS part %q", part)
 		}
-		fs := f[0]
+		label := f[0]
+		fs, crypted := strings.CutSuffix(label, "+crypt")
 		graceful, _ := strconv.Atoi(f[1])
 		kills, _ := strconv.Atoi(f[2])
 		drains, overlaps := 0, 0
@@ -128,9 +135,15 @@ func TestRestartInGuest(t *testing.T) {
 		if len(f) > 4 {
 			overlaps, _ = strconv.Atoi(f[4])
 		}
-		id, staging, dev := rig.stage(fs, "vol-"+fs, 320<<20)
-		if want := map[string]string{"nbd": "/dev/nbd", "ublk": "/dev/ublkb"}[frontend]; !strings.HasPrefix(dev, want) {
-			t.Fatalf("volume staged on %s, want a %sN device (--frontend=%s)", dev, want, frontend)
+		var params, secrets map[string]string
+		want := map[string]string{"nbd": "/dev/nbd", "ublk": "/dev/ublkb"}[frontend]
+		if crypted {
+			params, secrets = map[string]string{"encrypted": "true"}, map[string]string{"key": "restart-test-key"}
+			want = "/dev/mapper/raid10-crypt-"
+		}
+		id, staging, dev := rig.stageWith(fs, "vol-"+strings.ReplaceAll(label, "+", "-"), 320<<20, params, secrets)
+		if !strings.HasPrefix(dev, want) {
+			t.Fatalf("volume staged on %s, want %s... (--frontend=%s)", dev, want, frontend)
 		}
 
 		kinds := make([]string, 0, graceful+kills+drains+overlaps)
@@ -150,13 +163,13 @@ func TestRestartInGuest(t *testing.T) {
 		}
 		for i, kind := range kinds {
 			r := rig.restartUnderFio(filepath.Join(staging, "fio.dat"), dev, kind, nil)
-			key := fs + " " + kind
+			key := label + " " + kind
 			if _, ok := results[key]; !ok {
 				order = append(order, key)
 			}
 			results[key] = append(results[key], r)
 			// A failed round is reported and the rounds go on, so that the table is complete.
-			rig.checkRound(fmt.Sprintf("%s %s round %d", fs, kind, i+1), r, frontend)
+			rig.checkRound(fmt.Sprintf("%s %s round %d", label, kind, i+1), r, frontend)
 		}
 		rig.unstage(id, staging, dev, fs)
 		if _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {

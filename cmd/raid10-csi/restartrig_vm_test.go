@@ -185,13 +185,19 @@ func (r *restartRig) waitServing(p *pluginProc) time.Duration {
 // stage creates a volume of size bytes called name and stages it mounted with fs; it returns the
 // volume's ID, the staging path and the device mounted there.
 func (r *restartRig) stage(fs, name string, size int64) (id, staging, dev string) {
+	return r.stageWith(fs, name, size, nil, nil)
+}
+
+// stageWith is stage with the StorageClass parameters params and the node-stage secrets
+// (an encrypted volume: the device mounted is its dm-crypt mapping).
+func (r *restartRig) stageWith(fs, name string, size int64, params, secrets map[string]string) (id, staging, dev string) {
 	r.t.Helper()
 	ctx := context.Background()
 	capab := &csi.VolumeCapability{
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}
-	vol, err := csi.NewControllerClient(r.conn).CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name,
+	vol, err := csi.NewControllerClient(r.conn).CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, Parameters: params,
 		CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: []*csi.VolumeCapability{capab}})
 	if err != nil {
 		r.t.Fatalf("CreateVolume: %v", err)
@@ -199,7 +205,8 @@ func (r *restartRig) stage(fs, name string, size int64) (id, staging, dev string
 	id = vol.GetVolume().GetVolumeId()
 	staging = filepath.Join(r.dir, "staging-"+name)
 	if _, err := csi.NewNodeClient(r.conn).NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id,
-		StagingTargetPath: staging, VolumeCapability: capab}); err != nil {
+		StagingTargetPath: staging, VolumeCapability: capab, VolumeContext: vol.GetVolume().GetVolumeContext(),
+		Secrets: secrets}); err != nil {
 		r.t.Fatalf("NodeStageVolume: %v", err)
 	}
 	dev = mountSource(r.t, staging)
@@ -317,7 +324,7 @@ func (rig *restartRig) restartUnderFio(file, dev, kind string, before func()) ro
 // do not reach the device within a minute.
 func waitWrites(t *testing.T, dev string, n int64, fio *exec.Cmd, fioDone chan error, errOut *strings.Builder) {
 	t.Helper()
-	stat := filepath.Join("/sys/block", filepath.Base(dev), "stat")
+	stat := filepath.Join("/sys/block", sysBlockName(t, dev), "stat")
 	base := writesDone(t, stat)
 	start := time.Now()
 	for writesDone(t, stat) < base+n {
@@ -394,6 +401,24 @@ func (rig *restartRig) handedOver(old *pluginProc, to string) bool {
 	}
 	return strings.Contains(string(ob), "Handed the NBD devices to the "+to) &&
 		strings.Contains(string(nb), "Took the NBD devices over")
+}
+
+// sysBlockName is dev's name under /sys/block: its own (nbd0, ublkb0) or, for a
+// device-mapper node such as /dev/mapper/raid10-crypt-<id>, the dm-N whose dm/name it is.
+func sysBlockName(t *testing.T, dev string) string {
+	t.Helper()
+	name := filepath.Base(dev)
+	if _, err := os.Stat(filepath.Join("/sys/block", name)); err == nil {
+		return name
+	}
+	dms, _ := filepath.Glob("/sys/block/dm-*")
+	for _, d := range dms {
+		if b, err := os.ReadFile(filepath.Join(d, "dm", "name")); err == nil && strings.TrimSpace(string(b)) == name {
+			return filepath.Base(d)
+		}
+	}
+	t.Fatalf("%s: no block device of that name in /sys/block", dev)
+	return ""
 }
 
 // writesDone reads the writes completed by a block device (/sys/block/X/stat, field 5).
