@@ -9,7 +9,7 @@ import (
 // annotation the controller writes at creation, or the status field the node agent copies
 // it into.
 func encrypted(v *v1alpha1.Raid10Volume) bool {
-	return v.Annotations[v1alpha1.EncryptedAnnotation] == "true"
+	return v.Annotations[v1alpha1.EncryptedAnnotation] == "true" || v.Status.Encrypted
 }
 
 // encryptedColumn is the ENCRYPTED column of cluster mode: yes or no.

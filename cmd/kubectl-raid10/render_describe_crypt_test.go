@@ -41,15 +41,18 @@ func TestDescribeEncryption(t *testing.T) {
 // mappings (open while one is active for the volume, else "-").
 func TestVolumesEncryptedColumn(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
-		enc, plain := v1alpha1.Raid10Volume{}, v1alpha1.Raid10Volume{}
+		enc, byStatus, plain := v1alpha1.Raid10Volume{}, v1alpha1.Raid10Volume{}, v1alpha1.Raid10Volume{}
 		enc.Name, enc.Annotations, plain.Name = "vol-enc", map[string]string{v1alpha1.EncryptedAnnotation: "true"}, "vol-plain"
+		byStatus.Name, byStatus.Status.Encrypted = "vol-status", true
 		var b bytes.Buffer
-		if err := (renderer{o: &Options{Output: "table"}, w: &b}).clusterVolumes([]v1alpha1.Raid10Volume{enc, plain}, time.Now()); err != nil {
+		if err := (renderer{o: &Options{Output: "table"}, w: &b}).clusterVolumes([]v1alpha1.Raid10Volume{enc, byStatus, plain}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("volumes:\n%s", b.String())
-		if got := columnOf(t, b.String(), "ENCRYPTED", "vol-enc"); got != "yes" {
-			t.Errorf("vol-enc: ENCRYPTED %q, want yes", got)
+		for _, name := range []string{"vol-enc", "vol-status"} {
+			if got := columnOf(t, b.String(), "ENCRYPTED", name); got != "yes" {
+				t.Errorf("%s: ENCRYPTED %q, want yes", name, got)
+			}
 		}
 		if got := columnOf(t, b.String(), "ENCRYPTED", "vol-plain"); got != "no" {
 			t.Errorf("vol-plain: ENCRYPTED %q, want no", got)

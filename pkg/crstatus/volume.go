@@ -92,6 +92,7 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 		LostBlocks:         info.LostBlocks,
 		Scrub:              ScrubStatus(prev.Scrub, info.Scrub),
 		Hydration:          hydrationStatus(vol, info),
+		Encrypted:          encrypted(vol),
 	}
 	rebuilding := int32(-1)
 	var notes []string
@@ -166,6 +167,12 @@ func VolumeStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 	return st
 }
 
+// encrypted reports whether vol's StorageClass asked for encryption at rest (the
+// annotation the controller writes at creation): status.encrypted.
+func encrypted(vol *v1alpha1.Raid10Volume) bool {
+	return vol.Annotations[v1alpha1.EncryptedAnnotation] == "true"
+}
+
 // Redundant condition reasons of a Raid10Volume: the health, or BadBlocks for a volume
 // whose members are all in sync but with blocks recorded bad.
 const (
@@ -227,6 +234,7 @@ func FailedStatus(prev v1alpha1.Raid10VolumeStatus, vol *v1alpha1.Raid10Volume, 
 	st.Phase = v1alpha1.VolumePhaseFailed
 	st.Message = msg
 	st.Rebuild = nil
+	st.Encrypted = encrypted(vol)
 	if reason == ReasonNotInPool {
 		st.Health = v1alpha1.VolumeHealthFailed
 	}

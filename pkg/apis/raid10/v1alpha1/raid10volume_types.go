@@ -433,6 +433,11 @@ type Raid10VolumeStatus struct {
 	// (spec.scrubSchedule as applied); absent when the volume follows the node's.
 	// +optional
 	ScrubSchedule *VolumeScrubSchedule `json:"scrubSchedule,omitempty"`
+	// Encrypted is true when the volume's StorageClass asked for encryption at rest
+	// (annotation raid10.csi.io/encrypted): the node stages it on a dm-crypt LUKS2 mapping,
+	// so its disks hold ciphertext only.
+	// +optional
+	Encrypted bool `json:"encrypted,omitempty"`
 	// Message is a human-readable summary of the last problem.
 	// +optional
 	Message string `json:"message,omitempty"`
@@ -464,6 +469,7 @@ type Raid10VolumeStatus struct {
 // +kubebuilder:printcolumn:name="LostBlocks",type=integer,JSONPath=`.status.lostBlocks`,priority=1,description="Blocks bad on every copy: reads there fail"
 // +kubebuilder:printcolumn:name="Scrub",type=string,JSONPath=`.status.scrub.state`,priority=1,description="State of the current or last scrub"
 // +kubebuilder:printcolumn:name="Mismatches",type=integer,JSONPath=`.status.scrub.mismatches`,priority=1,description="Blocks whose copies the last scrub found different"
+// +kubebuilder:printcolumn:name="Encrypted",type=boolean,JSONPath=`.status.encrypted`,priority=1,description="Encrypted at rest (dm-crypt LUKS2 on the node)"
 type Raid10Volume struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
