@@ -22,11 +22,18 @@ type frontend struct {
 	// attach serves arr and returns the device. A frontend the booted kernel cannot
 	// serve returns errUnavailable (wrapped, with the reason): its rows then say why.
 	attach func(t *testing.T, arr *raid10.Array) (*attached, error)
+	// paired, if set, names the rows measured on attached.plain, each case just before
+	// the frontend's own run of it: a comparison that the host's load, which changes from
+	// minute to minute, cannot skew.
+	paired string
 }
 
 // attached is one frontend's device while it is measured.
 type attached struct {
 	dev string
+	// plain is the device under dev that the paired rows measure (nbd+crypt: the NBD
+	// device under the dm-crypt mapping); "" for none.
+	plain string
 	// requests counts the requests the frontend has served so far (reads and writes).
 	requests func() uint64
 	// detach tears the device down; the benchmark closes the array afterwards.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,11 +19,12 @@ import (
 )
 
 const (
-	outEnv     = "RAID10_PERF_OUT"
-	runtimeEnv = "RAID10_PERF_RUNTIME" // seconds per fio run (default 8)
-	diskSize   = 1 << 30
-	disks      = 4
-	diskSerial = "raid10-disk"
+	outEnv       = "RAID10_PERF_OUT"
+	runtimeEnv   = "RAID10_PERF_RUNTIME"   // seconds per fio run (default 8)
+	frontendsEnv = "RAID10_PERF_FRONTENDS" // the frontends measured, comma-separated (default all)
+	diskSize     = 1 << 30
+	disks        = 4
+	diskSerial   = "raid10-disk"
 )
 
 // errUnavailable is what a frontend's attach wraps when the booted kernel cannot serve it.
@@ -63,8 +65,10 @@ func BenchmarkVM(b *testing.B) {
 		vmDisks = append(vmDisks, vm.Disk{File: p, NVMe: true, Serial: fmt.Sprintf("%s%d", diskSerial, i)})
 	}
 	env := []string{outEnv + "=" + out}
-	if r := os.Getenv(runtimeEnv); r != "" {
-		env = append(env, runtimeEnv+"="+r)
+	for _, k := range []string{runtimeEnv, frontendsEnv} {
+		if v := os.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
 	}
 	vm.RunGoTestOpts(b, vm.Options{
 		Timeout:  24 * time.Minute,
@@ -75,7 +79,8 @@ func BenchmarkVM(b *testing.B) {
 		// The ublk rows need ublk_drv, which Debian's 6.1 lacks: the whole table is measured
 		// in one boot of the 6.12 kernel, so md, NBD and ublk compare within one run.
 		KernelSeries: vm.UblkKernelSeries,
-		Modules:      append(append([]string{}, vm.DefaultModules...), "nvme", "ublk_drv"),
+		// dm_crypt, xts, algif_skcipher: the nbd+crypt rows (crypt_test.go).
+		Modules: append(append([]string{}, vm.DefaultModules...), "nvme", "ublk_drv", "dm_crypt", "xts", "algif_skcipher"),
 	}, ".", "-test.run=^TestPerfInGuest$", "-test.v", "-test.timeout=23m")
 	for _, f := range files {
 		_ = os.Remove(f)
@@ -115,6 +120,7 @@ type sample struct {
 	ios       float64 // I/Os completed (fio)
 	memberOps float64 // reads and writes completed on the NVMe disks
 	cpu       float64 // seconds of utime+stime of this process
+	guestCPU  float64 // seconds the guest's CPUs were busy, every process and the kernel (/proc/stat)
 	syscalls  float64 // syscr+syscw of this process
 	requests  float64 // frontend requests; 0 for md
 	pipe      float64 // the pipe copy's bytes per second measured just before (large cases)
@@ -125,6 +131,7 @@ type sample struct {
 type counters struct {
 	memberOps float64
 	cpu       float64
+	guestCPU  float64
 	syscalls  float64
 	requests  float64
 }
@@ -151,6 +158,7 @@ func readCounters(t *testing.T, nvme []string, requests func() uint64) counters 
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	c.cpu = (ut + st) / 100 // USER_HZ
+	c.guestCPU = guestBusy(t)
 	io, err := os.ReadFile("/proc/self/io")
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +174,34 @@ func readCounters(t *testing.T, nvme []string, requests func() uint64) counters 
 		c.requests = float64(requests())
 	}
 	return c
+}
+
+// guestBusy is the time, in seconds, the guest's CPUs have been busy since boot: the
+// first line of /proc/stat less idle and iowait. It counts what no process's own times
+// show: dm-crypt's kcryptd workers, md's threads, interrupts.
+func guestBusy(t *testing.T) float64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	busy := 0.0
+	for i, v := range f[1:min(len(f), 9)] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, _ := strconv.ParseFloat(v, 64)
+		busy += n
+	}
+	return busy / 100 // USER_HZ
+}
+
+// selected reports whether the frontend is measured in this run (RAID10_PERF_FRONTENDS).
+func selected(name string) bool {
+	list := os.Getenv(frontendsEnv)
+	return list == "" || slices.Contains(strings.Split(list, ","), name)
 }
 
 func runtimeSeconds() string {
@@ -199,6 +235,7 @@ func runFio(t *testing.T, dev string, c fioCase, nvme []string, requests func() 
 		ios:       r.IOs(),
 		memberOps: after.memberOps - before.memberOps,
 		cpu:       after.cpu - before.cpu,
+		guestCPU:  after.guestCPU - before.guestCPU,
 		syscalls:  after.syscalls - before.syscalls,
 		requests:  after.requests - before.requests,
 		pipe:      pipe,
@@ -314,7 +351,13 @@ func TestPerfInGuest(t *testing.T) {
 	stopMD()
 
 	for _, f := range frontends {
-		results[f.name] = measureFrontend(t, f, devs, nvme, outDir)
+		if selected(f.name) {
+			res, paired := measureFrontend(t, f, devs, nvme, outDir)
+			results[f.name] = res
+			if f.paired != "" {
+				results[f.paired] = paired
+			}
+		}
 	}
 
 	table := renderTable(results)
@@ -325,24 +368,29 @@ func TestPerfInGuest(t *testing.T) {
 }
 
 // measureFrontend creates the engine's array over the disks (as md: near-2, 512 KiB
-// chunks), attaches it with f and runs every case.
-func measureFrontend(t *testing.T, f frontend, devs, nvme []string, outDir string) map[string]sample {
+// chunks), attaches it with f and runs every case. A frontend with paired rows has each
+// case run first on its plain device (attached.plain), just before its own run: those
+// samples are the second result.
+func measureFrontend(t *testing.T, f frontend, devs, nvme []string, outDir string) (res, paired map[string]sample) {
 	t.Helper()
-	res := map[string]sample{}
+	res, paired = map[string]sample{}, map[string]sample{}
 	arr := vm.CreateArray(t, devs, raid10.CreateOptions{AssumeClean: true, ChunkSize: 512 << 10})
 	defer arr.Close()
 	att, err := f.attach(t, arr)
 	if errors.Is(err, errUnavailable) {
 		t.Logf("%s: %v", f.name, err)
 		for _, c := range cases {
-			res[c.name] = sample{err: err.Error()}
+			res[c.name], paired[c.name] = sample{err: err.Error()}, sample{err: err.Error()}
 		}
-		return res
+		return res, paired
 	}
 	if err != nil {
 		t.Fatalf("%s: attach: %v", f.name, err)
 	}
 	for _, c := range cases {
+		if att.plain != "" {
+			paired[c.name] = runFio(t, att.plain, c, nvme, att.requests, "")
+		}
 		prof := filepath.Join(outDir, f.name+" "+c.name+".cpu")
 		res[c.name] = runFio(t, att.dev, c, nvme, att.requests, strings.ReplaceAll(prof, " ", "_"))
 	}
@@ -356,7 +404,7 @@ func measureFrontend(t *testing.T, f frontend, devs, nvme []string, outDir strin
 	if err := att.detach(); err != nil {
 		t.Fatalf("%s: detach: %v", f.name, err)
 	}
-	return res
+	return res, paired
 }
 
 func renderTable(results map[string]map[string]sample) string {
@@ -365,11 +413,16 @@ func renderTable(results map[string]map[string]sample) string {
 	fmt.Fprintf(&b, "fio libaio direct, %s s per case, in one VM boot (TCG) with 4 emulated NVMe disks; "+
 		"md raid10 near-2, 512 KiB chunks, no bitmap; the engine with the same geometry. "+
 		"The pipe copy (dd | dd, 1 MiB blocks) is measured just before each 1 MiB case; /pipe copy is the ratio to it.\n\n", rt)
-	b.WriteString("| case | target | IOPS | MB/s | /md | /pipe copy | CPU per I/O | read+write syscalls per I/O | all syscalls per request (strace) | member ops per I/O | requests per I/O |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| case | target | IOPS | MB/s | /md | /pipe copy | CPU per I/O | guest CPU per I/O | read+write syscalls per I/O | all syscalls per request (strace) | member ops per I/O | requests per I/O |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	targets := []string{"md"}
 	for _, f := range frontends {
-		targets = append(targets, f.name)
+		if selected(f.name) {
+			if f.paired != "" {
+				targets = append(targets, f.paired)
+			}
+			targets = append(targets, f.name)
+		}
 	}
 	for _, c := range cases {
 		md := results["md"][c.name]
@@ -379,7 +432,7 @@ func renderTable(results map[string]map[string]sample) string {
 				continue
 			}
 			if s.err != "" {
-				fmt.Fprintf(&b, "| %s | %s | n/a: %s | | | | | | | | |\n", c.name, tg, s.err)
+				fmt.Fprintf(&b, "| %s | %s | n/a: %s | | | | | | | | | |\n", c.name, tg, s.err)
 				continue
 			}
 			ratio, vsPipe, cpu, sys, req, all := "1.00", "", "", "", "", ""
@@ -395,8 +448,8 @@ func renderTable(results map[string]map[string]sample) string {
 			if c.large && s.pipe > 0 {
 				vsPipe = fmt.Sprintf("%.2f (pipe %.1f MB/s)", s.bw/s.pipe, s.pipe/1e6)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %.1f | %s | %s | %s | %s | %s | %.2f | %s |\n",
-				c.name, tg, s.iops, s.bw/1e6, ratio, vsPipe, cpu, sys, all, s.memberOps/s.ios, req)
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.1f | %s | %s | %s | %.0f us | %s | %s | %.2f | %s |\n",
+				c.name, tg, s.iops, s.bw/1e6, ratio, vsPipe, cpu, s.guestCPU/s.ios*1e6, sys, all, s.memberOps/s.ios, req)
 		}
 	}
 	return b.String()
