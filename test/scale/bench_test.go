@@ -28,6 +28,7 @@ const (
 // stepResult is one row of the table.
 type stepResult struct {
 	nodes, volumes         int
+	startup                time.Duration // StartNode of the step's new nodes, eight at a time
 	createRate, deleteRate float64
 	p50, p99               time.Duration
 	idlePerNodeMin         float64
@@ -98,7 +99,8 @@ func (cl *cluster) step(t *testing.T, n, volumes, workers int, idle time.Duratio
 	heap0 := heapInUse()
 	start := time.Now()
 	added := cl.addNodes(t, n-len(cl.nodes))
-	toNode, toCap := cl.reported(t, added, start, 30*time.Minute)
+	r.startup = time.Since(start)
+	toNode, toCap := cl.reported(t, added, 30*time.Minute)
 	r.toNodeP50, r.toNodeMax = quantile(toNode, 0.5), slices.Max(toNode)
 	r.toCapP50, r.toCapMax = quantile(toCap, 0.5), slices.Max(toCap)
 	r.heapPerNode = (heapInUse() - heap0) / int64(len(added))
@@ -229,13 +231,13 @@ func top(before, after map[string]float64, k int) string {
 // table is the markdown table of the steps so far, then each step's busiest requests.
 func table(rows []stepResult) string {
 	var b strings.Builder
-	b.WriteString("| nodes | volumes | created/s | deleted/s | CreateVolume p50 | p99 | API req/node/min idle | under churn | writes/volume | controller RSS | heap/agent | Raid10Node p50/max | CSIStorageCapacity p50/max |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| nodes | volumes | created/s | deleted/s | CreateVolume p50 | p99 | API req/node/min idle | under churn | writes/volume | controller RSS | heap/agent | Raid10Node p50/max | CSIStorageCapacity p50/max | nodes started in |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %d | %.1f | %.1f | %s | %s | %.1f | %.1f | %.1f | %d MiB | %d KiB | %s / %s | %s / %s |\n",
+		fmt.Fprintf(&b, "| %d | %d | %.1f | %.1f | %s | %s | %.1f | %.1f | %.1f | %d MiB | %d KiB | %s / %s | %s / %s | %s |\n",
 			r.nodes, r.volumes, r.createRate, r.deleteRate, ms(r.p50), ms(r.p99), r.idlePerNodeMin, r.churnPerNodeMin,
-			r.writesPerVolume, r.ctrlRSS>>20, r.heapPerNode>>10, ms(r.toNodeP50), ms(r.toNodeMax), ms(r.toCapP50), ms(r.toCapMax))
+			r.writesPerVolume, r.ctrlRSS>>20, r.heapPerNode>>10, ms(r.toNodeP50), ms(r.toNodeMax), ms(r.toCapP50), ms(r.toCapMax), ms(r.startup))
 	}
 	b.WriteString("\n")
 	for _, r := range rows {

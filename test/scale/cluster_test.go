@@ -73,6 +73,8 @@ func startClusterWith(t *testing.T, capPoll time.Duration, plugin string) *clust
 		testenv.Missing(t, "scale: csi-provisioner unavailable ($%s=%q); run `make deps` and `source hack/tool-env.sh`", provisionerEnv, prov)
 	}
 	klogToFile(t)
+	// controller-runtime (the client, the agents' managers) logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	env := kubeenv.Start(t)
 	env.InstallCRDs(t, crdDir)
 	s, err := agent.Scheme()
@@ -175,7 +177,6 @@ func (cl *cluster) dial(t *testing.T, sock string) {
 // when the test ends.
 func (cl *cluster) addNodes(t *testing.T, n int) []*Node {
 	t.Helper()
-	ctrllog.SetLogger(klog.NewKlogr())
 	first := len(cl.nodes)
 	added := make([]*Node, n)
 	errs := make([]error, n)
@@ -208,12 +209,12 @@ func (cl *cluster) addNodes(t *testing.T, n int) []*Node {
 }
 
 // reported waits until every node of nodes has its disks in its Raid10Node and a
-// CSIStorageCapacity above zero for the class, and returns, per node, how long after start
-// each was first seen. One list of each kind per round.
-func (cl *cluster) reported(t *testing.T, nodes []*Node, start time.Time, timeout time.Duration) (toNode, toCap []time.Duration) {
+// CSIStorageCapacity above zero for the class, and returns, per node, how long after its
+// start (Node.Started) each was first seen. One list of each kind per round.
+func (cl *cluster) reported(t *testing.T, nodes []*Node, timeout time.Duration) (toNode, toCap []time.Duration) {
 	t.Helper()
 	ctx := t.Context()
-	nodeAt, capAt := map[string]time.Duration{}, map[string]time.Duration{}
+	nodeAt, capAt := map[string]time.Time{}, map[string]time.Time{}
 	waitFor(t, timeout, "Raid10Node and CSIStorageCapacity of every node", func() (bool, string) {
 		var rn v1alpha1.Raid10NodeList
 		var sc storagev1.CSIStorageCapacityList
@@ -223,7 +224,7 @@ func (cl *cluster) reported(t *testing.T, nodes []*Node, start time.Time, timeou
 		if err := cl.c.List(ctx, &sc, client.InNamespace(namespace)); err != nil {
 			return false, err.Error()
 		}
-		now := time.Since(start)
+		now := time.Now()
 		for _, n := range rn.Items {
 			if _, ok := nodeAt[n.Name]; !ok && n.Status.HealthyDisks == 4 && !n.Status.Capacity.Free.IsZero() {
 				nodeAt[n.Name] = now
@@ -250,7 +251,7 @@ func (cl *cluster) reported(t *testing.T, nodes []*Node, start time.Time, timeou
 		return missing == 0, fmt.Sprintf("%d of %d nodes without Raid10Node disks or CSIStorageCapacity", missing, len(nodes))
 	})
 	for _, nd := range nodes {
-		toNode, toCap = append(toNode, nodeAt[nd.Name]), append(toCap, capAt[nd.Name])
+		toNode, toCap = append(toNode, nodeAt[nd.Name].Sub(nd.Started)), append(toCap, capAt[nd.Name].Sub(nd.Started))
 	}
 	return toNode, toCap
 }

@@ -42,10 +42,12 @@ type NodeConfig struct {
 // kubelet would: a Node labelled with the topology NodeGetInfo reports and a CSINode naming
 // the driver. Nothing is attached, staged or mounted.
 type Node struct {
-	Name  string
-	Pool  *pool.Pool
-	CSI   *driver.NodeServer
-	Disks []*MemDisk
+	Name string
+	// Started is when StartNode began: the node's disk state is in its pool from then on.
+	Started time.Time
+	Pool    *pool.Pool
+	CSI     *driver.NodeServer
+	Disks   []*MemDisk
 
 	cancel context.CancelFunc
 	done   chan error
@@ -61,7 +63,7 @@ func StartNode(ctx context.Context, cfg *rest.Config, admin client.Client, nc No
 	if nc.DiskSize == 0 {
 		nc.DiskSize = 64 << 30
 	}
-	n := &Node{Name: nc.Name}
+	n := &Node{Name: nc.Name, Started: time.Now()}
 	disks := map[string]*MemDisk{}
 	pc := pool.Config{Name: nc.Name, OpenDisk: func(path string) (raid10.Member, error) {
 		if d, ok := disks[path]; ok {
