@@ -102,6 +102,7 @@ func TestClusterStory(t *testing.T) {
 	s.step("1 helm install", s.install)
 	s.step("2 claims and pods", s.claims)
 	s.step("3 volumes Healthy", s.healthy)
+	s.step("VolumeAttributesClass: a write limit changed live", s.modify)
 	if d, _ := time.ParseDuration(os.Getenv(PauseEnv)); d > 0 {
 		t.Logf("cluster: pausing %v (%s): KUBECONFIG=%s kubectl get pods -A; the node's logs: %s", d, PauseEnv, s.r.Env.Kubeconfig, s.r.nodeDir)
 		time.Sleep(d)
