@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 )
 
 // Environment of TestScaleBench (make scale-bench sets them from its variables).
@@ -45,7 +47,7 @@ type stepResult struct {
 func TestScaleBench(t *testing.T) {
 	stepsEnv := os.Getenv(envSteps)
 	if stepsEnv == "" {
-		t.Skipf("the scale benchmark runs with $%s set: make scale-bench", envSteps)
+		testenv.Skip(t, testenv.KindDriven, "the scale benchmark runs with $%s set: make scale-bench", envSteps)
 	}
 	var steps []int
 	for _, f := range strings.Split(stepsEnv, ",") {

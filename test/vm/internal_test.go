@@ -391,9 +391,7 @@ func TestNoExitSync(t *testing.T) {
 // reuses the binary of the first (no second link); the kept binary's directory names the
 // process, and a dead process's one is removed.
 func TestBuildGoTestOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("heavy: links a test binary (-short)")
-	}
+	testenv.Heavy(t, "links a test binary")
 	ctx := t.Context()
 	bin1, dir1, cleanup1, err := buildGoTestOnce(ctx, "../../internal/atomicfile")
 	if err != nil {
