@@ -10,8 +10,9 @@ H=/host
 OPTS=trans=virtio,version=9p2000.L,msize=262144
 
 log() { echo "raid10-vm: [$(cut -d' ' -f1 /proc/uptime)] $*"; }
-# NO_EXIT_SYNC (config.sh, Options.NoExitSync): the command synced what it keeps.
-halt() { [ -n "${NO_EXIT_SYNC:-}" ] || sync; poweroff -f; sleep 5; exit 1; }
+# NO_EXIT_SYNC (config.sh, Options.NoExitSync): the command synced what it keeps; busybox's
+# poweroff syncs unless given -n.
+halt() { if [ -n "${NO_EXIT_SYNC:-}" ]; then poweroff -n -f; else sync; poweroff -f; fi; sleep 5; exit 1; }
 fatal() { echo "raid10-vm: FATAL: $*"; halt; }
 
 mount -t proc proc /proc
