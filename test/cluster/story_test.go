@@ -303,10 +303,13 @@ func (s *story) upgrade(ctx context.Context) {
 	stall, _ := s.moreRounds(ctx, before, 2)
 	t.Logf("STALL: the longest single I/O of the pods across the node plugin's restart: %d ms (0 I/O errors)", stall)
 	// The surge's point: the old plugin handed the devices to the new one directly.
-	out, err := s.r.Exec(ctx, fmt.Sprintf("cat /var/log/pods/%s_%s_%s/raid10-csi/*.log", ns, next.Name, next.UID))
+	// Every log file of the container, the earlier runs' (0.log, 1.log, ...) and rotated ones
+	// (N.log.<time>) too: a container that exited after the handover leaves it in 0.log.
+	out, err := s.r.Exec(ctx, fmt.Sprintf("cd /var/log/pods/%s_%s_%s/raid10-csi && ls -l && cat $(ls -tr | grep -v '[.]gz$')", ns, next.Name, next.UID))
 	if err != nil {
 		t.Fatalf("the new node plugin's log: %v", err)
 	}
+	s.logRestarts(ctx, next.Name)
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "Waiting for the predecessor") || strings.Contains(l, "Took the NBD devices") {
 			t.Logf("new plugin: %s", l)
@@ -318,6 +321,27 @@ func (s *story) upgrade(ctx context.Context) {
 }
 
 func (s *story) nodePodUID(ctx context.Context) types.UID { return s.podUID(ctx, "node") }
+
+// logRestarts logs, for each container of the pod that restarted, how its previous run ended
+// (exit code, reason, time, and the log's end the kubelet kept: FallbackToLogsOnError).
+func (s *story) logRestarts(ctx context.Context, name string) {
+	var p corev1.Pod
+	if err := s.c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+		s.t.Logf("pod %s: %v", name, err)
+		return
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.RestartCount == 0 {
+			continue
+		}
+		if term := c.LastTerminationState.Terminated; term != nil {
+			s.t.Errorf("pod %s container %s restarted %d times; the last run ended at %s with exit code %d (%s):\n%s",
+				name, c.Name, c.RestartCount, term.FinishedAt.UTC().Format(time.RFC3339), term.ExitCode, term.Reason, term.Message)
+		} else {
+			s.t.Errorf("pod %s container %s restarted %d times", name, c.Name, c.RestartCount)
+		}
+	}
+}
 
 // podUID is the UID of the one pod of the chart's component (node, holder).
 // podUIDs returns the sorted UIDs of the namespace's pods of component.

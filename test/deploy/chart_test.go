@@ -236,6 +236,7 @@ func TestHelmTemplate(t *testing.T) {
 			}
 		}
 		checkNodePod(t, objs, true)
+		checkTerminationMessages(t, objs)
 		sc := find(objs, "StorageClass", "raid10")
 		params, _, _ := unstructured.NestedStringMap(sc.Object, "parameters")
 		if params["members"] != "4" || params["chunkSize"] != "512Ki" || params["csi.storage.k8s.io/fstype"] != "ext4" {
@@ -520,6 +521,39 @@ func checkNodePod(t *testing.T, objs []*unstructured.Unstructured, hostNetNS boo
 	for _, c := range cs {
 		if name := c.(map[string]any)["name"]; name == "node-driver-registrar" {
 			t.Errorf("the node pod still runs %s", name)
+		}
+	}
+}
+
+// checkTerminationMessages: the plugin's and the holder's containers keep their log's end in
+// their status when they exit with an error (FallbackToLogsOnError), where kubectl describe
+// shows it after the log file is gone or rotated.
+func checkTerminationMessages(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, w := range []struct{ kind, name, container string }{
+		{"DaemonSet", "raid10-csi-node", "raid10-csi"},
+		{"DaemonSet", "raid10-csi-holder", "holder"},
+		{"Deployment", "raid10-csi-controller", "raid10-csi"},
+	} {
+		o := find(objs, w.kind, w.name)
+		if o == nil {
+			t.Errorf("no %s %s", w.kind, w.name)
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		found := false
+		for _, c := range cs {
+			m, _ := c.(map[string]any)
+			if m["name"] != w.container {
+				continue
+			}
+			found = true
+			if p := m["terminationMessagePolicy"]; p != "FallbackToLogsOnError" {
+				t.Errorf("%s %s container %s: terminationMessagePolicy %v, want FallbackToLogsOnError", w.kind, w.name, w.container, p)
+			}
+		}
+		if !found {
+			t.Errorf("%s %s has no container %s", w.kind, w.name, w.container)
 		}
 	}
 }
