@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
+	"github.com/raid10-csi/raid10-csi/pkg/sockfile"
 )
 
 // SocketName is the admin socket's file name in its directory (the standalone agent's
@@ -40,38 +40,28 @@ type Server struct {
 	api  Direct
 	vols VolumeOps
 	srv  *http.Server
-	ln   *net.UnixListener
-	path string
-	fi   os.FileInfo // the socket file as created, to remove only that one
+	ln   *sockfile.Listener // removes only the socket file it made
 }
 
 // Listen creates the admin socket at path (mode 0600, replacing a stale one) and returns
 // the server that will answer it over p; vols may be nil (volume create, delete and expand
 // then fail with pool.ErrFailedPrecondition).
 func Listen(path string, p *pool.Pool, vols VolumeOps) (*Server, error) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	// Not umask: it is the whole process's, and the plugin creates files meanwhile. Until
-	// the chmod the socket has the process's default mode; the directories it is made in
-	// are 0700 (run dir, state dir), so no one else reaches it meanwhile.
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	// A successor process (a plugin restarted beside this one) replaces the file: this one
+	// then leaves it alone when it stops (pkg/sockfile). Not umask: it is the whole
+	// process's, and the plugin creates files meanwhile. Until the chmod the socket has the
+	// process's default mode; the directories it is made in are 0700 (run dir, state dir),
+	// so no one else reaches it meanwhile.
+	ln, err := sockfile.Listen(path)
 	if err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
-	// A successor process (a plugin restarted beside this one) replaces the file: closing
-	// this listener must not unlink the successor's socket.
-	ln.SetUnlinkOnClose(false)
-	fi, err := os.Stat(path)
-	if err == nil {
-		err = os.Chmod(path, 0o600)
-	}
-	if err != nil {
+	if err := os.Chmod(path, 0o600); err != nil {
 		_ = ln.Close()
-		_ = os.Remove(path)
+		_ = ln.Remove()
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
-	s := &Server{api: Direct{p}, vols: vols, ln: ln, path: path, fi: fi}
+	s := &Server{api: Direct{p}, vols: vols, ln: ln}
 	s.srv = &http.Server{Handler: s.mux(), ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
 }
@@ -106,8 +96,8 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) unlink() {
-	if fi, err := os.Stat(s.path); err == nil && os.SameFile(fi, s.fi) {
-		_ = os.Remove(s.path)
+	if err := s.ln.Remove(); err != nil {
+		klog.ErrorS(err, "Admin socket")
 	}
 }
 

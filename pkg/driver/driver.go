@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/sockfile"
 )
 
 // Mode selects which CSI services a Driver serves.
@@ -185,7 +185,7 @@ func (d *Driver) Ready() error {
 // removes the socket file once the server stopped. A unix socket replaces the file at path
 // (a stale socket, or a predecessor's that still serves: new connections reach this process
 // from then on) and is removed only while path is still this socket: a successor that
-// replaced it in turn (a plugin restarted beside this one) keeps its own.
+// replaced it in turn (a plugin restarted beside this one) keeps its own (pkg/sockfile).
 func listen(endpoint string) (net.Listener, func(), error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
@@ -197,31 +197,18 @@ func listen(endpoint string) (net.Listener, func(), error) {
 		if path == "" {
 			path = u.Host // unix://relative.sock
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, nil, fmt.Errorf("remove stale socket %s: %w", path, err)
-		}
-		lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		lis, err := sockfile.Listen(path)
 		if err != nil {
 			return nil, nil, err
 		}
-		lis.SetUnlinkOnClose(false)
-		own, err := os.Stat(path)
-		if err != nil {
-			_ = lis.Close()
-			return nil, nil, fmt.Errorf("CSI socket %s: %w", path, err)
-		}
-		return lis, func() { removeIfSame(path, own) }, nil
+		return lis, func() {
+			if err := lis.Remove(); err != nil {
+				klog.ErrorS(err, "CSI socket")
+			}
+		}, nil
 	case "tcp":
 		lis, err := net.Listen("tcp", u.Host)
 		return lis, func() {}, err
 	}
 	return nil, nil, fmt.Errorf("endpoint %q: scheme must be unix or tcp: %w", endpoint, ErrInvalidArgument)
-}
-
-// removeIfSame removes the file at path if it is still own (not a file another process made
-// there since).
-func removeIfSame(path string, own os.FileInfo) {
-	if fi, err := os.Stat(path); err == nil && os.SameFile(fi, own) {
-		_ = os.Remove(path)
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -12,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/raid10-csi/raid10-csi/pkg/sockfile"
 )
 
 // DefaultRegistrationDir is the kubelet's plugin registration directory (its pluginwatcher
@@ -112,22 +113,17 @@ func (r *Registration) Run(ctx context.Context) error {
 		return fmt.Errorf("registration directory %s: not a directory", r.Dir)
 	}
 	path := r.SocketPath()
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove the stale registration socket: %w", err)
-	}
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		return fmt.Errorf("registration socket: %w", err)
-	}
 	// A successor process (a restart beside this one) replaces the socket with its own at
-	// the same path: this one must then leave it alone, so it unlinks only its own inode.
-	lis.(*net.UnixListener).SetUnlinkOnClose(false)
-	own, err := os.Stat(path)
+	// the same path: this one must then leave it alone (pkg/sockfile).
+	lis, err := sockfile.Listen(path)
 	if err != nil {
-		_ = lis.Close()
 		return fmt.Errorf("registration socket: %w", err)
 	}
-	remove := func() { removeIfSame(path, own) }
+	remove := func() {
+		if err := lis.Remove(); err != nil {
+			klog.ErrorS(err, "Registration socket")
+		}
+	}
 	srv := grpc.NewServer()
 	registerapi.RegisterRegistrationServer(srv, r)
 	klog.InfoS("Serving kubelet plugin registration", "socket", path, "driver", r.DriverName, "endpoint", r.Endpoint)
