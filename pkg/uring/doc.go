@@ -2,8 +2,10 @@
 // asynchronous Queue (pkg/raid10) need, written on
 // golang.org/x/sys/unix: io_uring_setup, the mmapped submission and completion rings,
 // io_uring_enter to submit and wait (also bounded by a timeout, IORING_ENTER_EXT_ARG), and
-// the opcodes NOP, TIMEOUT, READ, WRITE and URING_CMD (a command passed to a driver's
-// uring_cmd handler, the way /dev/ublk-control and /dev/ublkcN are driven). No Go io_uring module is available to this project, hence its own.
+// the opcodes NOP, TIMEOUT, READ, WRITE, READ_FIXED, WRITE_FIXED and URING_CMD (a command
+// passed to a driver's uring_cmd handler, the way /dev/ublk-control and /dev/ublkcN are
+// driven), and fixed-buffer tables (fixed.go: user buffers, or a sparse table whose slots a
+// driver fills, as ublk's zero copy does). No Go io_uring module is available to this project, hence its own.
 //
 // # Layout shared with the kernel
 //
