@@ -308,9 +308,7 @@ func TestClusterMode(t *testing.T) {
 		if len(bars) < 2 || !sawDescribeBar {
 			t.Fatalf("rebuild progress not shown: bars %q, in describe %v", bars, sawDescribeBar)
 		}
-		if err := cl.pool.Check(); err != nil {
-			t.Fatalf("pool check after the rebuild: %v", err)
-		}
+		cl.check(vol.Name, "after the rebuild")
 	})
 
 	t.Run("Describe", func(t *testing.T) {
@@ -428,9 +426,7 @@ func TestClusterMode(t *testing.T) {
 			}
 			return seen[nodeagent.EventDiskReplaced] == 2 && seen[nodeagent.EventDiskReplaceFailed] >= 1
 		})
-		if err := cl.pool.Check(); err != nil {
-			t.Fatalf("pool check: %v", err)
-		}
+		cl.check(vol.Name, "after the refusals and the replacement")
 	})
 
 	// --kubeconfig and --context after the command, as kubectl users write them.
