@@ -107,6 +107,7 @@ type Queue struct {
 	fast, fallbacks atomic.Uint64
 	owned           atomic.Uint64 // requests ended inside Reap, on the owner (ring mode)
 	abandoned       atomic.Uint64 // ring copies abandoned (abandonRing), for the tests' counts
+	fixedCounters                 // zero copy (queue_ring_fixed.go)
 }
 
 // qop is one request in flight on the fast path.
@@ -127,6 +128,12 @@ type qop struct {
 	left   atomic.Int32  // copies whose outcome is not known yet
 	refs   atomic.Int32  // completions outstanding, +1 until the request ends
 	gen    uint64        // submitter's: bumped each time o is freed
+	// fixed: the data is fixed buffer fbuf of the owner's ring, not p
+	// (queue_ring_fixed.go); unfit: a copy found that slot unfit for its
+	// member; retry ends it untold.
+	fixed, unfit bool
+	fbuf         uring.Fixed
+	retry        func()
 
 	// Per copy, for the abandon scan (abandonRing): gen<<3 | copyOwnBuf if
 	// its I/O uses o.buf | a copyState (copyMask),
@@ -373,7 +380,7 @@ func (a *Array) fastTarget(x *pieceCopy, n int64) (rm ringMember, fd int, at int
 // deadline abandons can land late without touching memory the caller has
 // got back (as handedOff's bounce buffers).
 func (q *Queue) ringBuf(o *qop) []byte {
-	if q.a.timeout() <= 0 {
+	if o.fixed || q.a.timeout() <= 0 {
 		return o.p
 	}
 	o.buf = getBounce(len(o.p))
@@ -392,11 +399,7 @@ func (q *Queue) prep(o *qop, k int, rm ringMember, fd int, at int64, buf []byte)
 		// Read or Write) gets here.
 		panic(fmt.Sprintf("raid10: queue ring: %v", err))
 	}
-	if o.op == opRead {
-		sqe.PrepRead(fd, buf, uint64(at))
-	} else {
-		sqe.PrepWrite(fd, buf, uint64(at))
-	}
+	prepIO(sqe, o, fd, at, buf)
 	sqe.UserData = q.tag | o.idx<<2 | uint64(k)
 	q.expect.Add(1)
 	x := &o.cp[k]

@@ -237,6 +237,9 @@ func (o *qop) completed(k int, res int32) {
 	case int64(res) != n:
 		err = fmt.Errorf("member %d: short ring %s %d of %d at %d", x.s.idx, opName(o.op), res, n, x.off)
 	}
+	if o.fixed && fixedUnfit(res) {
+		o.unfit = true
+	}
 	if o.op == opRead {
 		x.s.headPos.Store(x.off + n)
 		x.s.readOps.Add(1)
@@ -269,6 +272,9 @@ func (o *qop) outcome(k int, err error) {
 	if !failed && o.op == opWrite {
 		// No error: the rules of acknowledged hold without failing anyone.
 		failed = !o.q.a.acknowledged(&o.cp, int64(len(o.p)))
+	}
+	if o.fixed && o.endFixed(failed) {
+		return
 	}
 	if !failed {
 		if o.op == opRead && o.buf != nil {
@@ -341,6 +347,7 @@ func (o *qop) release() {
 		o.ref[k].Store(nil)
 	}
 	o.bk, o.p, o.done, o.buf = nil, nil, nil, nil
+	o.fixed, o.unfit, o.retry = false, false, nil
 	o.cp, o.outs, o.rms = [2]pieceCopy{}, [2]*atomic.Int64{}, [2]ringMember{}
 	o.q.free <- o
 }
