@@ -121,3 +121,10 @@ func (sqe *SQE) PrepWriteFixed(fd int, addr uint64, n uint32, off uint64, index 
 
 // BufAddr is the address of b's first byte, for the addr of a fixed SQE on a user buffer.
 func BufAddr(b []byte) uint64 { return bufAddr(b) }
+
+// Fixed names where an I/O's data is in the ring's fixed-buffer table: slot Index, from
+// address Addr (a user buffer's own address; the byte offset in a kernel buffer).
+type Fixed struct {
+	Index uint16
+	Addr  uint64
+}
