@@ -34,6 +34,9 @@ var (
 	ErrMappedElsewhere = errors.New("crypt: mapping is active over another device")
 	// ErrEmptyKey: a key of zero bytes.
 	ErrEmptyKey = errors.New("crypt: empty key")
+	// ErrSameKey: Rotate was given one key as both the key and the previous key; wiping the
+	// previous key's keyslot would wipe the key's.
+	ErrSameKey = errors.New("crypt: the key and the previous key are the same: nothing to rotate")
 )
 
 // Exit statuses of cryptsetup (cryptsetup(8), RETURN CODES).

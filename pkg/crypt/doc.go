@@ -5,9 +5,12 @@
 //
 // Keys: LUKS2 makes a random volume key when it formats the device (the key that encrypts
 // the data); the caller's key is the passphrase of keyslot 0, which wraps that volume key.
-// A new passphrase (cryptsetup luksChangeKey, or luksAddKey then luksKillSlot) rewraps the
-// volume key in the header and rewrites no data. Keys travel to cryptsetup on its standard
-// input (--key-file=-), never on its command line (visible in /proc) or in a file.
+// Rotate makes a new passphrase take the place of the previous one: a keyslot for the new
+// one (luksAddKey, unlocked by the previous one), then the previous one's keyslot wiped
+// (luksKillSlot); the volume key and the data stay as they are, and a crash between the two
+// steps leaves a header that opens with either passphrase (rotate.go). Keys travel to
+// cryptsetup on its standard input (--key-file=-), never on its command line (visible in
+// /proc) or in a file.
 //
 // Safety: Format writes a header only on a device that carries no LUKS header and no other
 // signature (the caller's Probe, the same blkid check that guards mkfs); a device holding

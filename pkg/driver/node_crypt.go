@@ -15,11 +15,19 @@ import (
 // says encrypted: "true" is staged on a dm-crypt LUKS2 mapping over its served device. The
 // key is the field SecretKeyField of the Secret that the StorageClass names with
 // csi.storage.k8s.io/node-stage-secret-name and -namespace; the kubelet passes it in
-// NodeStageVolume's secrets. It is the passphrase of the header's keyslot 0, which wraps
-// the volume key cryptsetup made at random.
+// NodeStageVolume's secrets. It is the passphrase of a keyslot of the header, which wraps
+// the volume key cryptsetup made at random. A Secret that also carries the field
+// SecretPreviousKeyField rotates the header to the key at the next stage (rotateKey): the
+// volume key and the data stay as they are.
 
 // SecretKeyField is the field of the node-stage Secret that holds an encrypted volume's key.
 const SecretKeyField = "key"
+
+// SecretPreviousKeyField is the field of the node-stage Secret that holds the key being
+// rotated away from (docs/operations.md, "Rotating an encryption key"): when the header
+// does not know the key yet, NodeStageVolume gives the key a keyslot unlocked by this one
+// and then wipes this one's keyslot. Leave it out once every volume has been staged.
+const SecretPreviousKeyField = "previousKey"
 
 // parseEncrypted reads the value of ParamEncrypted.
 func parseEncrypted(v string) (bool, error) {
@@ -66,7 +74,8 @@ func (n *NodeServer) cryptsetup() *crypt.Cryptsetup {
 
 // openEncrypted returns the device to stage volume id on: dev itself for a volume that is
 // not encrypted; for an encrypted one its LUKS2 mapping over dev, opened with the key of
-// the node-stage secrets, after a LUKS2 header is written if dev is blank. A missing key is
+// the node-stage secrets, after a LUKS2 header is written if dev is blank, and after the
+// header is rotated from the secrets' previous key to the key if they have one. A missing key is
 // InvalidArgument; a wrong key, or a device that holds data without a LUKS header, is
 // FailedPrecondition naming the volume, and nothing is written on the device.
 func (n *NodeServer) openEncrypted(ctx context.Context, id, dev string, vc, secrets map[string]string) (string, error) {
@@ -82,6 +91,9 @@ func (n *NodeServer) openEncrypted(ctx context.Context, id, dev string, vc, secr
 		return "", fmt.Errorf("volume %q is encrypted but the node-stage secret has %s: %w", id, what, ErrInvalidArgument)
 	}
 	cs, name := n.cryptsetup(), crypt.MapperName(id)
+	if err := rotateKey(ctx, cs, id, dev, key, secrets[SecretPreviousKeyField]); err != nil {
+		return "", err
+	}
 	path, err := cs.Open(ctx, dev, name, []byte(key))
 	formatted := false
 	if errors.Is(err, crypt.ErrNotLUKS) {
@@ -143,6 +155,34 @@ func (n *NodeServer) resizeEncrypted(ctx context.Context, id string) error {
 	}
 	if err := cs.Resize(ctx, name); err != nil {
 		return fmt.Errorf("volume %q: grow its encryption mapping: %w", id, err)
+	}
+	return nil
+}
+
+// rotateKey rotates the header of volume id on dev from the key previous to key when the
+// node-stage secret has both (crypt.Rotate): the key gets a keyslot unlocked by previous,
+// then previous's keyslot is wiped; the volume key and the data stay. Nothing is done
+// without a previous key, with one equal to the key, or on a device without a header (a
+// blank one gets its header from the key). Neither key opening the header is
+// FailedPrecondition naming the volume, with nothing written. A rotation is logged with
+// the keyslots it changed.
+func rotateKey(ctx context.Context, cs *crypt.Cryptsetup, id, dev, key, previous string) error {
+	if previous == "" || previous == key {
+		return nil
+	}
+	res, err := cs.Rotate(ctx, dev, []byte(key), []byte(previous))
+	switch {
+	case errors.Is(err, crypt.ErrNotLUKS):
+		return nil
+	case errors.Is(err, crypt.ErrWrongKey):
+		return fmt.Errorf("volume %q: neither the node-stage secret's %q nor its %q opens the header: %w: %w",
+			id, SecretKeyField, SecretPreviousKeyField, err, ErrFailedPrecondition)
+	case err != nil:
+		return fmt.Errorf("volume %q: rotate its encryption key: %w", id, err)
+	}
+	if res.Rotation != crypt.RotationNone {
+		klog.FromContext(ctx).Info("Encryption key rotated", "volumeID", id, "device", dev,
+			"rotation", res.Rotation.String(), "keySlot", res.KeySlot, "wipedKeySlot", res.Wiped)
 	}
 	return nil
 }

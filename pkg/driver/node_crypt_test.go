@@ -3,7 +3,11 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,15 +23,21 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/crypt"
 )
 
-// cryptExec is fakeExec with a scripted cryptsetup: isLuks and open exit with the statuses
-// set, luksFormat makes the device LUKS; blkid reports what fs says (the fake's own mkfs
-// included). It records the cryptsetup verbs and what each read on its standard input.
+// cryptExec is fakeExec with a scripted cryptsetup: isLuks answers luks; luksFormat makes
+// the device LUKS with its stdin as keyslot 0's passphrase; open (and open --test-passphrase
+// [--key-slot N]) succeeds when its stdin is the passphrase of a keyslot, or, for a header
+// set up with luks alone (no slots), exits with openRC; luksDump lists the keyslots,
+// luksAddKey adds one (both keys on stdin by their sizes, the previous one checked),
+// luksKillSlot wipes one. blkid reports what fs says (the fake's own mkfs included). It
+// records each cryptsetup call's arguments and what it read on its standard input.
 type cryptExec struct {
 	*fakeExec
 	mu     sync.Mutex
-	luks   bool // the device has a LUKS header
-	openRC int  // exit status of cryptsetup open
+	luks   bool           // the device has a LUKS header
+	slots  map[int]string // its keyslots' passphrases; nil: open answers openRC
+	openRC int            // exit status of cryptsetup open without slots
 	verbs  []string
+	args   [][]string
 	stdins []string
 }
 
@@ -47,24 +57,64 @@ func (e *cryptExec) Command(cmd string, args ...string) utilexec.Cmd {
 		if fc.Stdin != nil {
 			in, _ = io.ReadAll(fc.Stdin)
 		}
-		e.verbs, e.stdins = append(e.verbs, args[0]), append(e.stdins, string(in))
-		rc := 0
-		switch args[0] {
-		case "isLuks":
-			if !e.luks {
-				rc = 1
-			}
-		case "luksFormat":
-			e.luks = true
-		case "open":
-			rc = e.openRC
-		}
+		e.verbs, e.args, e.stdins = append(e.verbs, args[0]), append(e.args, args), append(e.stdins, string(in))
+		out, rc := e.answer(args, string(in))
 		if rc != 0 {
-			return nil, nil, &testingexec.FakeExitError{Status: rc}
+			return []byte(out), nil, &testingexec.FakeExitError{Status: rc}
 		}
-		return nil, nil, nil
+		return []byte(out), nil, nil
 	}}
 	return fc
+}
+
+// answer is the scripted cryptsetup's output and exit status for args with stdin.
+func (e *cryptExec) answer(args []string, stdin string) (string, int) {
+	flag := func(name string) string {
+		if i := slices.Index(args, name); i >= 0 && i+1 < len(args) {
+			return args[i+1]
+		}
+		return ""
+	}
+	opens := func(pass, slot string) bool {
+		for n, p := range e.slots {
+			if p == pass && (slot == "" || slot == strconv.Itoa(n)) {
+				return true
+			}
+		}
+		return false
+	}
+	switch args[0] {
+	case "isLuks":
+		if !e.luks {
+			return "", 1
+		}
+	case "luksFormat":
+		e.luks, e.slots = true, map[int]string{0: stdin}
+	case "open":
+		switch {
+		case e.slots == nil:
+			return "", e.openRC
+		case !opens(stdin, flag("--key-slot")):
+			return "No key available with this passphrase.", 2
+		}
+	case "luksDump":
+		var parts []string
+		for n := range e.slots {
+			parts = append(parts, fmt.Sprintf(`"%d":{"type":"luks2"}`, n))
+		}
+		return `{"keyslots":{` + strings.Join(parts, ",") + `}}`, 0
+	case "luksAddKey":
+		n, _ := strconv.Atoi(flag("--keyfile-size"))
+		if !opens(stdin[:n], "") {
+			return "No key available with this passphrase.", 2
+		}
+		slot, _ := strconv.Atoi(flag("--key-slot"))
+		e.slots[slot] = stdin[n:]
+	case "luksKillSlot":
+		slot, _ := strconv.Atoi(args[len(args)-1])
+		delete(e.slots, slot)
+	}
+	return "", 0
 }
 
 func (e *cryptExec) ran() string {
@@ -140,6 +190,69 @@ func TestNodeStageEncryptedFake(t *testing.T) {
 				if ex.fs[mapper] != "ext4" || ex.fs["/dev/fake0"] != "" {
 					t.Fatalf("filesystems made %v: want ext4 on %s only", ex.fs, mapper)
 				}
+			}
+		})
+	}
+}
+
+// TestNodeStageRotateFake: NodeStageVolume with a node-stage secret that carries the key
+// and the previous key (a rotation), on a scripted cryptsetup with a header of keyslots. The
+// header known by the previous key only gets a keyslot for the key (luksAddKey, before the
+// previous one's is wiped), then opens with the key; a header cut between the two steps is
+// finished; a rotated one is left alone; neither key is FailedPrecondition naming the
+// volume with the header unchanged and no mkfs; a blank device gets its header from the key.
+// Neither key is ever on a command line.
+func TestNodeStageRotateFake(t *testing.T) {
+	const oldKey, newKey = "0ld-Secret", "N3w-Secret!"
+	rotating := map[string]string{SecretKeyField: newKey, SecretPreviousKeyField: oldKey}
+	for _, tc := range []struct {
+		name      string
+		slots     map[int]string // nil: a blank device
+		secrets   map[string]string
+		want      codes.Code
+		wantSlots map[int]string
+		wantRan   string // cryptsetup verbs run
+	}{
+		{name: "rotate", slots: map[int]string{0: oldKey}, secrets: rotating, want: codes.OK,
+			wantSlots: map[int]string{1: newKey}, wantRan: "isLuks luksDump open luksAddKey open luksKillSlot isLuks open"},
+		{name: "finish a cut rotation", slots: map[int]string{0: oldKey, 1: newKey}, secrets: rotating, want: codes.OK,
+			wantSlots: map[int]string{1: newKey}, wantRan: "isLuks luksDump open open open luksKillSlot isLuks open"},
+		{name: "rotated already", slots: map[int]string{1: newKey}, secrets: rotating, want: codes.OK,
+			wantSlots: map[int]string{1: newKey}, wantRan: "isLuks luksDump open isLuks open"},
+		{name: "recovery keyslot kept", slots: map[int]string{0: "recovery", 1: oldKey}, secrets: rotating, want: codes.OK,
+			wantSlots: map[int]string{0: "recovery", 2: newKey}, wantRan: "isLuks luksDump open open luksAddKey open open luksKillSlot isLuks open"},
+		{name: "neither key", slots: map[int]string{0: "other volume's"}, secrets: rotating, want: codes.FailedPrecondition,
+			wantSlots: map[int]string{0: "other volume's"}, wantRan: "isLuks luksDump open luksAddKey"},
+		{name: "previous equals key", slots: map[int]string{0: newKey}, secrets: map[string]string{SecretKeyField: newKey, SecretPreviousKeyField: newKey},
+			want: codes.OK, wantSlots: map[int]string{0: newKey}, wantRan: "isLuks open"},
+		{name: "blank", secrets: rotating, want: codes.OK, wantSlots: map[int]string{0: newKey}, wantRan: "isLuks isLuks isLuks luksFormat isLuks open"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, ex := newCryptNode(t)
+			ex.luks, ex.slots = tc.slots != nil, maps.Clone(tc.slots)
+			_, err := n.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{VolumeId: "vol-1",
+				StagingTargetPath: t.TempDir(), VolumeCapability: mountCap("ext4"), VolumeContext: map[string]string{ParamEncrypted: "true"},
+				Secrets: tc.secrets})
+			if got := status.Code(toStatus(err)); got != tc.want {
+				t.Fatalf("code %s, want %s: %v", got, tc.want, err)
+			}
+			if err != nil && (!strings.Contains(err.Error(), "wrong key") || !strings.Contains(err.Error(), `"vol-1"`) ||
+				!strings.Contains(err.Error(), SecretPreviousKeyField)) {
+				t.Fatalf("error %q: want it to name the volume, the previous key and a wrong key", err)
+			}
+			if !maps.Equal(ex.slots, tc.wantSlots) {
+				t.Fatalf("keyslots %v, want %v", ex.slots, tc.wantSlots)
+			}
+			if got := ex.ran(); got != tc.wantRan {
+				t.Fatalf("cryptsetup ran %q, want %q", got, tc.wantRan)
+			}
+			for _, args := range ex.args {
+				if slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "Secret") }) {
+					t.Fatalf("a key is on the command line: %q", args)
+				}
+			}
+			if mkfs := ex.fakeExec.ran("mkfs.ext4"); (tc.want == codes.OK) != (mkfs == 1) {
+				t.Fatalf("mkfs ran %d times; want once on success, never on failure", mkfs)
 			}
 		})
 	}
