@@ -58,6 +58,8 @@ func main() {
 	flag.StringVar(&o.Endpoint, "endpoint", "unix:///csi/csi.sock", "CSI gRPC endpoint: unix:///path or tcp://host:port")
 	flag.StringVar(&o.NodeID, "node-id", "", "this node's name (node and all modes)")
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (controller and node modes); empty: in-cluster config, else $KUBECONFIG or ~/.kube/config")
+	flag.Float64Var(&o.KubeAPIQPS, "kube-api-qps", 0, "controller and node modes: requests per second the Kubernetes client may send for each kind of object (client-side rate limit); 0: client-go's default, 5; negative: no client-side limit (the API server's priority and fairness alone)")
+	flag.IntVar(&o.KubeAPIBurst, "kube-api-burst", 0, "controller and node modes: requests the Kubernetes client may send at once above --kube-api-qps, for each kind of object; 0: client-go's default, 10")
 	flag.DurationVar(&o.ReadyTimeout, "ready-timeout", driver.DefaultReadyTimeout, "how long one CSI call waits for the node agent before answering DeadlineExceeded (the sidecar retries); keep it below the sidecar's --timeout")
 	flag.StringVar(&o.PoolConfig, "pool-config", "", "JSON pool configuration of this node's disks (node and all modes)")
 	flag.StringVar(&o.StateDir, "state-dir", "/var/lib/raid10-csi", "directory kept across restarts (node and all modes): the NBD device state file, the pool's record of the disks added or replaced at run time (pool-disks.json), and in all mode the volume records")

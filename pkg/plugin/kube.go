@@ -13,10 +13,10 @@ import (
 )
 
 // kubeClient returns an uncached controller-runtime client for the raid10 types, as
-// userAgent, from the kubeconfig file, else the in-cluster config, else $KUBECONFIG or
-// ~/.kube/config.
-func kubeClient(kubeconfig, userAgent string) (client.Client, error) {
-	cfg, err := restConfig(kubeconfig)
+// userAgent, with o's kubeconfig and client rate limit (restConfig). It can also watch:
+// the controller's waits for the node agent watch the volume they wait for.
+func kubeClient(o *Options, userAgent string) (client.WithWatch, error) {
+	cfg, err := restConfig(o)
 	if err != nil {
 		return nil, err
 	}
@@ -25,25 +25,33 @@ func kubeClient(kubeconfig, userAgent string) (client.Client, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: scheme})
+	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 }
 
-// restConfig loads the kube client configuration from the kubeconfig file, else the
-// in-cluster config, else $KUBECONFIG or ~/.kube/config.
-func restConfig(kubeconfig string) (*rest.Config, error) {
+// restConfig loads the kube client configuration from o.Kubeconfig, else the in-cluster
+// config, else $KUBECONFIG or ~/.kube/config, with the client-side rate limit of
+// --kube-api-qps and --kube-api-burst (0 leaves client-go's defaults, 5 and 10; a negative
+// QPS: no client-side limit).
+func restConfig(o *Options) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
-	if kubeconfig == "" {
+	if o.Kubeconfig == "" {
 		cfg, err = rest.InClusterConfig()
 		if errors.Is(err, rest.ErrNotInCluster) {
 			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 				clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
 		}
 	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kube client config: %w", err)
+	}
+	if o.KubeAPIQPS != 0 {
+		cfg.QPS = float32(o.KubeAPIQPS)
+	}
+	if o.KubeAPIBurst > 0 {
+		cfg.Burst = o.KubeAPIBurst
 	}
 	return cfg, nil
 }

@@ -33,6 +33,13 @@ type Options struct {
 	NodeID       string
 	Kubeconfig   string
 	ReadyTimeout time.Duration
+	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit of the Kubernetes client
+	// (controller and node modes: --kube-api-qps, --kube-api-burst): requests per second and
+	// the burst above that rate, for each kind of object the client reads or writes; 0 leaves
+	// client-go's defaults (5 and 10); a negative QPS turns the client-side limit off (the API
+	// server's priority and fairness alone, as controller-runtime's own default config).
+	KubeAPIQPS   float64
+	KubeAPIBurst int
 	// Node and all modes.
 	PoolConfig string
 	StateDir   string
@@ -137,6 +144,9 @@ func (o *Options) Validate() error {
 		if err := o.Crypt.Validate(); err != nil {
 			return fmt.Errorf("--crypt-pbkdf, --crypt-pbkdf-memory-kib, --crypt-iter-time-ms, --crypt-pbkdf-force-iterations: %w", err)
 		}
+	}
+	if o.KubeAPIBurst < 0 {
+		return fmt.Errorf("--kube-api-burst=%d: must not be negative (0: client-go's default, 10)", o.KubeAPIBurst)
 	}
 	if o.HandoverWait < 0 {
 		return fmt.Errorf("--handover-wait=%s: must not be negative", o.HandoverWait)

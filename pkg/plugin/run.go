@@ -72,7 +72,7 @@ func (p *process) open(ctx context.Context) error {
 	}
 	switch o.Mode {
 	case driver.ModeController:
-		c, err := kubeClient(o.Kubeconfig, "raid10-csi-controller/"+o.version())
+		c, err := kubeClient(o, "raid10-csi-controller/"+o.version())
 		if err != nil {
 			return err
 		}
@@ -91,7 +91,7 @@ func (p *process) openNode(ctx context.Context) error {
 	o := p.o
 	if o.Mode == driver.ModeNode {
 		// Before the pool: a node without its API server fails before claiming disks.
-		cfg, err := restConfig(o.Kubeconfig)
+		cfg, err := restConfig(o)
 		if err != nil {
 			return err
 		}
