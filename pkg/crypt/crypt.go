@@ -60,10 +60,12 @@ const (
 	PBKDFPBKDF2   = "pbkdf2" // not memory-hard; for tests, or hosts short of memory
 )
 
-// Lowest iteration counts cryptsetup accepts for --pbkdf-force-iterations.
+// Lowest iteration counts cryptsetup accepts for --pbkdf-force-iterations, and the most
+// memory it lets argon2 use (--pbkdf-memory, 4 GiB).
 const (
 	minIterationsPBKDF2 = 1000
 	minIterationsArgon2 = 4
+	maxPBKDFMemoryKiB   = 4 << 20
 )
 
 // Options tune the key derivation of new headers (the function that turns a passphrase
@@ -107,6 +109,8 @@ func (o Options) Validate() error {
 	case o.PBKDFMemoryKiB < 0 || o.IterTimeMs < 0 || o.ForceIterations < 0:
 		return fmt.Errorf("crypt: pbkdf memory %d KiB, iter time %d ms, iterations %d: must not be negative",
 			o.PBKDFMemoryKiB, o.IterTimeMs, o.ForceIterations)
+	case o.PBKDFMemoryKiB > maxPBKDFMemoryKiB:
+		return fmt.Errorf("crypt: pbkdf memory %d KiB: cryptsetup takes at most %d (4 GiB)", o.PBKDFMemoryKiB, maxPBKDFMemoryKiB)
 	case o.PBKDF == PBKDFPBKDF2 && o.PBKDFMemoryKiB > 0:
 		return fmt.Errorf("crypt: pbkdf memory %d KiB: only argon2 has a memory cost, not pbkdf2", o.PBKDFMemoryKiB)
 	case o.ForceIterations > 0 && o.IterTimeMs > 0:

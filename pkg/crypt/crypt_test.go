@@ -270,6 +270,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"pbkdf2 too few", Options{PBKDF: PBKDFPBKDF2, ForceIterations: 999}, "at least 1000"},
 		{"argon2 too few", Options{ForceIterations: 3}, "at least 4 for argon2id"},
 		{"negative", Options{IterTimeMs: -1}, "negative"},
+		{"argon2 memory at most", Options{PBKDFMemoryKiB: 4 << 20}, ""},
+		{"argon2 memory above 4 GiB", Options{PBKDFMemoryKiB: 4<<20 + 1}, "at most 4194304"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.opts.Validate()
