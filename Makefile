@@ -105,6 +105,10 @@ verify: ## Check formatting, vet, go.mod tidiness and that generated files are c
 	$(GO) mod tidy -diff
 	bash hack/verify-generated.sh
 
+.PHONY: ci-cold
+ci-cold: ## Time a cold CI run on this machine: .ci/run in a clean clone with empty caches (a HOME of its own; DIR, default /tmp/raid10-ci-cold). Needs a quiet machine, ~1 h.
+	bash hack/ci-cold.sh $(DIR)
+
 .PHONY: generate
 generate: ## Regenerate deepcopy, CRDs (controller-gen) and deploy/ (helm template).
 	bash hack/update-codegen.sh
