@@ -37,7 +37,8 @@ func realClient(t *testing.T) (client.Client, *rest.Config) {
 			t.Fatal(err)
 		}
 	}
-	c, err := client.New(env.Config, client.Options{Scheme: s})
+	// One that can watch: the controller's waits watch the volume they wait for.
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: s})
 	if err != nil {
 		t.Fatal(err)
 	}

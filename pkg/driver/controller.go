@@ -28,7 +28,8 @@ type ControllerServer struct {
 	store        VolumeStore
 	locks        *VolumeLocks
 	readyTimeout time.Duration // longest wait for the agent within one call
-	pollInterval time.Duration // how often a wait reads the volume
+	pollInterval time.Duration // how often a wait reads the volume when it cannot watch it
+	waitResync   time.Duration // how often a wait that watches still reads; 0: DefaultWaitResync
 }
 
 var _ csi.ControllerServer = (*ControllerServer)(nil)

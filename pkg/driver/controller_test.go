@@ -423,6 +423,8 @@ func controllerSuite(t *testing.T, c client.Client) {
 	})
 
 	t.Run("Modify", func(t *testing.T) { modifySuite(t, c, cc) })
+
+	t.Run("WaitWatches", func(t *testing.T) { waitSuite(t, c, agent) })
 }
 
 func waitFor(t *testing.T, cond func() bool) {

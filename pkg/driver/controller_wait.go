@@ -1,8 +1,10 @@
 package driver
 
 // The controller's waits for the node agent: every CSI call that changes a Raid10Volume
-// polls the object until the agent on its node reports the change (or a failure), bounded
-// by the ready timeout.
+// waits until the agent on its node reports the change (or a failure), bounded by the ready
+// timeout. Over a store that can watch (VolumeWatcher: the API server) a wait watches the
+// volume and costs no request while nothing changes (volumeWait); elsewhere, and whenever
+// the watch cannot be had, it reads the volume every pollInterval.
 
 import (
 	"context"
@@ -47,10 +49,9 @@ func (c *ControllerServer) waitReady(ctx context.Context, id string, size int64,
 func (c *ControllerServer) waitVolume(ctx context.Context, id string, size int64, what string,
 	other func(*v1alpha1.Raid10Volume) error) (*v1alpha1.Raid10Volume, error) {
 	var last *v1alpha1.Raid10Volume
-	err := c.poll(ctx, func() (bool, error) {
-		vol, err := c.store.GetVolume(ctx, id)
-		if err != nil {
-			return false, err
+	err := c.wait(ctx, id, func(vol *v1alpha1.Raid10Volume) (bool, error) {
+		if vol == nil {
+			return false, fmt.Errorf("raid10volume %q: %w", id, ErrNotFound)
 		}
 		last = vol
 		st := vol.Status
@@ -70,16 +71,10 @@ func (c *ControllerServer) waitVolume(ctx context.Context, id string, size int64
 
 // waitGone waits until volume id no longer exists (its finalizer removed by the agent).
 func (c *ControllerServer) waitGone(ctx context.Context, id string) error {
-	return c.poll(ctx, func() (bool, error) {
-		_, err := c.store.GetVolume(ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			return true, nil
-		}
-		return false, err
-	})
+	return c.wait(ctx, id, func(vol *v1alpha1.Raid10Volume) (bool, error) { return vol == nil, nil })
 }
 
-// poll calls done every pollInterval until it returns true or an error, for at most
+// poll (snapshots' waits) calls done every pollInterval until it returns true or an error, for at most
 // readyTimeout. Running out of time is an error wrapping ErrNotReady, not the context's
 // deadline error, so that the caller learns the operation is still under way.
 func (c *ControllerServer) poll(ctx context.Context, done func() (bool, error)) error {
