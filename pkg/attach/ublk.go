@@ -251,19 +251,32 @@ func (a *PoolAttacher) expandUblk(ctx context.Context, volumeID string, d *ublk.
 }
 
 // Frontend names how the volume is served here, for its status: "nbd", or "ublk" followed
-// by the newer ublk features of the kernel in parentheses (ublk.Flags.Report, e.g.
-// "ublk (SUPPORT_ZERO_COPY, UPDATE_SIZE, AUTO_BUF_REG, PER_IO_DAEMON, BATCH_IO)"); "" when
-// it is not attached by this process.
+// by the newer ublk features of the kernel in parentheses (ublk.Flags.Report) and whether
+// the device is zero-copy (ublkFrontend); "" when it is not attached by this process.
 func (a *PoolAttacher) Frontend(volumeID string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch s := a.vols[volumeID]; {
+	s := a.vols[volumeID]
+	switch {
 	case s == nil:
 		return ""
 	case s.ub == nil:
 		return string(FrontendNBD)
-	case a.ublkFeat.Report() != "":
-		return string(FrontendUblk) + " (" + a.ublkFeat.Report() + ")"
 	}
-	return string(FrontendUblk)
+	return ublkFrontend(a.ublkFeat, s.ub.ZeroCopy())
+}
+
+// ublkFrontend is a ublk volume's frontend for its status: "ublk", the kernel's newer
+// features in parentheses, and "; zero copy" inside them when the device's data moves with no
+// copy (ublk.Device.ZeroCopy), e.g. "ublk (SUPPORT_ZERO_COPY, UPDATE_SIZE, AUTO_BUF_REG,
+// PER_IO_DAEMON, BATCH_IO; zero copy)".
+func ublkFrontend(feat ublk.Flags, zeroCopy bool) string {
+	r := feat.Report()
+	if zeroCopy {
+		r += "; zero copy"
+	}
+	if r == "" {
+		return string(FrontendUblk)
+	}
+	return string(FrontendUblk) + " (" + r + ")"
 }

@@ -45,6 +45,10 @@ type Options struct {
 	// NoRecovery leaves out user recovery: the device then fails its I/O and goes away
 	// when the serving process exits, instead of waiting for a new one (Recover).
 	NoRecovery bool
+	// NoZeroCopy keeps the copying data path where the kernel has automatic buffer
+	// registration (UBLK_F_AUTO_BUF_REG, 6.16+), which Create otherwise takes for a backend
+	// with ring queues (zerocopy.go).
+	NoZeroCopy bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -122,6 +126,7 @@ func Create(ctx context.Context, b blockdev.Backend, opts Options) (*Device, err
 	if !o.NoRecovery {
 		info.Flags |= FlagUserRecovery | FlagUserRecoveryReissue
 	}
+	info.Flags |= zeroCopyFlag(ctx, b, o)
 	ib := unsafe.Slice((*byte)(unsafe.Pointer(&info)), devInfoSize)
 	if err := control(ctx, cmdAddDev, ^uint32(0), 0, ib); err != nil {
 		return nil, err
@@ -144,7 +149,7 @@ func Create(ctx context.Context, b blockdev.Backend, opts Options) (*Device, err
 	if err := waitPath(ctx, d.Path()); err != nil {
 		return nil, d.fail(ctx, err)
 	}
-	klog.InfoS("ublk device started", "device", d.Path(), "queues", o.Queues, "depth", o.Depth, "maxIO", o.MaxIO, "size", size)
+	klog.InfoS("ublk device started", "device", d.Path(), "queues", o.Queues, "depth", o.Depth, "maxIO", o.MaxIO, "size", size, "zeroCopy", d.ZeroCopy())
 	return d, nil
 }
 
@@ -166,6 +171,11 @@ func (d *Device) params(size int64, blockSize int) params {
 		ioOptShift:      physicalShift,
 		maxSectors:      d.info.MaxIOBufBytes >> sectorShift,
 		devSectors:      uint64(size) >> sectorShift,
+	}
+	if cs, ok := d.backend.(chunked); ok && d.ZeroCopy() && cs.ChunkSize()>>sectorShift <= 1<<31 {
+		// The block layer splits requests at chunk boundaries: a request within one chunk
+		// is what the engine's zero-copy path takes (zerocopy.go).
+		p.chunkSectors = uint32(cs.ChunkSize() >> sectorShift)
 	}
 	_, canDiscard := d.backend.(blockdev.Discarder)
 	_, canZero := d.backend.(blockdev.ZeroWriter)
@@ -228,7 +238,7 @@ func Recover(ctx context.Context, id int, b blockdev.Backend) (*Device, error) {
 		d.detach()
 		return nil, err
 	}
-	klog.InfoS("ublk device recovered", "device", d.Path(), "queues", info.NrHwQueues, "depth", info.QueueDepth)
+	klog.InfoS("ublk device recovered", "device", d.Path(), "queues", info.NrHwQueues, "depth", info.QueueDepth, "zeroCopy", d.ZeroCopy())
 	return d, nil
 }
 

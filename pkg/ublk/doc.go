@@ -42,6 +42,45 @@
 // (advertised only when present); errors reach the kernel as blockdev.Errno. The kernel binds a queue to the thread that fetched for it, so each queue
 // goroutine stays locked to its OS thread and that thread ends with it.
 //
+// # Zero copy
+//
+// Where the kernel has UBLK_F_AUTO_BUF_REG (6.16+; Debian's 7.3) and the backend has ring
+// queues (the engine), Create adds the device with it (Options.NoZeroCopy keeps the copying
+// path; Recover keeps what the device was added with; Device.ZeroCopy says which, the "ublk
+// device started" log line and a volume's status.frontend say "zero copy"). Each queue
+// thread registers a sparse fixed-buffer table of depth slots on its ring, and every FETCH
+// and COMMIT_AND_FETCH names slot tag in the SQE's own addr (struct ublk_auto_buf_reg: index
+// in bits 0-15, flags 16-23; the command's addr is then 0, which the kernel requires): the
+// kernel puts the fetched request's pages in that slot before it completes the fetch, and
+// takes them out at the commit, completing the request only once the commit has come and
+// every I/O that uses the slot has ended. No data is copied into the tag's buffer, for any
+// request.
+//
+// A read or plain write that the engine's fast path takes goes to the members as READ_FIXED
+// or WRITE_FIXED on that slot (raid10's ReadFixed/WriteFixed): no copy at all. That path
+// takes requests within one chunk, so a zero-copy device's chunk_sectors is the engine's
+// chunk (a backend's ChunkSize): the block layer splits a 1 MiB request over 512 KiB chunks
+// into two, each zero-copy. Everything
+// else copies on the ring: the tags' buffers are a memfd's pages, a write's data is brought
+// in with a WRITE_FIXED from the slot to the memfd at the tag's offset before the request is
+// served as before, a read's data goes out with a READ_FIXED from the memfd into the slot
+// before its commit. So FUA writes, flushes, discards, requests over a chunk, requests under
+// QoS limits or a barrier, and zero-copy requests that failed (a member error on a read, or
+// a slot the member's direct I/O refuses, EINVAL/EFAULT: the engine ends them through a
+// retry and they are served again the copying way, whose rules recover them) keep every
+// promise of the copying path. The member deadline does not abandon a zero-copy member I/O:
+// the kernel would hold its request until that I/O ended anyway (its pages are the
+// request's); the member is failed as before, so later requests avoid it, and the requests
+// already on it wait for the device's own completion.
+//
+// No UBLK_AUTO_BUF_REG_FALLBACK: slot tag is always free at a fetch (the commit before
+// emptied it), so the kernel's registration fails only for want of memory, and the kernel
+// then fails that request with an I/O error; with the fallback the server would have to
+// register the buffer itself (UBLK_U_IO_REGISTER_IO_BUF and its unregistering), for a case
+// that does not arise otherwise. A device added with zero copy can be recovered only by a
+// server that knows it (an older plugin's fetches carry a buffer address, which the kernel
+// refuses): a rollback of the node plugin past this change needs the volume restaged.
+//
 // # Restart
 //
 // When the serving process dies (kill -9) or detaches, the kernel cancels its fetch

@@ -47,6 +47,9 @@ type queue struct {
 	// there, committed before the thread next waits (thread-owned, no lock).
 	rq    blockdev.RingQueue
 	owned []completion
+	// zc is the zero-copy state (zerocopy.go) when the device has automatic buffer
+	// registration; nil otherwise.
+	zc *zeroCopy
 
 	mu       sync.Mutex
 	done     []completion // results to commit, filled by the request goroutines
@@ -58,6 +61,7 @@ type queue struct {
 		reads, writes, flushes, discards, errors atomic.Uint64
 		bytesRead, bytesWritten                  atomic.Uint64
 		onRing                                   atomic.Uint64 // ended on the thread's ring
+		zeroCopied, copied                       atomic.Uint64 // zerocopy.go
 	}
 }
 
@@ -134,7 +138,11 @@ func (q *queue) setup() error {
 	if q.descs, err = unix.Mmap(int(q.d.char.Fd()), descArea(q.id), descLen, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
 		return fmt.Errorf("ublk: mmap descriptors of queue %d: %w", q.id, err)
 	}
-	if q.bufs, err = unix.Mmap(-1, 0, q.depth*q.maxIO, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS); err != nil {
+	if q.d.ZeroCopy() {
+		if err := q.setupZeroCopy(); err != nil {
+			return err
+		}
+	} else if q.bufs, err = unix.Mmap(-1, 0, q.depth*q.maxIO, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS); err != nil {
 		return fmt.Errorf("ublk: buffers of queue %d (%d bytes): %w", q.id, q.depth*q.maxIO, err)
 	}
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
@@ -172,6 +180,7 @@ func (q *queue) teardown() {
 	if q.rq != nil {
 		q.ring = nil // the ring queue's Close closed it
 	}
+	q.endWaiting()
 	q.serving.Wait() // request goroutines write into bufs
 	if q.ring != nil {
 		_ = q.ring.Close()
@@ -182,6 +191,7 @@ func (q *queue) teardown() {
 	if q.bufs != nil {
 		_ = unix.Munmap(q.bufs)
 	}
+	q.teardownZeroCopy()
 	q.mu.Lock()
 	if q.wakeFd >= 0 {
 		_ = unix.Close(q.wakeFd)
@@ -204,6 +214,9 @@ func (q *queue) prepCmd(op uint32, tag uint16, res int32) error {
 	sqe.PrepURingCmd(int(q.d.char.Fd()), op)
 	sqe.UserData = uint64(tag)
 	c := ioCmd{qID: uint16(q.id), tag: tag, result: res, addr: uint64(uintptr(unsafe.Pointer(&q.buf(tag)[0])))}
+	if q.zc != nil { // the slot goes in the SQE's own addr; the command's must be 0
+		c.addr, sqe.Addr = 0, autoBufReg(tag)
+	}
 	copy(q.ring.Cmd(sqe), c.bytes())
 	return nil
 }
@@ -273,7 +286,7 @@ func (q *queue) loop() error {
 		q.owned = q.owned[:0]
 		inflight -= len(batch)
 		for _, c := range batch {
-			if err := q.prepCmd(ioCommitAndFetchReq, c.tag, c.res); err != nil {
+			if err := q.commit(c); err != nil {
 				return err
 			}
 		}
@@ -324,6 +337,11 @@ func (q *queue) reapCQEs(ready []uint16) (_ []uint16, gone int, _ error) {
 				return ready, gone, err
 			}
 			continue
+		case c.UserData&(copyInTag|copyOutTag) != 0:
+			if err := q.copied(c); err != nil {
+				return ready, gone, err
+			}
+			continue
 		}
 		tag := uint16(c.UserData)
 		switch c.Res {
@@ -345,19 +363,36 @@ func (q *queue) reapCQEs(ready []uint16) (_ []uint16, gone int, _ error) {
 func (q *queue) dispatch(ready []uint16, inflight int) error {
 	for _, tag := range ready {
 		q.serving.Add(1)
-		switch {
-		case q.rq != nil && q.queued(tag):
-		case len(ready) == 1 && inflight == 1:
-			q.serve(tag)
-		case q.rq == nil && q.queued(tag):
-		default:
-			go q.serve(tag)
+		if q.zc != nil {
+			if err := q.startZeroCopy(tag); err != nil {
+				return err
+			}
+			continue
+		}
+		q.dispatchOne(tag, len(ready) == 1 && inflight == 1)
+	}
+	if q.zc != nil {
+		if err := q.redoZeroCopy(); err != nil {
+			return err
 		}
 	}
 	if q.aq != nil && q.rq == nil {
 		return q.aq.Submit() // a ring queue's I/O leaves with the thread's next enter
 	}
 	return nil
+}
+
+// dispatchOne starts one request the copying way (see dispatch); lone serves it on the
+// thread.
+func (q *queue) dispatchOne(tag uint16, lone bool) {
+	switch {
+	case q.rq != nil && q.queued(tag):
+	case lone:
+		q.serve(tag)
+	case q.rq == nil && q.queued(tag):
+	default:
+		go q.serve(tag)
+	}
 }
 
 // request decodes the kernel's descriptor of tag: the operation, its flags, and the byte

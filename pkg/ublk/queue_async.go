@@ -17,12 +17,15 @@ type tagDone struct {
 	tag   uint16
 	read  bool
 	bytes int64
+	// retryFn is retry (zerocopy.go), made once: the engine's ReadFixed/WriteFixed take it.
+	retryFn func()
 }
 
 // Complete implements blockdev.Completer: from a goroutine of the backend's, handed back
 // through queue.complete.
 func (t *tagDone) Complete(err error) {
 	q := t.q
+	t.countZeroCopy(err)
 	q.complete(t.tag, t.result(err))
 	q.serving.Done()
 }
@@ -65,6 +68,10 @@ func (q *queue) openAsync() {
 	q.dones = make([]tagDone, q.depth)
 	for i := range q.dones {
 		q.dones[i] = tagDone{q: q, tag: uint16(i)}
+		q.dones[i].retryFn = q.dones[i].retry
+	}
+	if q.zc != nil {
+		q.zc.fq, _ = q.rq.(fixedQueue)
 	}
 }
 

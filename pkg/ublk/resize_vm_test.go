@@ -20,14 +20,15 @@ import (
 )
 
 // TestUblkNewestVM boots the newest kernel of the harness (vm.NewestKernelSeries, 7.3) and
-// runs the ublk tests there, with the online resize that kernel has: one boot for the
-// attach, restart and resize checks.
+// runs the ublk tests there, with the online resize and the zero copy that kernel has: one
+// boot for the attach, restart, resize and zero-copy checks (the attach and restart tests
+// run zero-copy there too: Create takes it where the kernel has it).
 func TestUblkNewestVM(t *testing.T) {
 	vm.HostHalf(t)
 	vm.RunGoTestOpts(t, vm.Options{Timeout: 9 * time.Minute, Memory: 2048,
 		KernelSeries: vm.NewestKernelSeries, Modules: append(slices.Clone(vm.DefaultModules), "ublk_drv"),
-		Tests: []string{"TestInGuestAttach", "TestInGuestKill9", "TestInGuestResize"}},
-		".", "-test.run=^TestInGuest(Attach|Kill9|Resize)$", "-test.v", "-test.timeout=8m")
+		Tests: []string{"TestInGuestAttach", "TestInGuestKill9", "TestInGuestResize", "TestInGuestZeroCopy"}},
+		".", "-test.run=^TestInGuest(Attach|Kill9|Resize|ZeroCopy)$", "-test.v", "-test.timeout=8m")
 }
 
 // kernelRelease is the running kernel's release and its major.minor as one number

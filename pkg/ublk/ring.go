@@ -18,6 +18,7 @@ import (
 //
 //	bit 63 set (blockdev.RingTag)  member I/O of the engine's queue: handed to Reap
 //	wakeTag (1<<32)                the eventfd read that wakes the thread
+//	copyInTag|tag, copyOutTag|tag  zero copy's copies of a tag's data (zerocopy.go)
 //	below 4096                     FETCH / COMMIT_AND_FETCH of that tag
 //
 // Requests the engine does not end on the ring (fallbacks: FUA, flush, multi-chunk without a
@@ -54,6 +55,7 @@ func (q *queue) openRingQueue() bool {
 // Reap, on the queue thread, which commits it before it next waits.
 func (t *tagDone) CompleteOnOwner(err error) {
 	q := t.q
+	t.countZeroCopy(err)
 	q.owned = append(q.owned, completion{t.tag, t.result(err)})
 	q.stats.onRing.Add(1)
 	q.serving.Done()

@@ -1,5 +1,6 @@
 // Package perf holds the VM benchmark of the data path (`make bench-vm`): in one boot of the
-// test VM (Debian's 6.12 kernel, for ublk_drv) with 4 emulated NVMe disks (test/vm
+// test VM (Debian's 6.12 kernel, for ublk_drv; RAID10_PERF_KERNEL=newest boots 7.3, whose
+// ublk rows are zero-copy, with "ublk-copy" rows beside them) with 4 emulated NVMe disks (test/vm
 // Options.Disks), md raid10 (near-2, no bitmap) over the disks beside the RAID10 engine over
 // the same disks served to the guest's kernel by each frontend (frontend_test.go: NBD;
 // ublk_test.go: ublk; crypt_test.go: NBD under a dm-crypt LUKS2 mapping, as an encrypted

@@ -22,9 +22,12 @@ const (
 	outEnv       = "RAID10_PERF_OUT"
 	runtimeEnv   = "RAID10_PERF_RUNTIME"   // seconds per fio run (default 8)
 	frontendsEnv = "RAID10_PERF_FRONTENDS" // the frontends measured, comma-separated (default all)
-	diskSize     = 1 << 30
-	disks        = 4
-	diskSerial   = "raid10-disk"
+	// kernelEnv picks the guest's kernel series: "newest" (vm.NewestKernelSeries, 7.3: ublk
+	// zero copy), a series such as "6.12", or unset for vm.UblkKernelSeries.
+	kernelEnv  = "RAID10_PERF_KERNEL"
+	diskSize   = 1 << 30
+	disks      = 4
+	diskSerial = "raid10-disk"
 )
 
 // errUnavailable is what a frontend's attach wraps when the booted kernel cannot serve it.
@@ -77,8 +80,9 @@ func BenchmarkVM(b *testing.B) {
 		Writable: []string{out},
 		Disks:    vmDisks,
 		// The ublk rows need ublk_drv, which Debian's 6.1 lacks: the whole table is measured
-		// in one boot of the 6.12 kernel, so md, NBD and ublk compare within one run.
-		KernelSeries: vm.UblkKernelSeries,
+		// in one boot of the 6.12 kernel (or RAID10_PERF_KERNEL's), so md, NBD and ublk
+		// compare within one run.
+		KernelSeries: perfKernel(),
 		// dm_crypt, xts, algif_skcipher: the nbd+crypt rows (crypt_test.go).
 		Modules: append(append([]string{}, vm.DefaultModules...), "nvme", "ublk_drv", "dm_crypt", "xts", "algif_skcipher"),
 	}, ".", "-test.run=^TestPerfInGuest$", "-test.v", "-test.timeout=23m")
@@ -196,6 +200,18 @@ func guestBusy(t *testing.T) float64 {
 		busy += n
 	}
 	return busy / 100 // USER_HZ
+}
+
+// perfKernel is the kernel series BenchmarkVM boots (RAID10_PERF_KERNEL).
+func perfKernel() string {
+	switch k := os.Getenv(kernelEnv); k {
+	case "":
+		return vm.UblkKernelSeries
+	case "newest":
+		return vm.NewestKernelSeries
+	default:
+		return k
+	}
 }
 
 // selected reports whether the frontend is measured in this run (RAID10_PERF_FRONTENDS).
