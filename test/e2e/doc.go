@@ -17,6 +17,10 @@
 //     The CSIStorageCapacity that the provisioner publishes for the node's topology segment
 //     follows the pool's free space down on provisioning and expansion and back up when the
 //     claim is deleted (reclaim Delete removes the PV, the Raid10Volume and the extents).
+//     Then an encrypted claim (encryptedClaim): a StorageClass with encrypted: "true" and the
+//     node-stage Secret named through the provisioner's templates; its PV records the
+//     resolved spec.csi.nodeStageSecretRef and no other secret, and the Secret it names,
+//     read as the kubelet reads it, keys NodeStageVolume (a rotation to its key, below).
 //   - ControllerAgent: the CSI controller called over gRPC on its unix socket drives the
 //     real agent: CreateVolume gives a Healthy Raid10Volume; a failed disk shows Degraded, a
 //     replacement Rebuilding with its percentage, then Healthy, all read from the server-side
@@ -39,6 +43,13 @@
 // There is no kubelet: the test creates the Node and the CSINode (driver raid10.csi.io with
 // topology key raid10.csi.io/node) that the node plugin's registration would create, and no
 // pod ever mounts the volume (NodeStage and NodePublish are tested under QEMU in pkg/driver).
+// For the encrypted claim the test does the kubelet's part (stageAsKubelet): the Secret the
+// PV names becomes NodeStageVolume's secrets, and the real node service with real
+// cryptsetup, over a file keyed with the Secret's previousKey, rotates it to its key; the
+// stage then stops at the mapping, since the host has no device-mapper.
+//
+// The audit check also requires that no chart ServiceAccount touched Secrets
+// (secretsUntouched): only the kubelet reads the node-stage Secret.
 //
 // # Tools
 //

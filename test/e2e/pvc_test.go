@@ -29,7 +29,8 @@ const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
 // expanded by the real csi-resizer (the array grows, the PV follows; the filesystem step waits for
 // a kubelet); the CSIStorageCapacity of the node's topology segment equals the pool's largest
 // volume throughout: before, lower after provisioning and again after the expansion, and back when
-// the claim is deleted (reclaim Delete removes the PV, the Raid10Volume and the extents).
+// the claim is deleted (reclaim Delete removes the PV, the Raid10Volume and the extents). Last,
+// an encrypted claim's key flow (encryptedClaim).
 //
 // It runs on cl, a cluster with kube-controller-manager, with the csi-provisioner and csi-resizer
 // binaries prov and resizer. What it starts stops when t ends; the objects it leaves are those of
@@ -271,6 +272,9 @@ func pvcFlow(t *testing.T, cl *cluster, prov, resizer string) {
 	if capBack := capacityNow("after the claim's deletion"); capBack != capBefore {
 		t.Fatalf("CSIStorageCapacity %d after the claim's deletion, %d before the claim", capBack, capBefore)
 	}
+
+	// An encrypted claim: the node-stage Secret's reference on the PV, and the kubelet's part.
+	encryptedClaim(t, cl, node, &sc, provisioner.exited)
 }
 
 // nodeAffinityIs reports whether the PV may only be used on node, by our topology key.

@@ -129,6 +129,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		user := "system:serviceaccount:" + namespace + ":" + sa
 		checkServiceAccount(t, sa, used[user], grants[sa], flowsOK)
 	}
+	secretsUntouched(t, used)
 	for user := range used {
 		if !strings.HasPrefix(user, "system:serviceaccount:"+namespace+":") {
 			t.Errorf("audit log: requests of %s, outside the policy of kubeenv.WithAudit(%q)", user, namespace)
