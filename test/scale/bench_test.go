@@ -40,6 +40,7 @@ type stepResult struct {
 	toNodeP50, toNodeMax   time.Duration
 	toCapP50, toCapMax     time.Duration
 	idleTop, churnTop      string
+	cpu                    string // CPU seconds per process over the step
 }
 
 // TestScaleBench grows a cluster of hollow nodes in steps and measures each step (see
@@ -66,7 +67,9 @@ func TestScaleBench(t *testing.T) {
 		}
 		idle = d
 	}
-	cl := startClusterWith(t, capPoll, os.Getenv(envPlugin))
+	lim := benchLimits(t)
+	t.Logf("client settings: %s: plugin %v, csi-provisioner %v, agents %v/s burst %d", lim.name, lim.plugin, lim.provisioner, lim.agentQPS, lim.agentBurst)
+	cl := startClusterWith(t, capPoll, os.Getenv(envPlugin), lim)
 	var rows []stepResult
 	for _, n := range steps {
 		r := cl.step(t, n, volumes, workers, idle)
@@ -96,8 +99,11 @@ func envInt(t *testing.T, name string, def int) int {
 
 // step grows the cluster to n nodes and measures: the new nodes' time to Raid10Node and
 // CSIStorageCapacity, memory, the idle API load, then volumes created and deleted.
-func (cl *cluster) step(t *testing.T, n, volumes, workers int, idle time.Duration) stepResult {
-	r := stepResult{nodes: n, volumes: volumes}
+func (cl *cluster) step(t *testing.T, n, volumes, workers int, idle time.Duration) (r stepResult) {
+	r = stepResult{nodes: n, volumes: volumes}
+	defer profileStep(t, n)()
+	cpu0 := cpuSeconds()
+	defer func() { r.cpu = cpuShare(cpu0, cpuSeconds()) }()
 	heap0 := heapInUse()
 	start := time.Now()
 	added := cl.addNodes(t, n-len(cl.nodes))
@@ -243,7 +249,7 @@ func table(rows []stepResult) string {
 	}
 	b.WriteString("\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "- %d nodes, idle: %s; churn: %s\n", r.nodes, r.idleTop, r.churnTop)
+		fmt.Fprintf(&b, "- %d nodes, idle: %s; churn: %s; CPU over the step: %s\n", r.nodes, r.idleTop, r.churnTop, r.cpu)
 	}
 	return b.String()
 }

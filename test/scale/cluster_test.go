@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -48,24 +49,26 @@ const (
 // cluster is the control plane, the in-process controller plugin on a unix socket, the
 // real csi-provisioner publishing CSIStorageCapacity, and the hollow nodes started so far.
 type cluster struct {
-	env   *kubeenv.Env
-	ctrl  *exec.Cmd     // the controller plugin's process; nil when it runs in this one
-	c     client.Client // admin, uncached
-	csi   csi.ControllerClient
-	nodes []*Node
+	env      *kubeenv.Env
+	ctrl     *exec.Cmd     // the controller plugin's process; nil when it runs in this one
+	c        client.Client // admin, uncached; it can watch (the in-process controller's waits)
+	agentCfg *rest.Config  // the hollow agents' client configuration
+	csi      csi.ControllerClient
+	nodes    []*Node
 }
 
 // startCluster starts etcd and kube-apiserver, the CRDs, a CSIDriver with storage capacity,
 // the StorageClass, the controller plugin (ModeController over a KubeStore, as the chart's
 // Deployment runs it) and csi-provisioner with capacity tracking polling every capPoll.
 func startCluster(t *testing.T, capPoll time.Duration) *cluster {
-	return startClusterWith(t, capPoll, "")
+	return startClusterWith(t, capPoll, "", limits{})
 }
 
 // startClusterWith is startCluster with the controller plugin run as the binary plugin
 // (cmd/raid10-csi, --mode=controller, with its own client settings, as the chart runs it)
-// when plugin is not "", else in this process.
-func startClusterWith(t *testing.T, capPoll time.Duration, plugin string) *cluster {
+// when plugin is not "", else in this process; the plugin binary, csi-provisioner and the
+// hollow agents get lim's client settings.
+func startClusterWith(t *testing.T, capPoll time.Duration, plugin string, lim limits) *cluster {
 	t.Helper()
 	testenv.Heavy(t, "scale: needs the control plane")
 	prov := os.Getenv(provisionerEnv)
@@ -81,7 +84,7 @@ func startClusterWith(t *testing.T, capPoll time.Duration, plugin string) *clust
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(env.Config, client.Options{Scheme: s})
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,19 +107,22 @@ func startClusterWith(t *testing.T, capPoll time.Duration, plugin string) *clust
 		err := c.List(ctx, &v1alpha1.Raid10VolumeList{})
 		return err == nil, fmt.Sprint(err)
 	})
-	cl := &cluster{env: env, c: c}
+	cl := &cluster{env: env, c: c, agentCfg: rest.CopyConfig(env.Config)}
+	if lim.agentQPS > 0 {
+		cl.agentCfg.QPS, cl.agentCfg.Burst = lim.agentQPS, lim.agentBurst
+	}
 	var sock string
 	if plugin == "" {
 		sock = cl.startController(t)
 	} else {
-		sock = cl.startPlugin(t, plugin)
+		sock = cl.startPlugin(t, plugin, lim.plugin)
 	}
 	kubeconfig := env.Kubeconfig
 	startSidecar(t, "csi-provisioner", prov, []string{"NAMESPACE=" + namespace, "POD_NAME=raid10-csi-controller-scale"},
-		"--csi-address="+sock, "--kubeconfig="+kubeconfig, "--timeout=60s", "--feature-gates=Topology=true",
-		"--enable-capacity=true", "--capacity-ownerref-level=-1", "--capacity-poll-interval="+capPoll.String(),
-		"--extra-create-metadata=true", "--default-fstype=ext4", "--node-deployment=false", "--leader-election=false",
-		"--v=2")
+		append([]string{"--csi-address=" + sock, "--kubeconfig=" + kubeconfig, "--timeout=60s", "--feature-gates=Topology=true",
+			"--enable-capacity=true", "--capacity-ownerref-level=-1", "--capacity-poll-interval=" + capPoll.String(),
+			"--extra-create-metadata=true", "--default-fstype=ext4", "--node-deployment=false", "--leader-election=false",
+			"--v=2"}, lim.provisioner...)...)
 	return cl
 }
 
@@ -147,13 +153,13 @@ func (cl *cluster) startController(t *testing.T) string {
 	return sock
 }
 
-// startPlugin runs the controller plugin binary on a unix socket until the test ends and
-// connects cl.csi to it.
-func (cl *cluster) startPlugin(t *testing.T, bin string) string {
+// startPlugin runs the controller plugin binary on a unix socket, with the extra flags,
+// until the test ends and connects cl.csi to it.
+func (cl *cluster) startPlugin(t *testing.T, bin string, extra []string) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "csi.sock")
-	cl.ctrl = startSidecar(t, "raid10-csi-controller", bin, nil, "--mode=controller", "--endpoint=unix://"+sock,
-		"--kubeconfig="+cl.env.Kubeconfig, "--metrics-address=", "--v=1")
+	cl.ctrl = startSidecar(t, "raid10-csi-controller", bin, nil, append([]string{"--mode=controller", "--endpoint=unix://" + sock,
+		"--kubeconfig=" + cl.env.Kubeconfig, "--metrics-address=", "--v=1"}, extra...)...)
 	waitFor(t, 30*time.Second, "controller socket", func() (bool, string) {
 		_, err := os.Stat(sock)
 		return err == nil, fmt.Sprint(err)
@@ -188,7 +194,7 @@ func (cl *cluster) addNodes(t *testing.T, n int) []*Node {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			added[i], errs[i] = StartNode(t.Context(), cl.env.Config, cl.c, NodeConfig{Name: fmt.Sprintf("node-%04d", first+i)})
+			added[i], errs[i] = StartNode(t.Context(), cl.agentCfg, cl.c, NodeConfig{Name: fmt.Sprintf("node-%04d", first+i)})
 		}()
 	}
 	wg.Wait()
