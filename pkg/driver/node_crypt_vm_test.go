@@ -228,6 +228,7 @@ func TestNodeInGuestCrypt(t *testing.T) {
 		t.Fatalf("filesystem %d -> %d bytes: not grown by 64 MiB", df0, df1)
 	}
 	step("unstage encrypted again", unstage("vol-enc", stEnc))
+	cryptRotate(t, stage, unstage, stEnc, enc, key, bytes.Repeat(secret, 2048))
 
 	// The control volume holds ext4 without a LUKS header: refused, not formatted.
 	refused := stage("vol-plain", stPlain, mountCap("ext4"), enc, key)
@@ -242,6 +243,32 @@ func TestNodeInGuestCrypt(t *testing.T) {
 
 	cryptBlock(t, ns, cfg, enc, key)
 	cryptCopies(t, ns, p, cfg, att, enc, key, wrong)
+}
+
+// cryptRotate: a node-stage Secret with a new key and the old one as previousKey rotates
+// vol-enc's header on the real /dev/nbdX at its stage; dm-crypt opens it with the new key
+// and want, the file written before, reads back (the volume key stayed); the old key alone
+// is then refused. (A stage with nothing left to rotate: TestRotateRealCryptsetup.)
+func cryptRotate(t *testing.T, stage func(id, st string, c *csi.VolumeCapability, vc, secrets map[string]string) error,
+	unstage func(id, st string) error, stEnc string, enc, key map[string]string, want []byte) {
+	t.Helper()
+	rotated := map[string]string{SecretKeyField: "a new passphrase after rotation", SecretPreviousKeyField: key[SecretKeyField]}
+	if err := stage("vol-enc", stEnc, mountCap("ext4"), enc, rotated); err != nil {
+		t.Fatalf("stage with a rotation: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(stEnc, "f")); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read back after the rotation: %d bytes, %v", len(got), err)
+	}
+	if err := unstage("vol-enc", stEnc); err != nil {
+		t.Fatal(err)
+	}
+	bad := stage("vol-enc", stEnc, mountCap("ext4"), enc, key)
+	if status.Code(toStatus(bad)) != codes.FailedPrecondition || !strings.Contains(bad.Error(), "wrong key") {
+		t.Fatalf("stage with the rotated-away key: %v; want FailedPrecondition: wrong key", bad)
+	}
+	if err := unstage("vol-enc", stEnc); err != nil { // the failed stage left the device attached
+		t.Fatal(err)
+	}
 }
 
 // cryptBlock: an encrypted Block volume publishes the mapping; what a pod writes there is
