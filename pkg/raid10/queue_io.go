@@ -47,6 +47,17 @@ func (q *Queue) start(op opKind, p []byte, off int64, fua bool, done Completer) 
 		q.fallback(op, p, off, fua, done)
 		return
 	}
+	if !q.launch(o, op, p, off, done) {
+		q.fallback(op, p, off, fua, done)
+	}
+}
+
+// launch starts o, a state taken from q.free (with ReadFixed's fields set when
+// it is one of those), as the single-chunk request op of p at off: it reports
+// false, with o back on q.free and nothing started, where the fast path cannot
+// take it now.
+func (q *Queue) launch(o *qop, op opKind, p []byte, off int64, done Completer) bool {
+	a := q.a
 	q.pending.Add(1)
 	q.live.Add(1)
 	o.op, o.p, o.off, o.done = op, p, off, done
@@ -58,14 +69,14 @@ func (q *Queue) start(op opKind, p []byte, off int64, fua bool, done Completer) 
 		ok = q.startWrite(o)
 	}
 	if !ok {
-		o.p, o.done = nil, nil
+		o.p, o.done, o.fixed, o.retry = nil, nil, false, nil
 		q.live.Add(-1)
 		q.pending.Done()
 		q.free <- o
-		q.fallback(op, p, off, fua, done)
-		return
+		return false
 	}
 	q.fast.Add(1)
+	return true
 }
 
 // qsplit is a request of several chunk pieces: each piece goes through the

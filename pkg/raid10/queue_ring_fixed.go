@@ -74,25 +74,10 @@ func (q *Queue) startFixed(op opKind, p []byte, off int64, buf uring.Fixed, done
 	if o == nil {
 		return false
 	}
-	q.pending.Add(1)
-	q.live.Add(1)
-	o.op, o.p, o.off, o.done = op, p, off, done
 	o.fixed, o.fbuf, o.retry = true, buf, retry
-	o.c, o.region = off>>a.geo.chunkShift, off/a.geo.region
-	var ok bool
-	if op == opRead {
-		ok = q.startRead(o)
-	} else {
-		ok = q.startWrite(o)
-	}
-	if !ok {
-		o.p, o.done, o.fixed, o.retry = nil, nil, false, nil
-		q.live.Add(-1)
-		q.pending.Done()
-		q.free <- o
+	if !q.launch(o, op, p, off, done) {
 		return false
 	}
-	q.fast.Add(1)
 	q.fixedOps.Add(1)
 	return true
 }
