@@ -7,7 +7,10 @@ import "testing"
 // delayed discard counts none.
 func TestThrottledBytes(t *testing.T) {
 	a := limitArray(t)
-	if err := a.SetLimits(Limits{WriteIOPS: 100, WriteIOPSBurst: 1}); err != nil {
+	// 10 IOPS: a token every 100 ms, so the discard below still finds none left. At 100 IOPS
+	// (10 ms) the ReadAt between them took longer than that under -race on a loaded host,
+	// and the discard went undelayed.
+	if err := a.SetLimits(Limits{WriteIOPS: 10, WriteIOPSBurst: 1}); err != nil {
 		t.Fatal(err)
 	}
 	const size = 16 << 10
@@ -22,7 +25,7 @@ func TestThrottledBytes(t *testing.T) {
 	}
 	st := a.Status().Throttle
 	if st.WritesDelayed == 0 || st.WriteBytesDelayed != st.WritesDelayed*size || st.ReadBytesDelayed != 0 {
-		t.Fatalf("after 6 writes of %d bytes under 100 IOPS with a burst of 1: %+v; want the delayed writes' bytes, no read bytes", size, st)
+		t.Fatalf("after 6 writes of %d bytes under 10 IOPS with a burst of 1: %+v; want the delayed writes' bytes, no read bytes", size, st)
 	}
 	before := st
 	if err := a.Discard(0, size); err != nil {
