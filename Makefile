@@ -93,17 +93,20 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	done
 
 .PHONY: lint
-lint: ## Run golangci-lint (v2, explicit linter list), installed from its Go module.
+lint: ## Run golangci-lint (v2, explicit linter list, govet among them), installed from its Go module.
 	test -x $(CACHE)/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint || \
 	  GOBIN=$(CACHE)/golangci-lint-$(GOLANGCI_VERSION) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 	$(CACHE)/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint run ./...
 
 .PHONY: verify
-verify: ## Check formatting, vet, go.mod tidiness and that generated files are current.
+verify: ## Check formatting, go.mod tidiness and that generated files are current (vet runs in make lint).
 	@test -z "$$(gofmt -l cmd pkg test hack internal 2>/dev/null)" || { gofmt -l cmd pkg test hack internal; echo "gofmt needed"; exit 1; }
-	$(GO) vet ./...
 	$(GO) mod tidy -diff
 	bash hack/verify-generated.sh
+
+.PHONY: vet
+vet: ## go vet alone (make lint runs the same analyzers through golangci-lint's govet; CI runs only that).
+	$(GO) vet ./...
 
 .PHONY: ci-cold
 ci-cold: ## Time a cold CI run on this machine: .ci/run in a clean clone with empty caches (a HOME of its own; DIR, default /tmp/raid10-ci-cold). Needs a quiet machine, ~1 h.
