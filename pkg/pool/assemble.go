@@ -135,7 +135,9 @@ func (p *Pool) assembleAll() {
 	}
 }
 
-// assemble opens the extent members of v's usable roles and assembles the array.
+// assemble opens the extent members of v's usable roles and assembles the array; the
+// extents of its roles on present disks that may not serve go to the engine as witnesses
+// (witnesses).
 func (p *Pool) assemble(v *volume) {
 	var members []raid10.Member
 	for i, r := range v.roles {
@@ -150,7 +152,7 @@ func (p *Pool) assemble(v *volume) {
 		r.member = m
 		members = append(members, m)
 	}
-	arr, err := raid10.Assemble(members, raid10.AssembleOptions{Options: p.engineOptions(), UUID: v.uuid})
+	arr, err := raid10.Assemble(members, raid10.AssembleOptions{Options: p.engineOptions(), UUID: v.uuid, Witnesses: p.witnesses(v)})
 	if err != nil {
 		v.err = fmt.Errorf("pool: assemble volume %q from %d of %d members: %w", v.name, len(members), v.members, err)
 		return
@@ -172,6 +174,32 @@ func (p *Pool) assemble(v *volume) {
 	p.applyRates(v)
 	h, _ := p.health(v)
 	klog.InfoS("Volume assembled", "volume", v.name, "volumeUUID", v.uuid, "members", len(members), "of", v.members, "health", h)
+}
+
+// witnesses returns, for the engine's assembly of v (raid10.AssembleOptions.Witnesses),
+// the extents of v's roles on present disks that may not serve: failed, or Removed with the
+// role left on them (a replace that found v unassembled). Their superblocks still tell
+// what the array went through, so a member that missed the writes such a disk took while
+// that member was away is not trusted as in sync (pool matrix seed 1796199122708649481: a
+// snapshot assembled late from the member that was away during its copy, its partner's
+// disk failed since, served the snapshot as it was before the copy). Caller holds p.mu.
+func (p *Pool) witnesses(v *volume) []raid10.Member {
+	var out []raid10.Member
+	for _, d := range p.disks {
+		if d.usable() || !d.present || d.base == nil || d.label == nil {
+			continue
+		}
+		for _, x := range d.label.Extents {
+			r := int(x.Role)
+			if x.Volume != v.uuid || r >= len(v.disks) || v.disks[r] != d.uuid {
+				continue
+			}
+			if m, err := raid10.NewExtentMember(d.base, int64(x.Offset), int64(x.Length)); err == nil {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
 }
 
 // deletedAway returns a disk that v's member map names, that is present and Active and

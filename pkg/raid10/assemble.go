@@ -86,6 +86,8 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	if err != nil {
 		return nil, err
 	}
+	memberRef := ref
+	ref = fresherWitness(opts.Witnesses, uuid, ref, deadline)
 	if err := checkGeometries(cands, ref); err != nil {
 		return nil, err
 	}
@@ -99,6 +101,9 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	a := newAssembledArray(ref, uuid, opts.Options)
 	a.adoptMembers(bySlot, ref)
 	if err := a.checkEveryChunkInSync(); err != nil {
+		if ref != memberRef {
+			recordStale(bySlot, ref, deadline)
+		}
 		return nil, err
 	}
 	// From here on a member that hangs is failed at the deadline, as at
@@ -168,6 +173,78 @@ func freshestView(cands []assembleCand, want [16]byte) ([16]byte, *superblock, e
 		}
 	}
 	return uuid, ref, nil
+}
+
+// fresherWitness returns the superblock of the witness (AssembleOptions.Witnesses) of
+// array uuid with the highest event count above ref's, or ref when none is fresher.
+func fresherWitness(witnesses []Member, uuid [16]byte, ref *superblock, deadline time.Duration) *superblock {
+	if len(witnesses) == 0 {
+		return ref
+	}
+	sbs, errs, hung := readSuperblocks(witnesses, deadline)
+	for i, sb := range sbs {
+		switch {
+		case hung[i] || errs[i] != nil:
+			klog.InfoS("raid10: witness superblock unreadable; ignored", "witness", i, "err", errs[i], "hung", hung[i])
+		case sb.arrayUUID != uuid:
+			klog.InfoS("raid10: witness of another array; ignored", "witness", i)
+		case sb.events > ref.events:
+			klog.InfoS("raid10: a witness saw later updates than every member; its view decides", "witness", i, "events", sb.events, "memberEvents", ref.events)
+			ref = sb
+		}
+	}
+	return ref
+}
+
+// recordStale writes into each member of bySlot that the witness's view ref does not count
+// as in sync a superblock of that view in which the member is recovering from its start:
+// the witness's knowledge outlives the witness (its disk may be replaced and leave for
+// good), so the stale member alone is refused at every later assembly, while the member
+// the witness sits on, back in the array, still counts as in sync and rebuilds it. Only an
+// assembly that fails writes this: one that starts records the members' states itself.
+// A write that fails or does not finish within deadline is logged; the assembly fails
+// either way.
+func recordStale(bySlot []*assembleCand, ref *superblock, deadline time.Duration) {
+	for i, c := range bySlot {
+		if c == nil || c.sb.recoveryOff == recoveryDone && ref.slots[i] == slotActive {
+			continue // in sync
+		}
+		if c.sb.events == ref.events && c.sb.recoveryOff != recoveryDone && c.sb.slots[i] == slotRecovering {
+			continue // recorded already
+		}
+		sb := *ref
+		sb.role, sb.memberUUID, sb.bad = c.sb.role, c.sb.memberUUID, c.sb.bad
+		sb.recoveryOff, sb.partial = 0, false
+		sb.slots[i] = slotRecovering
+		sb.seq = c.sb.seq + 1
+		buf := AlignedBuffer(sbSize) // not shared: an abandoned write may still read it
+		sb.marshal(buf)
+		off := int64(sbCopyA)
+		if sb.seq&1 == 1 {
+			off = sbCopyB
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.m.WriteAt(buf, off)
+			if err == nil {
+				err = c.m.Flush()
+			}
+			done <- err
+		}()
+		timeout, stop := deadlineTimer(deadline)
+		var err error
+		select {
+		case err = <-done:
+		case <-timeout:
+			err = errTimedOut
+		}
+		stop()
+		if err != nil {
+			klog.ErrorS(err, "raid10: recording a stale member in its superblock", "member", i)
+			continue
+		}
+		klog.InfoS("raid10: member recorded stale: a witness saw writes it missed; it recovers when the witness's member is back", "member", i, "events", ref.events)
+	}
 }
 
 // checkGeometries checks every candidate's geometry against the freshest

@@ -216,7 +216,14 @@
 // superblock read does not answer in time is left out only if the freshest
 // view shows every live slot held by members that answered with its event
 // count (else Assemble fails with EIO: it might be the only one to know of
-// a later failure); one that hangs later is failed as at run time. A member
+// a later failure); one that hangs later is failed as at run time. The
+// caller may name witnesses (AssembleOptions.Witnesses: former members
+// that may not serve, e.g. on a failed disk): a witness fresher than every
+// member gives the view, so a member that missed its writes is stale; when
+// that leaves some mirror pair without an in-sync copy, the assembly fails
+// and first records each stale member as recovering from its start in the
+// member's own superblock (at the witness's events), so that it is refused
+// alone later too, even once the witness is gone for good. A member
 // with fewer events, a non-active slot entry or an unfinished recovery is
 // stale: it is rebuilt, from the dirty bitmap regions only when its events
 // are at least the events-cleared mark (nothing it missed can have been

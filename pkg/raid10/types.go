@@ -66,6 +66,16 @@ type AssembleOptions struct {
 	// UUID, when non-zero, is the array expected; members of other arrays
 	// are then an error like any mixture.
 	UUID [16]byte
+	// Witnesses are former members that must not serve (their disk was
+	// failed or is being replaced) but whose superblocks still tell what
+	// the array went through: each is read (within the member deadline) and,
+	// when its event count is the highest, its view decides which members
+	// are in sync. A member that missed writes the witness took while that
+	// member was away is then recovered, or the assembly fails when it holds
+	// the only copy, instead of being trusted with stale data. A witness
+	// that cannot be read in time, or is of another array, is ignored: it
+	// can only make the assembly more careful, never let it trust more.
+	Witnesses []Member
 }
 
 // ArrayState is the health of the whole array.

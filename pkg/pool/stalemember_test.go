@@ -1,0 +1,145 @@
+package pool
+
+import (
+	"bytes"
+	"os"
+	"testing"
+)
+
+// TestLateAssemblyTrustsNoStaleMember: a mirror's member that was away while the volume
+// took writes is never served as in sync because its partner's disk failed since. A
+// two-member volume on disks 0 and 1 of three (disk 2 carries the pool's table). Disk 1 is
+// away at a start and the volume is written on disk 0 alone; disk 0 is failed (by the
+// operator: its data is still readable); at the next start disk 1 is away again, so the
+// volume is known but not assembled; then disk 1 returns (AddDisk) and the volume is
+// assembled late. Disk 1 alone holds the old data: it must not be served (Failed, EIO), and
+// when disk 0 is re-added the volume reads the writes disk 1 missed. Before the engine read
+// the failed disk's superblock as a witness (AssembleOptions.Witnesses), the late assembly
+// served disk 1's old data (the pool matrix's seed 1796199122708649481 hit it through a
+// snapshot's copy).
+func TestLateAssemblyTrustsNoStaleMember(t *testing.T) {
+	p, paths, _, cur := staleMemberPool(t)
+	defer func() { p.Close() }()
+
+	// Disk 0 back in service: its copy is the current one, disk 1 recovers from it.
+	if _, err := p.ReaddDisk(paths[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(t, p, "v", Healthy)
+	checkVolume(t, p, "v", cur, 0)
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStaleMemberAfterReplace: as TestLateAssemblyTrustsNoStaleMember, but disk 0, the
+// only one with v's current data, is replaced (the role stays on it: v is not assembled)
+// and leaves the machine. v is Failed at the next start, never served from disk 1's old
+// data: the engine recorded disk 1's member stale in its own superblock when disk 0's
+// witnessed it.
+func TestStaleMemberAfterReplace(t *testing.T) {
+	p, paths, old, _ := staleMemberPool(t)
+	dir := t.TempDir()
+	spare := makeDisks(t, dir, 1, testDiskSize)[0]
+	if _, err := p.ReplaceDisk(paths[0], DiskConfig{Path: spare}); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if err := os.Remove(paths[0]); err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	for _, d := range p.cfg.Disks {
+		if d.Path != paths[0] {
+			cfg.Disks = append(cfg.Disks, d)
+		}
+	}
+	cfg.Disks = append(cfg.Disks, DiskConfig{Path: spare})
+	p = openPool(t, cfg)
+	defer p.Close()
+	if a, err := p.Array("v"); err == nil {
+		got := make([]byte, len(old))
+		if _, err := a.ReadAt(got, 0); err == nil && bytes.Equal(got, old) {
+			t.Fatal("v is served from the member that was away: it reads the data the later writes replaced")
+		}
+	}
+	if vi := volumeInfo(t, p, "v"); vi.Health != Failed {
+		t.Fatalf("v after its only current copy left with a replaced disk: %s, want Failed", vi.Health)
+	}
+}
+
+// staleMemberPool leaves a pool (running) where v, a two-member volume, is known but not
+// served: its member on paths[1] missed the writes (cur over old) that its member on
+// paths[0] took, and paths[0] is failed. It checks that the late assembly at paths[1]'s
+// return refuses v.
+func staleMemberPool(t *testing.T) (p *Pool, paths []string, old, cur []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	all := makeDisks(t, dir, 3, testDiskSize)
+	cfg := configFor(all...)
+	away := func(path string) func() {
+		t.Helper()
+		if err := os.Rename(path, path+".away"); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			t.Helper()
+			if err := os.Rename(path+".away", path); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	p = openPool(t, cfg)
+	if _, err := p.CreateVolume("v", 64<<20, CreateOptions{Members: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// v's disks, by role
+	p.mu.Lock()
+	for _, u := range p.byName["v"].disks {
+		for _, d := range p.disks {
+			if d.uuid == u {
+				paths = append(paths, d.path)
+			}
+		}
+	}
+	p.mu.Unlock()
+	old = randBytes(1 << 20)
+	writeVolume(t, p, "v", old, 0)
+	p.Close()
+
+	back := away(paths[1])
+	p = openPool(t, cfg)
+	waitHealth(t, p, "v", Degraded)
+	cur = randBytes(1 << 20)
+	writeVolume(t, p, "v", cur, 0)
+	if err := p.FailDisk(paths[0]); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+
+	p = openPool(t, cfg)
+	if _, err := p.Array("v"); err == nil {
+		t.Fatal("v is served from its failed disk")
+	}
+	back()
+	if _, err := p.AddDisk(DiskConfig{Path: paths[1]}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := p.Array("v"); err == nil {
+		got := make([]byte, len(cur))
+		_, rerr := a.ReadAt(got, 0)
+		switch {
+		case rerr != nil:
+		case bytes.Equal(got, old):
+			t.Fatal("v is served from the member that was away: it reads the data the later writes replaced")
+		case !bytes.Equal(got, cur):
+			t.Fatal("v reads neither its old nor its current data")
+		}
+	}
+	if vi := volumeInfo(t, p, "v"); vi.Health != Failed {
+		t.Fatalf("v with only its stale member: %s, want Failed", vi.Health)
+	}
+
+	return p, paths, old, cur
+}
