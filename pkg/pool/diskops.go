@@ -113,6 +113,14 @@ func (p *Pool) ReplaceDisk(ref string, with DiskConfig) (DiskInfo, error) {
 		return DiskInfo{}, fmt.Errorf("%w: disk %s is not a member of this pool (refused: %s); replace a Missing member by its UUID (the pool's disk list shows it)",
 			ErrFailedPrecondition, ref, fmt.Sprint(old.refused)) // the refusal is text here: the error is FailedPrecondition, not EIO
 	}
+	// A volume that could not start because old's copy of it is the current one (its other
+	// members missed writes while they were away): the replace would take its data away.
+	for _, a := range p.affected(old) {
+		if v := a.v; v.arr == nil && errors.Is(v.err, raid10.ErrWitnessNeeded) {
+			return DiskInfo{}, fmt.Errorf("%w: disk %s holds the only current copy of %s (its other members missed writes while they were away): re-add the disk (ReaddDisk) so that it rebuilds from there, then replace it; or delete the %s first",
+				ErrFailedPrecondition, ref, v.kindName(), v.kind())
+		}
+	}
 	target, err := p.findDisk(with.Path)
 	switch {
 	case err == nil && target.present && (target.state == DiskSpare || target.state == DiskActive):

@@ -41,6 +41,11 @@
 // configured, takes over. ReplaceDisk rebuilds every affected volume onto a new disk, with
 // progress in VolumeInfo.Sync. A missing disk that returns (AddDisk, or the next Open) is
 // re-added and resyncs only the regions its absence left dirty (the engine's bitmap).
+// The extents of a volume's roles on failed (or replaced) disks still present are the
+// engine's witnesses at every assembly (raid10.AssembleOptions.Witnesses): a member that
+// missed writes one of them took is never served as in sync, so a volume whose current
+// copy is only on a failed disk is Failed rather than served stale, and ReplaceDisk
+// refuses that disk until it is re-added and the volume rebuilt from it.
 // A member request past Config.MemberTimeout fails the member, and so the disk, the same
 // way. Blocks the engine records bad (VolumeInfo.BadBlocks; LostBlocks where no copy is
 // readable) fail no disk but keep the volume Degraded until they are written again.

@@ -2,7 +2,9 @@ package pool
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -32,16 +34,20 @@ func TestLateAssemblyTrustsNoStaleMember(t *testing.T) {
 	}
 }
 
-// TestStaleMemberAfterReplace: as TestLateAssemblyTrustsNoStaleMember, but disk 0, the
-// only one with v's current data, is replaced (the role stays on it: v is not assembled)
-// and leaves the machine. v is Failed at the next start, never served from disk 1's old
-// data: the engine recorded disk 1's member stale in its own superblock when disk 0's
-// witnessed it.
-func TestStaleMemberAfterReplace(t *testing.T) {
+// TestStaleMemberWhenCurrentCopyLeaves: as TestLateAssemblyTrustsNoStaleMember, but disk
+// 0, the only one with v's current data, leaves. ReplaceDisk refuses it, naming v; a hot
+// spare's takeover leaves v's role on it (v is not assembled); then the disk leaves the
+// machine. v is Failed at the next start, never served from disk 1's old data: the engine
+// recorded disk 1's member stale in its own superblock when disk 0's witnessed it.
+func TestStaleMemberWhenCurrentCopyLeaves(t *testing.T) {
 	p, paths, old, _ := staleMemberPool(t)
 	dir := t.TempDir()
-	spare := makeDisks(t, dir, 1, testDiskSize)[0]
-	if _, err := p.ReplaceDisk(paths[0], DiskConfig{Path: spare}); err != nil {
+	disks := makeDisks(t, dir, 2, testDiskSize)
+	_, err := p.ReplaceDisk(paths[0], DiskConfig{Path: disks[0]})
+	if !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), `volume "v"`) {
+		t.Fatalf("ReplaceDisk of the disk with v's only current copy: %v, want FailedPrecondition naming v", err)
+	}
+	if _, err := p.AddDisk(DiskConfig{Path: disks[1], Spare: true}); err != nil {
 		t.Fatal(err)
 	}
 	p.Close()
@@ -54,7 +60,7 @@ func TestStaleMemberAfterReplace(t *testing.T) {
 			cfg.Disks = append(cfg.Disks, d)
 		}
 	}
-	cfg.Disks = append(cfg.Disks, DiskConfig{Path: spare})
+	cfg.Disks = append(cfg.Disks, DiskConfig{Path: disks[1]})
 	p = openPool(t, cfg)
 	defer p.Close()
 	if a, err := p.Array("v"); err == nil {
@@ -64,7 +70,7 @@ func TestStaleMemberAfterReplace(t *testing.T) {
 		}
 	}
 	if vi := volumeInfo(t, p, "v"); vi.Health != Failed {
-		t.Fatalf("v after its only current copy left with a replaced disk: %s, want Failed", vi.Health)
+		t.Fatalf("v after its only current copy left: %s, want Failed", vi.Health)
 	}
 }
 

@@ -103,6 +103,7 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	if err := a.checkEveryChunkInSync(); err != nil {
 		if ref != memberRef {
 			recordStale(bySlot, ref, deadline)
+			return nil, fmt.Errorf("%w: %w", ErrWitnessNeeded, err)
 		}
 		return nil, err
 	}

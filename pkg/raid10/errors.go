@@ -41,6 +41,11 @@ var (
 	// ErrTooFewMembers: some chunk has no in-sync copy among the members
 	// given (or fewer than two members were given to Create).
 	ErrTooFewMembers = errors.New("raid10: too few members for the data")
+	// ErrWitnessNeeded: an assembly failed with ErrTooFewMembers because a
+	// witness (AssembleOptions.Witnesses) saw writes the members missed: the
+	// current copy of some data is on a witness, which must come back as a
+	// member for the array to start.
+	ErrWitnessNeeded = errors.New("raid10: the current copy is on a witness")
 	// ErrMemberTooSmall: a member cannot hold the metadata and one chunk.
 	ErrMemberTooSmall = errors.New("raid10: member too small")
 	// ErrBusy: another resync, recovery or scrub is running.

@@ -44,8 +44,8 @@ func TestAssembleWitness(t *testing.T) {
 	t.Run("fresher witness: the stale member alone is refused, then and later", func(t *testing.T) {
 		mm, _, cur := setup(t)
 		_, err := Assemble(members(nil, mm[1]), AssembleOptions{Options: testOpts(), Witnesses: []Member{mm[0]}})
-		if !errors.Is(err, ErrTooFewMembers) {
-			t.Fatalf("Assemble of the stale member with a fresher witness: %v, want ErrTooFewMembers", err)
+		if !errors.Is(err, ErrTooFewMembers) || !errors.Is(err, ErrWitnessNeeded) {
+			t.Fatalf("Assemble of the stale member with a fresher witness: %v, want ErrTooFewMembers and ErrWitnessNeeded", err)
 		}
 		// Recorded in its superblock: refused without the witness too (its disk may
 		// have left for good).
