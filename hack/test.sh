@@ -7,7 +7,8 @@
 # Then every skip is checked against hack/skips.txt (hack/skipcheck): under CI (CI set to
 # anything but "", 0 or false; see internal/testenv) a skip that the list does not allow,
 # with its package, test name and kind, fails the run, and is printed as UNEXPECTED SKIPS.
-# RAID10_TEST_LOG moves the log (skipcheck's own test runs this script on a fixture).
+# RAID10_TEST_LOG moves the log (skipcheck's own test runs this script on a fixture), and
+# RAID10_CPU_LOG the per-package CPU times (hack/cpu-exec.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p _output
@@ -31,7 +32,11 @@ fi
 # cpu_ticks: the machine's busy and total CPU ticks since boot (/proc/stat's first line).
 cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
 read -r busy0 total0 < <(cpu_ticks)
-go test -race -count=1 -timeout 50m -v "$@" >"$log" 2>&1 &
+# Each package's test binary runs under hack/cpu-exec.sh, which records its CPU time and that
+# of the processes it waited for (QEMU, API servers): the table at the end (issue 24).
+export RAID10_CPU_LOG=${RAID10_CPU_LOG:-$PWD/_output/cpu.txt} RAID10_ROOT=$PWD
+: >"$RAID10_CPU_LOG"
+go test -race -count=1 -timeout 50m -exec "$PWD/hack/cpu-exec.sh" -v "$@" >"$log" 2>&1 &
 pid=$!
 tail -n +1 -f --pid="$pid" "$log" | awk '
   /^[ \t]*--- SKIP/ { print; if (prev ~ /^[ \t]+[^ \t]+\.go:[0-9]+:/) print "      " prev; fflush(); }
@@ -43,6 +48,9 @@ rc=$?
 # once (go test -p) could still use (issue 24).
 read -r busy1 total1 < <(cpu_ticks)
 echo "== CPU: $(( (busy1 - busy0) * 100 / (total1 - total0 + 1) ))% busy over the run, $(nproc) CPUs"
+echo "== CPU seconds of each package's tests, with the processes they waited for (not compiling)"
+sort -k2,2 -rn "$RAID10_CPU_LOG" | awk '{ printf "  %-28s %8.1f CPU s %8.1f s\n", $1, $2, $3; c += $2 }
+  END { printf "  %-28s %8.1f CPU s\n", "total", c }'
 if ((rc != 0)); then
   echo
   echo "== details of the failures (full log: $log)"

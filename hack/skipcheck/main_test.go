@@ -190,7 +190,7 @@ func TestHackTestSh(t *testing.T) {
 			cmd := exec.Command("bash", "hack/test.sh", "./hack/skipcheck/testdata/skipper")
 			cmd.Dir = "../.."
 			cmd.Env = append(os.Environ(), "CI="+tc.ci, "SKIPCHECK_FIXTURE="+tc.fixture,
-				"RAID10_TEST_LOG="+filepath.Join(t.TempDir(), "test.log"))
+				"RAID10_TEST_LOG="+filepath.Join(t.TempDir(), "test.log"), "RAID10_CPU_LOG="+filepath.Join(t.TempDir(), "cpu.txt"))
 			out, err := cmd.CombinedOutput()
 			rc := 0
 			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
@@ -200,6 +200,10 @@ func TestHackTestSh(t *testing.T) {
 			}
 			if rc != tc.wantRC || !strings.Contains(string(out), tc.want) {
 				t.Fatalf("hack/test.sh exit status %d (want %d); output lacks %q?\n%s", rc, tc.wantRC, tc.want, out)
+			}
+			// The CPU table (hack/cpu-exec.sh) names the package its test binary ran for.
+			if !regexp.MustCompile(`(?m)^  hack/skipcheck/testdata/skipper +[0-9.]+ CPU s`).Match(out) {
+				t.Errorf("output lacks the fixture package's line in the CPU table:\n%s", out)
 			}
 			if tc.wantRC != 0 && !strings.Contains(string(out), "UNEXPECTED SKIPS") {
 				t.Errorf("output does not print the unexpected skips:\n%s", out)
