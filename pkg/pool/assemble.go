@@ -140,6 +140,7 @@ func (p *Pool) assembleAll() {
 // (witnesses).
 func (p *Pool) assemble(v *volume) {
 	var members []raid10.Member
+	var doubtful []bool // members on disks away at a start (away.go)
 	for i, r := range v.roles {
 		if r == nil || !r.disk.usable() {
 			continue
@@ -151,8 +152,10 @@ func (p *Pool) assemble(v *volume) {
 		}
 		r.member = m
 		members = append(members, m)
+		doubtful = append(doubtful, r.disk.away)
 	}
-	arr, err := raid10.Assemble(members, raid10.AssembleOptions{Options: p.engineOptions(), UUID: v.uuid, Witnesses: p.witnesses(v)})
+	arr, err := raid10.Assemble(members, raid10.AssembleOptions{Options: p.engineOptions(), UUID: v.uuid,
+		Witnesses: p.witnesses(v), Doubtful: doubtful})
 	if err != nil {
 		v.err = fmt.Errorf("pool: assemble volume %q from %d of %d members: %w", v.name, len(members), v.members, err)
 		return

@@ -409,6 +409,7 @@ func (p *Pool) returnDisk(d *disk, f *diskFile, ls labelSlots, dc DiskConfig) (D
 		p.releaseTombstoned(d)
 		p.readdRoles(d)
 		p.releaseDeletedAway(d)
+		p.clearAway()
 	}
 	if learnt {
 		if err := p.writeTable(false); err != nil {

@@ -45,7 +45,10 @@
 // engine's witnesses at every assembly (raid10.AssembleOptions.Witnesses): a member that
 // missed writes one of them took is never served as in sync, so a volume whose current
 // copy is only on a failed disk is Failed rather than served stale, and ReplaceDisk
-// refuses that disk until it is re-added and the volume rebuilt from it.
+// refuses that disk until it is re-added and the volume rebuilt from it. A disk away at a
+// start is flagged in the disk table (DiskFlagAway, away.go) until every volume on it has
+// been assembled with it again: its members are not trusted alone in their mirror, since
+// only their absent partners would know what they missed.
 // A member request past Config.MemberTimeout fails the member, and so the disk, the same
 // way. Blocks the engine records bad (VolumeInfo.BadBlocks; LostBlocks where no copy is
 // readable) fail no disk but keep the volume Degraded until they are written again.

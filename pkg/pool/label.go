@@ -45,6 +45,15 @@ var labelMagic = [8]byte{'R', '1', '0', 'P', 'O', 'O', 'L', 0}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// DiskFlags are a disk table entry's flags.
+type DiskFlags uint8
+
+// DiskFlagAway: the pool started without the disk (it was missing) and has not yet had
+// every volume with a role on it assembled with that role since it came back: its members
+// may have missed writes that only their absent partners' superblocks record, so the
+// engine trusts none of them alone (raid10.AssembleOptions.Doubtful).
+const DiskFlagAway DiskFlags = 1
+
 // DiskState is a disk's state in the pool's disk table.
 type DiskState uint8
 
@@ -79,6 +88,7 @@ func (s DiskState) String() string {
 type DiskEntry struct {
 	UUID     UUID
 	State    DiskState
+	Flags    DiskFlags
 	Size     uint64
 	Identity string // serial or WWN at claim time, "" for files
 }
@@ -189,6 +199,7 @@ func (l *Label) Encode() ([]byte, error) {
 		e := b[off : off+diskEntrySize]
 		copy(e[0:16], d.UUID[:])
 		e[16] = byte(d.State)
+		e[17] = byte(d.Flags)
 		le.PutUint64(e[24:], d.Size)
 		id := d.Identity
 		if len(id) > maxIdentityLen {
@@ -297,6 +308,7 @@ func DecodeLabel(b []byte) (*Label, error) {
 		var d DiskEntry
 		copy(d.UUID[:], e[0:16])
 		d.State = DiskState(e[16])
+		d.Flags = DiskFlags(e[17])
 		d.Size = le.Uint64(e[24:])
 		d.Identity = getName(e[32:64])
 		l.Disks = append(l.Disks, d)

@@ -45,7 +45,7 @@ func Open(cfg Config) (*Pool, error) {
 	// to the table (a disk that missed an update while it was away gets the current table).
 	p.claimBlank(probes)
 	p.releaseRefused()
-	if err := p.writeTable(false); err != nil {
+	if err := p.writeTable(p.markAway()); err != nil {
 		p.closeDisks()
 		return nil, err
 	}
@@ -62,6 +62,7 @@ func Open(cfg Config) (*Pool, error) {
 	// takeovers hold it too (two label writes on one disk at once would pick the same slot).
 	p.mu.Lock()
 	p.replaceFailed()
+	p.clearAway()
 	p.mu.Unlock()
 
 	klog.InfoS("Pool open", "pool", p.uuid, "name", p.name, "disks", len(p.disks), "volumes", len(p.volumes))
@@ -248,11 +249,12 @@ func refuseClones(probes []*probe) map[UUID]*disk {
 func (p *Pool) adoptTable(newest *Label, present map[UUID]*disk, probes []*probe) []*probe {
 	if newest != nil {
 		for _, e := range newest.Disks {
+			away := e.Flags&DiskFlagAway != 0
 			if d := present[e.UUID]; d != nil {
-				d.state, d.ident = e.State, firstNonEmpty(d.ident, e.Identity)
+				d.state, d.ident, d.away = e.State, firstNonEmpty(d.ident, e.Identity), away
 				continue
 			}
-			d := &disk{uuid: e.UUID, state: e.State, ident: e.Identity, size: e.Size}
+			d := &disk{uuid: e.UUID, state: e.State, ident: e.Identity, size: e.Size, away: away}
 			present[e.UUID] = d
 			probes = append(probes, &probe{d: d})
 		}

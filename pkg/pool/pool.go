@@ -63,6 +63,7 @@ type disk struct {
 	ident   string        // identity from the table (serial/WWN)
 	listed  bool          // the configuration's disk list or Config.DisksFile names it (else a restart will not find it)
 	size    uint64
+	away    bool // DiskFlagAway: the pool ran without it; its members may be stale (doubtful)
 }
 
 // usable reports whether the disk may hold live extents now.
@@ -129,7 +130,11 @@ func (p *Pool) table() []DiskEntry {
 		if d.uuid.IsZero() || d.state == 0 {
 			continue
 		}
-		t = append(t, DiskEntry{UUID: d.uuid, State: d.state, Size: d.size, Identity: d.ident})
+		var flags DiskFlags
+		if d.away {
+			flags |= DiskFlagAway
+		}
+		t = append(t, DiskEntry{UUID: d.uuid, State: d.state, Flags: flags, Size: d.size, Identity: d.ident})
 	}
 	return t
 }

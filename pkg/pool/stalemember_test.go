@@ -100,16 +100,7 @@ func staleMemberPool(t *testing.T) (p *Pool, paths []string, old, cur []byte) {
 	if _, err := p.CreateVolume("v", 64<<20, CreateOptions{Members: 2}); err != nil {
 		t.Fatal(err)
 	}
-	// v's disks, by role
-	p.mu.Lock()
-	for _, u := range p.byName["v"].disks {
-		for _, d := range p.disks {
-			if d.uuid == u {
-				paths = append(paths, d.path)
-			}
-		}
-	}
-	p.mu.Unlock()
+	paths = volumeDiskPaths(p, "v") // by role
 	old = randBytes(1 << 20)
 	writeVolume(t, p, "v", old, 0)
 	p.Close()
@@ -148,4 +139,94 @@ func staleMemberPool(t *testing.T) (p *Pool, paths []string, old, cur []byte) {
 	}
 
 	return p, paths, old, cur
+}
+
+// TestMirrorFlipNeverServesStale: a two-member volume starts without disk A and takes
+// writes on disk B alone; the next start has A back but B away. Nothing present then knows
+// that A missed writes but the disk table, which recorded A away (DiskFlagAway): v must not
+// be served from A's old data. When B returns v is served with its current data, A is
+// rebuilt, and the flag is cleared (a later start with B away again serves v from A).
+// Before the flag, the second start served A's old data.
+func TestMirrorFlipNeverServesStale(t *testing.T) {
+	dir := t.TempDir()
+	all := makeDisks(t, dir, 3, testDiskSize)
+	cfg := configFor(all...)
+	p := openPool(t, cfg)
+	if _, err := p.CreateVolume("v", 64<<20, CreateOptions{Members: 2}); err != nil {
+		t.Fatal(err)
+	}
+	paths := volumeDiskPaths(p, "v")
+	old := randBytes(1 << 20)
+	writeVolume(t, p, "v", old, 0)
+	p.Close()
+	away := func(path string) {
+		t.Helper()
+		if err := os.Rename(path, path+".away"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back := func(path string) {
+		t.Helper()
+		if err := os.Rename(path+".away", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	away(paths[0])
+	p = openPool(t, cfg)
+	cur := randBytes(1 << 20)
+	writeVolume(t, p, "v", cur, 0)
+	p.Close()
+
+	back(paths[0])
+	away(paths[1])
+	p = openPool(t, cfg)
+	if a, err := p.Array("v"); err == nil {
+		got := make([]byte, len(old))
+		if _, err := a.ReadAt(got, 0); err == nil && bytes.Equal(got, old) {
+			t.Fatal("v is served from the disk that was away while it took writes: it reads its old data")
+		}
+	}
+	if vi := volumeInfo(t, p, "v"); vi.Health != Failed {
+		t.Fatalf("v with only the member that missed its writes: %s, want Failed", vi.Health)
+	}
+	back(paths[1])
+	if _, err := p.AddDisk(DiskConfig{Path: paths[1]}); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(t, p, "v", Healthy)
+	checkVolume(t, p, "v", cur, 0)
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	for _, d := range p.disks {
+		if d.away {
+			t.Errorf("disk %s still flagged away after every volume on it was assembled", d.path)
+		}
+	}
+	p.mu.Unlock()
+	p.Close()
+
+	// Rebuilt and no longer doubtful: a start without B serves v from A.
+	away(paths[1])
+	p = openPool(t, cfg)
+	defer p.Close()
+	waitHealth(t, p, "v", Degraded)
+	checkVolume(t, p, "v", cur, 0)
+}
+
+// volumeDiskPaths is the paths of name's member disks, by role.
+func volumeDiskPaths(p *Pool, name string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var paths []string
+	for _, u := range p.byName[name].disks {
+		for _, d := range p.disks {
+			if d.uuid == u {
+				paths = append(paths, d.path)
+			}
+		}
+	}
+	return paths
 }

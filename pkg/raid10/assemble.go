@@ -87,7 +87,7 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 		return nil, err
 	}
 	memberRef := ref
-	ref = fresherWitness(opts.Witnesses, uuid, ref, deadline)
+	ref, witnessed := fresherWitness(opts.Witnesses, uuid, ref, deadline)
 	if err := checkGeometries(cands, ref); err != nil {
 		return nil, err
 	}
@@ -100,6 +100,7 @@ func Assemble(members []Member, opts AssembleOptions) (*Array, error) {
 	}
 	a := newAssembledArray(ref, uuid, opts.Options)
 	a.adoptMembers(bySlot, ref)
+	a.distrustDoubtful(bySlot, opts.Doubtful, vouched(cands, opts.Doubtful, witnessed))
 	if err := a.checkEveryChunkInSync(); err != nil {
 		if ref != memberRef {
 			recordStale(bySlot, ref, deadline)
@@ -177,11 +178,13 @@ func freshestView(cands []assembleCand, want [16]byte) ([16]byte, *superblock, e
 }
 
 // fresherWitness returns the superblock of the witness (AssembleOptions.Witnesses) of
-// array uuid with the highest event count above ref's, or ref when none is fresher.
-func fresherWitness(witnesses []Member, uuid [16]byte, ref *superblock, deadline time.Duration) *superblock {
+// array uuid with the highest event count above ref's, or ref when none is fresher, and
+// the highest event count of the witnesses read (0: none).
+func fresherWitness(witnesses []Member, uuid [16]byte, ref *superblock, deadline time.Duration) (*superblock, uint64) {
 	if len(witnesses) == 0 {
-		return ref
+		return ref, 0
 	}
+	var seen uint64
 	sbs, errs, hung := readSuperblocks(witnesses, deadline)
 	for i, sb := range sbs {
 		switch {
@@ -189,12 +192,60 @@ func fresherWitness(witnesses []Member, uuid [16]byte, ref *superblock, deadline
 			klog.InfoS("raid10: witness superblock unreadable; ignored", "witness", i, "err", errs[i], "hung", hung[i])
 		case sb.arrayUUID != uuid:
 			klog.InfoS("raid10: witness of another array; ignored", "witness", i)
-		case sb.events > ref.events:
-			klog.InfoS("raid10: a witness saw later updates than every member; its view decides", "witness", i, "events", sb.events, "memberEvents", ref.events)
-			ref = sb
+		default:
+			seen = max(seen, sb.events)
+			if sb.events > ref.events {
+				klog.InfoS("raid10: a witness saw later updates than every member; its view decides", "witness", i, "events", sb.events, "memberEvents", ref.events)
+				ref = sb
+			}
 		}
 	}
-	return ref
+	return ref, seen
+}
+
+// vouched is the highest event count seen by a member that is not doubtful
+// (AssembleOptions.Doubtful) or by a witness: the views that can vouch for a
+// doubtful member.
+func vouched(cands []assembleCand, doubtful []bool, witnessed uint64) uint64 {
+	v := witnessed
+	for _, c := range cands {
+		if c.pos >= len(doubtful) || !doubtful[c.pos] {
+			v = max(v, c.sb.events)
+		}
+	}
+	return v
+}
+
+// distrustDoubtful makes every doubtful member (AssembleOptions.Doubtful) that adoptMembers
+// put in sync, that no view of at least its events vouches for, and that has an absent
+// mirror partner, stale: rebuilt in full from a partner, or, with none in sync, the
+// assembly fails (checkEveryChunkInSync). With every partner present the freshest view
+// decides as always: it knows whether the member missed writes.
+func (a *Array) distrustDoubtful(bySlot []*assembleCand, doubtful []bool, vouched uint64) {
+	for i, c := range bySlot {
+		if c == nil || c.pos >= len(doubtful) || !doubtful[c.pos] || c.sb.events <= vouched && vouched > 0 {
+			continue
+		}
+		s := a.slots[i]
+		if MemberState(s.state.Load()) != MemberInSync {
+			continue
+		}
+		partnerAway := false
+		for _, p := range a.geo.pairs() {
+			for k, slot := range p {
+				if slot == i && bySlot[p[1-k]] == nil {
+					partnerAway = true
+				}
+			}
+		}
+		if !partnerAway {
+			continue
+		}
+		s.fullSync, s.recovered = true, 0
+		s.ref.Load().bad.Store(nil) // every block is rewritten or recorded again
+		s.state.Store(int32(MemberRecovering))
+		klog.InfoS("raid10: doubtful member with a mirror partner absent and no view vouching for it: not trusted as in sync", "member", i, "events", c.sb.events, "vouched", vouched)
+	}
 }
 
 // recordStale writes into each member of bySlot that the witness's view ref does not count

@@ -76,6 +76,16 @@ type AssembleOptions struct {
 	// that cannot be read in time, or is of another array, is ignored: it
 	// can only make the assembly more careful, never let it trust more.
 	Witnesses []Member
+	// Doubtful, parallel to the members, marks those that may have missed
+	// writes without any superblock here knowing: the caller ran the array
+	// without them while some other member, absent now, was there (a disk
+	// away at a start). A doubtful member's own superblock is then no proof
+	// that it is in sync: unless a member that is not doubtful, or a
+	// witness, saw at least its events, it counts as in sync only where its
+	// mirror partners are all present (the freshest of them decides, as
+	// always); where a partner is absent it is rebuilt in full, or the
+	// assembly fails when no other copy is in sync.
+	Doubtful []bool
 }
 
 // ArrayState is the health of the whole array.

@@ -115,4 +115,35 @@ func TestAssembleWitness(t *testing.T) {
 			t.Fatal("reads other than the current data")
 		}
 	})
+	t.Run("doubtful member alone: refused", func(t *testing.T) {
+		mm, _, _ := setup(t)
+		_, err := Assemble(members(nil, mm[1]), AssembleOptions{Options: testOpts(), Doubtful: []bool{false, true}})
+		if !errors.Is(err, ErrTooFewMembers) {
+			t.Fatalf("Assemble of a doubtful member alone: %v, want ErrTooFewMembers", err)
+		}
+	})
+	t.Run("doubtful member with its partner: the freshest view decides", func(t *testing.T) {
+		mm, _, cur := setup(t)
+		a, err := Assemble(members(mm[0], mm[1]), AssembleOptions{Options: testOpts(), Doubtful: []bool{false, true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		if got := read(t, a, len(cur)); !bytes.Equal(got, cur) {
+			t.Fatal("reads other than the current data")
+		}
+	})
+	t.Run("doubtful member vouched for by a witness that saw its events: trusted", func(t *testing.T) {
+		mm, _, cur := setup(t)
+		// Member 0 is current; doubtful, alone, but the witness (a copy of its
+		// superblock's view: member 0 itself) saw its events.
+		a, err := Assemble(members(mm[0], nil), AssembleOptions{Options: testOpts(), Doubtful: []bool{true, false}, Witnesses: []Member{mm[0]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		if got := read(t, a, len(cur)); !bytes.Equal(got, cur) {
+			t.Fatal("reads other than the current data")
+		}
+	})
 }
