@@ -48,7 +48,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // DiskFlags are a disk table entry's flags.
 type DiskFlags uint8
 
-// DiskFlagAway: the pool started without the disk (it was missing) and has not yet had
+// DiskFlagAway marks a disk the pool started without (it was missing) and has not yet had
 // every volume with a role on it assembled with that role since it came back: its members
 // may have missed writes that only their absent partners' superblocks record, so the
 // engine trusts none of them alone (raid10.AssembleOptions.Doubtful).
