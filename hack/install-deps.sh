@@ -4,7 +4,8 @@
 #   2. Tools built from pinned Go modules, cached under ~/.cache/raid10-csi keyed by version
 #      (hack/build-tools.sh), so a second run, even from a fresh clone, skips them.
 #   3. The newest kernel of the VM tests, unpacked into the cache (fetch_kernel).
-#   4. The plugin image's Debian root filesystem (hack/image.sh --rootfs), cached the same way.
+#   4. The plugin image's Debian root filesystem (hack/image.sh --rootfs), cached the same way,
+#      made beside the Go tools once the Debian packages are in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -114,6 +115,14 @@ else
 fi
 echo "install-deps: Debian packages ready after $(( $(date +%s) - t0 ))s"
 
+# The plugin image's Debian root filesystem (mmdebstrap, a Debian package above), cached
+# under ~/.cache/raid10-csi/image: test/cluster builds the images with hack/image.sh. It
+# downloads and unpacks beside the Go tools, which keep both CPUs busy for many minutes on
+# a cold machine (it ran after them until session 14: 67 s more on a cold run).
+rootfs_log=$(mktemp "${TMPDIR:-/tmp}/raid10-rootfs.XXXXXX.log")
+bash hack/image.sh --rootfs >"$rootfs_log" 2>&1 &
+rootfs_pid=$!
+
 tools_rc=0
 wait "$tools_pid" || tools_rc=$?
 cat "$tools_log"
@@ -134,8 +143,12 @@ if ((kernel_rc != 0)); then
 fi
 echo "install-deps: newest VM kernel ready after $(( $(date +%s) - t0 ))s"
 
-# The plugin image's Debian root filesystem (mmdebstrap), cached under
-# ~/.cache/raid10-csi/image: test/cluster builds the images with hack/image.sh.
-t1=$(date +%s)
-bash hack/image.sh --rootfs
-echo "install-deps: root filesystem ready after $(( $(date +%s) - t1 ))s"
+rootfs_rc=0
+wait "$rootfs_pid" || rootfs_rc=$?
+cat "$rootfs_log"
+rm -f "$rootfs_log"
+if ((rootfs_rc != 0)); then
+  echo "install-deps: the root filesystem FAILED (exit $rootfs_rc)"
+  exit "$rootfs_rc"
+fi
+echo "install-deps: root filesystem ready after $(( $(date +%s) - t0 ))s"
