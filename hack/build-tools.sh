@@ -138,17 +138,25 @@ build_go_tool() {
 
   local start=$SECONDS
   tools_module
-  # One binary at a time, so the first is usable early and each build is timed; packages
-  # they share come from the Go build cache after the first.
-  local i t
+  # All of the key's binaries in one go build (into a scratch directory, each named after
+  # its package's last element): the go command schedules their compiles and links as one
+  # graph, so one binary's link (single-threaded, tens of seconds for kube-apiserver) runs
+  # beside another's compiles instead of leaving a CPU idle, as one build per binary did.
+  local tmp=$out/.build i
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  (cd "$MODULE_DIR" && go build -ldflags="-s -w ${LDFLAGS:-}" -o "$tmp/" "${pkgs[@]}")
+  local name
   for i in "${!pkgs[@]}"; do
-    t=$SECONDS
-    (cd "$MODULE_DIR" && go build -ldflags="-s -w ${LDFLAGS:-}" -o "$out/${bins[$i]}.tmp" "${pkgs[$i]}")
-    mv -f "$out/${bins[$i]}.tmp" "$out/${bins[$i]}"
+    # go build's name for a package's binary: its last path element, or the one before a
+    # major version suffix (go.etcd.io/etcd/server/v3: server).
+    name=$(basename "${pkgs[$i]}")
+    [[ $name =~ ^v[0-9]+$ ]] && name=$(basename "$(dirname "${pkgs[$i]}")")
+    mv -f "$tmp/$name" "$out/${bins[$i]}"
     binary_ok "$out/${bins[$i]}" || { log "$out/${bins[$i]} does not run --version"; return 1; }
-    log "$key: built ${bins[$i]} in $((SECONDS - t))s"
   done
-  log "$key: done in $((SECONDS - start))s"
+  rm -rf "$tmp"
+  log "$key: built ${bins[*]} in $((SECONDS - start))s"
 }
 
 # Lines for $CACHE/env.sh, collected by env_export and written once at the end.
