@@ -123,32 +123,19 @@ rootfs_log=$(mktemp "${TMPDIR:-/tmp}/raid10-rootfs.XXXXXX.log")
 bash hack/image.sh --rootfs >"$rootfs_log" 2>&1 &
 rootfs_pid=$!
 
-tools_rc=0
-wait "$tools_pid" || tools_rc=$?
-cat "$tools_log"
-rm -f "$tools_log"
-if ((tools_rc != 0)); then
-  echo "install-deps: hack/build-tools.sh FAILED (exit $tools_rc)"
-  exit "$tools_rc"
-fi
-echo "install-deps: Go tools ready after $(( $(date +%s) - t0 ))s"
-
-kernel_rc=0
-wait "$kernel_pid" || kernel_rc=$?
-cat "$kernel_log"
-rm -f "$kernel_log"
-if ((kernel_rc != 0)); then
-  echo "install-deps: fetching the newest VM kernel FAILED (exit $kernel_rc)"
-  exit "$kernel_rc"
-fi
-echo "install-deps: newest VM kernel ready after $(( $(date +%s) - t0 ))s"
-
-rootfs_rc=0
-wait "$rootfs_pid" || rootfs_rc=$?
-cat "$rootfs_log"
-rm -f "$rootfs_log"
-if ((rootfs_rc != 0)); then
-  echo "install-deps: the root filesystem FAILED (exit $rootfs_rc)"
-  exit "$rootfs_rc"
-fi
-echo "install-deps: root filesystem ready after $(( $(date +%s) - t0 ))s"
+# await WHAT PID LOG: waits for a background job, prints its log, and stops the install if it
+# failed; else says how long after the start it was ready.
+await() {
+  local what=$1 pid=$2 log=$3 rc=0
+  wait "$pid" || rc=$?
+  cat "$log"
+  rm -f "$log"
+  if ((rc != 0)); then
+    echo "install-deps: $what FAILED (exit $rc)"
+    exit "$rc"
+  fi
+  echo "install-deps: $what ready after $(( $(date +%s) - t0 ))s"
+}
+await "Go tools" "$tools_pid" "$tools_log"
+await "newest VM kernel" "$kernel_pid" "$kernel_log"
+await "root filesystem" "$rootfs_pid" "$rootfs_log"

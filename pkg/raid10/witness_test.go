@@ -40,6 +40,19 @@ func TestAssembleWitness(t *testing.T) {
 		}
 		return p
 	}
+	// reads: ms assembled with opts reads want.
+	reads := func(t *testing.T, ms []Member, opts AssembleOptions, want []byte) {
+		t.Helper()
+		opts.Options = testOpts()
+		a, err := Assemble(ms, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		if got := read(t, a, len(want)); !bytes.Equal(got, want) {
+			t.Fatal("reads other data than expected")
+		}
+	}
 
 	t.Run("fresher witness: the stale member alone is refused, then and later", func(t *testing.T) {
 		mm, _, cur := setup(t)
@@ -62,14 +75,7 @@ func TestAssembleWitness(t *testing.T) {
 	})
 	t.Run("fresher witness, stale member and the witness's disk back: recovered", func(t *testing.T) {
 		mm, _, cur := setup(t)
-		a, err := Assemble(members(mm[0], mm[1]), AssembleOptions{Options: testOpts(), Witnesses: []Member{mm[0]}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		if got := read(t, a, len(cur)); !bytes.Equal(got, cur) {
-			t.Fatal("reads other than the current data")
-		}
+		reads(t, members(mm[0], mm[1]), AssembleOptions{Witnesses: []Member{mm[0]}}, cur)
 	})
 	t.Run("without a witness the stale member is trusted (the hazard)", func(t *testing.T) {
 		mm, old, _ := setup(t)
@@ -83,37 +89,16 @@ func TestAssembleWitness(t *testing.T) {
 		mm, old, _ := setup(t)
 		f := NewFaultyMember(mm[0])
 		f.Disappear()
-		a, err := Assemble(members(nil, mm[1]), AssembleOptions{Options: testOpts(), Witnesses: []Member{f}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		if got := read(t, a, len(old)); !bytes.Equal(got, old) {
-			t.Fatal("read")
-		}
+		reads(t, members(nil, mm[1]), AssembleOptions{Witnesses: []Member{f}}, old)
 	})
 	t.Run("witness of another array: ignored", func(t *testing.T) {
 		mm, old, _ := setup(t)
 		other := newMemArray(t, 2, CreateOptions{})
-		a, err := Assemble(members(nil, mm[1]), AssembleOptions{Options: testOpts(), Witnesses: []Member{other[0]}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		if got := read(t, a, len(old)); !bytes.Equal(got, old) {
-			t.Fatal("read")
-		}
+		reads(t, members(nil, mm[1]), AssembleOptions{Witnesses: []Member{other[0]}}, old)
 	})
 	t.Run("older witness: the fresh member serves", func(t *testing.T) {
 		mm, _, cur := setup(t)
-		a, err := Assemble(members(mm[0], nil), AssembleOptions{Options: testOpts(), Witnesses: []Member{mm[1]}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		if got := read(t, a, len(cur)); !bytes.Equal(got, cur) {
-			t.Fatal("reads other than the current data")
-		}
+		reads(t, members(mm[0], nil), AssembleOptions{Witnesses: []Member{mm[1]}}, cur)
 	})
 	t.Run("doubtful member alone: refused", func(t *testing.T) {
 		mm, _, _ := setup(t)
@@ -124,26 +109,12 @@ func TestAssembleWitness(t *testing.T) {
 	})
 	t.Run("doubtful member with its partner: the freshest view decides", func(t *testing.T) {
 		mm, _, cur := setup(t)
-		a, err := Assemble(members(mm[0], mm[1]), AssembleOptions{Options: testOpts(), Doubtful: []bool{false, true}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		if got := read(t, a, len(cur)); !bytes.Equal(got, cur) {
-			t.Fatal("reads other than the current data")
-		}
+		reads(t, members(mm[0], mm[1]), AssembleOptions{Doubtful: []bool{false, true}}, cur)
 	})
 	t.Run("doubtful member vouched for by a witness that saw its events: trusted", func(t *testing.T) {
 		mm, _, cur := setup(t)
 		// Member 0 is current; doubtful, alone, but the witness (a copy of its
 		// superblock's view: member 0 itself) saw its events.
-		a, err := Assemble(members(mm[0], nil), AssembleOptions{Options: testOpts(), Doubtful: []bool{true, false}, Witnesses: []Member{mm[0]}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		if got := read(t, a, len(cur)); !bytes.Equal(got, cur) {
-			t.Fatal("reads other than the current data")
-		}
+		reads(t, members(mm[0], nil), AssembleOptions{Doubtful: []bool{true, false}, Witnesses: []Member{mm[0]}}, cur)
 	})
 }
