@@ -244,6 +244,23 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 		}
 		plans = append(plans, plan{v, a.slot, x, m})
 	}
+	// Nothing changes unless every assembled volume can take its new member: a slot the
+	// engine still serves (it refused to fail the member on old, the last in-sync copy of
+	// some data) refuses ReplaceMember, and failing on it after the engine had already
+	// switched another volume's slot to the new extent left that volume's labels naming
+	// old: the next start trusted old's stale extent as in sync (pool matrix seed
+	// 1796538883828929786, wrong data).
+	for _, pl := range plans {
+		if pl.v.arr == nil {
+			continue
+		}
+		for _, m := range pl.v.arr.Status().Members {
+			if m.Slot == pl.slot && (m.State == raid10.MemberInSync || m.State == raid10.MemberRecovering) {
+				return fmt.Errorf("%w: %s's member on disk %s is still in service (the last in-sync copy of some of its data): disk %s cannot be replaced until that volume has another copy",
+					ErrFailedPrecondition, pl.v.kindName(), old.path, old.path)
+			}
+		}
+	}
 	for _, pl := range plans {
 		// Zero the metadata head: a superblock left by an earlier volume must not pass
 		// for a re-add. Recovery writes the rest.

@@ -96,8 +96,14 @@ func forSeeds(t *testing.T, n int, round func(t *testing.T, seed uint64)) {
 //     taken writes since, after a disk that was away during the copy came back with the
 //     copying flag and a spare's takeover carried its entry to the epoch of the fresh ones
 //     (assemble: a copy target's extent without the flag wins). It failed 3 replays of 3
-//     before the fix.
-var regressionSeeds = []uint64{1796199122708649481}
+//     before the fix. Session 14 found the root cause: a member that missed writes was
+//     trusted once its partner's disk failed (raid10.AssembleOptions.Witnesses).
+//   - 1796538883828929786: a hot spare's takeover switched one volume's member to the
+//     spare in the engine, then failed on another volume whose member on the failed disk
+//     was its last in-sync copy, and left the first volume's labels naming the failed
+//     disk: the next start trusted its stale extent (replaceOnto now checks every volume
+//     before it changes any). It failed 2 replays of 10 before the fix, none of 12 after.
+var regressionSeeds = []uint64{1796199122708649481, 1796538883828929786}
 
 // The data paths the pool opened, by disk path (wrapDiskBase's hook for the matrix).
 var matrixDisks struct {
