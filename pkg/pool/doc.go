@@ -45,7 +45,10 @@
 // engine's witnesses at every assembly (raid10.AssembleOptions.Witnesses): a member that
 // missed writes one of them took is never served as in sync, so a volume whose current
 // copy is only on a failed disk is Failed rather than served stale, and ReplaceDisk
-// refuses that disk until it is re-added and the volume rebuilt from it. A disk away at a
+// refuses that disk until it is re-added and the volume rebuilt from it; so does a
+// replace (or a spare's takeover) while a volume's member on the disk is still in service
+// (the engine keeps a last in-sync copy), checked for every volume before any changes. A
+// disk away at a
 // start is flagged in the disk table (DiskFlagAway, away.go) until every volume on it has
 // been assembled with it again: its members are not trusted alone in their mirror, since
 // only their absent partners would know what they missed.
