@@ -63,15 +63,7 @@ func TestStaleMemberWhenCurrentCopyLeaves(t *testing.T) {
 	cfg.Disks = append(cfg.Disks, DiskConfig{Path: disks[1]})
 	p = openPool(t, cfg)
 	defer p.Close()
-	if a, err := p.Array("v"); err == nil {
-		got := make([]byte, len(old))
-		if _, err := a.ReadAt(got, 0); err == nil && bytes.Equal(got, old) {
-			t.Fatal("v is served from the member that was away: it reads the data the later writes replaced")
-		}
-	}
-	if vi := volumeInfo(t, p, "v"); vi.Health != Failed {
-		t.Fatalf("v after its only current copy left: %s, want Failed", vi.Health)
-	}
+	failedNotOld(t, p, old, "after its only current copy left")
 }
 
 // staleMemberPool leaves a pool (running) where v, a two-member volume, is known but not
@@ -181,15 +173,7 @@ func TestMirrorFlipNeverServesStale(t *testing.T) {
 	back(paths[0])
 	away(paths[1])
 	p = openPool(t, cfg)
-	if a, err := p.Array("v"); err == nil {
-		got := make([]byte, len(old))
-		if _, err := a.ReadAt(got, 0); err == nil && bytes.Equal(got, old) {
-			t.Fatal("v is served from the disk that was away while it took writes: it reads its old data")
-		}
-	}
-	if vi := volumeInfo(t, p, "v"); vi.Health != Failed {
-		t.Fatalf("v with only the member that missed its writes: %s, want Failed", vi.Health)
-	}
+	failedNotOld(t, p, old, "with only the member that missed its writes")
 	back(paths[1])
 	if _, err := p.AddDisk(DiskConfig{Path: paths[1]}); err != nil {
 		t.Fatal(err)
@@ -229,4 +213,19 @@ func volumeDiskPaths(p *Pool, name string) []string {
 		}
 	}
 	return paths
+}
+
+// failedNotOld: v, whose only current copy is out of reach, is Failed (when) and, if it is
+// served at all, never reads old, the data later writes replaced.
+func failedNotOld(t *testing.T, p *Pool, old []byte, when string) {
+	t.Helper()
+	if a, err := p.Array("v"); err == nil {
+		got := make([]byte, len(old))
+		if _, err := a.ReadAt(got, 0); err == nil && bytes.Equal(got, old) {
+			t.Fatalf("v %s is served from a member that missed writes: it reads the data they replaced", when)
+		}
+	}
+	if vi := volumeInfo(t, p, "v"); vi.Health != Failed {
+		t.Fatalf("v %s: %s, want Failed", when, vi.Health)
+	}
 }
