@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -103,8 +104,9 @@ func (r *ublkRecords) set(volumeID string, id int, present bool) error {
 // them, expandUblk needs UPDATE_SIZE). Where the kernel has ublk it then recovers every recorded device
 // a predecessor left (the kernel kept their I/O queued) and deletes every device of ours
 // that no record names, or whose volume the pool no longer has (orphans of a crash between
-// adding a device and recording it, or of a volume deleted meanwhile). A device that cannot
-// be recovered is logged and left for its NodeStageVolume retry.
+// adding a device and recording it, or of a volume deleted meanwhile; one that something
+// holds open is stopped and left for the next start after UblkOrphanDeleteTimeout). A device
+// that cannot be recovered is logged and left for its NodeStageVolume retry.
 func (a *PoolAttacher) EnableUblk(ctx context.Context, def Frontend, statePath string) error {
 	rec, err := openUblkRecords(statePath)
 	if err != nil {
@@ -132,6 +134,9 @@ func (a *PoolAttacher) EnableUblk(ctx context.Context, def Frontend, statePath s
 	return nil
 }
 
+// UblkOrphanDeleteTimeout bounds the deletion of one orphaned ublk device at start.
+const UblkOrphanDeleteTimeout = 5 * time.Second
+
 // deleteUblkOrphans deletes the ublk devices of this driver that no volume served here owns.
 func (a *PoolAttacher) deleteUblkOrphans(ctx context.Context) {
 	ids, err := ublk.List()
@@ -155,8 +160,14 @@ func (a *PoolAttacher) deleteUblkOrphans(ctx context.Context) {
 		if err != nil || !info.Ours() {
 			continue // gone meanwhile, or another server's
 		}
-		if err := ublk.Delete(ctx, id); err != nil {
-			klog.ErrorS(err, "Deleting an orphaned ublk device", "device", ublk.BlockPath(id))
+		// The kernel's DEL_DEV waits until nothing holds the device open: an orphan that
+		// something still has open (a mount left behind) would keep the plugin from ever
+		// serving. Bounded, it is stopped (its I/O fails) and left for the next start.
+		dctx, cancel := context.WithTimeout(ctx, UblkOrphanDeleteTimeout)
+		err = ublk.Delete(dctx, id)
+		cancel()
+		if err != nil {
+			klog.ErrorS(err, "Deleting an orphaned ublk device: left for the next start (something holds it open?)", "device", ublk.BlockPath(id), "timeout", UblkOrphanDeleteTimeout)
 			continue
 		}
 		klog.InfoS("Deleted an orphaned ublk device", "device", ublk.BlockPath(id), "state", info.State)

@@ -37,8 +37,9 @@ func TestNodeUblkVM(t *testing.T) {
 // volume is staged on /dev/ublkbN with ext4 while an NBD volume of the same pool stays on
 // /dev/nbdX; a writer appends and fsyncs records while the plugin's data path restarts (the
 // old attacher stops serving, a new one recovers the device from its records) and sees no
-// error; a ublk device of ours that no record names is deleted as an orphan; unstage deletes
-// the device and its record.
+// error; a ublk device of ours that no record names is deleted as an orphan (one held open is
+// stopped and left, the restart does not wait for it); unstage deletes the device and its
+// record.
 func TestNodeUblkInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestNodeUblkVM")
 	dir := t.TempDir()
@@ -100,6 +101,26 @@ func TestNodeUblkInGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 	orphan.Detach()
+	// A second one that something holds open: the kernel's DEL_DEV waits for it to be closed,
+	// and the restart must not wait with it (it is stopped and left).
+	fbHeld, err := nbd.OpenFileBackend(filepath.Join(dir, "held.img"), 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fbHeld.Close()
+	held, err := ublk.Create(ctx, fbHeld, ublk.Options{Queues: 1, Depth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldOpen, err := os.Open(held.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Detach()
+	defer func() {
+		_ = heldOpen.Close()
+		_ = ublk.Delete(context.Background(), held.ID())
+	}()
 
 	w := startRecordWriter(filepath.Join(staging, "log"))
 	time.Sleep(500 * time.Millisecond)
@@ -120,6 +141,9 @@ func TestNodeUblkInGuest(t *testing.T) {
 	t.Logf("restart took %s", time.Since(start).Round(time.Millisecond))
 	if _, err := ublk.GetInfo(ctx, orphan.ID()); err == nil {
 		t.Errorf("orphan %s still there after the restart", orphan.Path())
+	}
+	if info, err := ublk.GetInfo(ctx, held.ID()); err != nil || info.State == ublk.StateLive {
+		t.Errorf("orphan %s held open: %+v, %v after the restart; want it there, stopped", held.Path(), info, err)
 	}
 	time.Sleep(500 * time.Millisecond)
 	w.stopAndVerify(t)

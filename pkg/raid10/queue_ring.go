@@ -2,6 +2,7 @@ package raid10
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -89,7 +90,13 @@ const closeTick = 5 * time.Millisecond
 // closeRing is Close on the owner's ring: the owner's other completions are
 // dropped (it calls Close once it is done with its ring).
 func (q *Queue) closeRing() error {
-	ts := uring.Timespec{Nsec: int64(closeTick)}
+	// The kernel reads ts when the timeout is submitted, at an address taken before: on the
+	// heap and pinned, as a variable of this frame would move with the stack if it grew on
+	// the way to the submission.
+	var pin runtime.Pinner
+	ts := &uring.Timespec{Nsec: int64(closeTick)}
+	pin.Pin(ts)
+	defer pin.Unpin()
 	armed := false
 	for q.live.Load() > 0 || armed { // the timer reads ts: wait for it too
 		if cqe, ok := q.ring.PeekCQE(); ok {
@@ -105,7 +112,7 @@ func (q *Queue) closeRing() error {
 			if err != nil {
 				return fmt.Errorf("raid10: closing a ring queue: %w", err)
 			}
-			sqe.PrepTimeout(&ts)
+			sqe.PrepTimeout(ts)
 			sqe.UserData = ringTimerTag
 			armed = true
 		}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -48,9 +49,10 @@ func Available() error {
 }
 
 // control sends one control command and waits for its completion. buf, if not nil, is the
-// command's in/out buffer (addr, len). The commands START_DEV and END_USER_RECOVERY block in
-// the kernel until every queue has fetched its requests; ctx ends the wait (the ring is
-// closed, which interrupts the kernel's wait).
+// command's in/out buffer (addr, len): the kernel uses a pinned heap copy of it (kernelBuf),
+// copied back into buf when the command completes. The commands START_DEV and
+// END_USER_RECOVERY block in the kernel until every queue has fetched its requests; ctx ends
+// the wait (the ring is closed, which interrupts the kernel's wait).
 func control(ctx context.Context, cmd uint32, devID uint32, data uint64, buf []byte) error {
 	f, err := os.OpenFile(ControlPath, os.O_RDWR, 0)
 	if err != nil {
@@ -66,8 +68,9 @@ func control(ctx context.Context, cmd uint32, devID uint32, data uint64, buf []b
 	}
 	defer func() { _ = r.Close() }()
 	c := ctrlCmd{devID: devID, queueID: 0xffff, data: data}
-	if len(buf) > 0 {
-		c.addr, c.len = uint64(uintptr(unsafe.Pointer(&buf[0]))), uint16(len(buf))
+	kb := newKernelBuf(buf)
+	if kb != nil {
+		c.addr, c.len = uint64(uintptr(unsafe.Pointer(&kb.b[0]))), uint16(len(kb.b))
 	}
 	sqe, err := r.GetSQE()
 	if err != nil {
@@ -78,12 +81,15 @@ func control(ctx context.Context, cmd uint32, devID uint32, data uint64, buf []b
 	if _, err := r.Submit(); err != nil {
 		return fmt.Errorf("ublk: %s device %d: %w", ctrlName[cmd], int32(devID), err)
 	}
+	if controlSubmitted != nil {
+		controlSubmitted()
+	}
 	// Poll: a blocking wait could not be given up when ctx ends.
 	wait := 50 * time.Microsecond
 	for {
 		if cqe, ok := r.PeekCQE(); ok {
 			r.SeenCQE()
-			runtime.KeepAlive(buf)
+			kb.done(buf)
 			if err := cqe.Err(); err != nil {
 				return fmt.Errorf("ublk: %s device %d: %w", ctrlName[cmd], int32(devID), err)
 			}
@@ -91,6 +97,7 @@ func control(ctx context.Context, cmd uint32, devID uint32, data uint64, buf []b
 		}
 		select {
 		case <-ctx.Done():
+			kb.abandon()
 			return fmt.Errorf("ublk: %s device %d: %w", ctrlName[cmd], int32(devID), ctx.Err())
 		case <-time.After(wait):
 		}
@@ -98,6 +105,63 @@ func control(ctx context.Context, cmd uint32, devID uint32, data uint64, buf []b
 			wait *= 2
 		}
 	}
+}
+
+// controlSubmitted, when a test sets it, runs after each control command's submission (the
+// kernel is then working on it): TestInGuestControlStack moves the goroutine's stack there.
+var controlSubmitted func()
+
+// kernelBuf is the copy of a control command's buffer that the kernel reads and writes.
+//
+// ublk_drv runs no control command inline (it answers io_uring's non-blocking attempt with
+// EAGAIN), so each one completes on an io-wq worker after Submit has returned, while this
+// goroutine polls for it; and a Go stack is copied elsewhere when it grows or shrinks. The
+// callers' buffers (a DevInfo or Params variable) may live on the stack: the kernel then
+// wrote GET_DEV_INFO's answer to where the stack had been, the caller read zeroes, and a
+// restarted node plugin took its own device for someone else's ("not added by raid10-csi")
+// and left the pod's I/O to fail (TestRestartUblkVM under load). The copy is on the heap and
+// pinned, so it stays where the kernel was told until the command completes.
+type kernelBuf struct {
+	b   []byte
+	pin runtime.Pinner
+}
+
+// abandoned keeps the buffers of commands given up on (ctx ended) while the kernel may
+// still complete them: never reused, never freed.
+var abandoned struct {
+	sync.Mutex
+	bufs [][]byte
+}
+
+// newKernelBuf copies buf into a pinned heap buffer; nil for an empty buf.
+func newKernelBuf(buf []byte) *kernelBuf {
+	if len(buf) == 0 {
+		return nil
+	}
+	kb := &kernelBuf{b: make([]byte, len(buf))}
+	kb.pin.Pin(&kb.b[0]) // escapes, so heap-allocated; and pinned
+	copy(kb.b, buf)
+	return kb
+}
+
+// done copies the kernel's answer back into buf once the command has completed.
+func (kb *kernelBuf) done(buf []byte) {
+	if kb == nil {
+		return
+	}
+	copy(buf, kb.b)
+	kb.pin.Unpin()
+}
+
+// abandon keeps the buffer alive for good: the kernel may still write it.
+func (kb *kernelBuf) abandon() {
+	if kb == nil {
+		return
+	}
+	abandoned.Lock()
+	abandoned.bufs = append(abandoned.bufs, kb.b)
+	abandoned.Unlock()
+	kb.pin.Unpin()
 }
 
 // Features returns the UBLK_F_* flags the running kernel supports (GET_FEATURES, 6.5+). They

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -92,9 +91,11 @@ func pow2(n int) uint32 {
 // run is the queue thread. It reports on ready once every tag is fetched (or why not), then
 // serves until the kernel aborts every tag (STOP_DEV) or requestStop.
 func (q *queue) run(ready chan<- error) {
-	// Never unlocked: the thread ends with this goroutine, which the kernel's recovery
-	// needs (it takes over a queue once the old server thread is exiting).
-	lockOffMainThread()
+	runOffMainThread(func() { q.runLocked(ready) })
+}
+
+// runLocked is run's body, on the queue's own thread.
+func (q *queue) runLocked(ready chan<- error) {
 	q.tid = unix.Gettid()
 	if err := q.setup(); err != nil {
 		q.teardown()
@@ -108,18 +109,28 @@ func (q *queue) run(ready chan<- error) {
 	q.teardown()
 }
 
-// lockOffMainThread locks the goroutine to an OS thread other than the process's main
-// thread: the runtime ends a locked thread when its goroutine ends, except the main thread,
-// which it keeps, and the kernel recovers a queue only once its old thread is exiting.
-func lockOffMainThread() {
-	for i := 0; ; i++ {
-		runtime.LockOSThread()
-		if unix.Gettid() != unix.Getpid() || i == 100 {
-			return
-		}
-		runtime.UnlockOSThread()
-		time.Sleep(time.Millisecond) // resumed, most likely, on another thread
+// runOffMainThread runs f locked to an OS thread other than the process's main thread, and
+// never unlocked: the runtime ends a locked thread when its goroutine ends, which the
+// kernel's recovery needs (it takes over a queue only once the old server thread is
+// exiting), except the main thread, which it keeps. A goroutine that finds itself on the
+// main thread keeps it locked (nothing else can run there then) while f runs on a new
+// goroutine, which the scheduler must give another thread. Trying to move off it (unlock,
+// sleep, lock again) was not enough: a queue thread stayed on the main thread after 100
+// tries and its recovery in the same process made the kernel warn (TestUblkVM in a CI run).
+func runOffMainThread(f func()) {
+	runtime.LockOSThread()
+	if unix.Gettid() != unix.Getpid() {
+		f()
+		return
 	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		f()
+	}()
+	<-done
+	runtime.UnlockOSThread()
 }
 
 func (q *queue) setup() error {

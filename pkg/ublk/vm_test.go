@@ -27,17 +27,28 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "serve" {
 		os.Exit(serveHelper())
 	}
-	os.Exit(m.Run())
+	// The tests run on other goroutines; this one, on the main thread (see init in
+	// mainthread_test.go), runs what they send to onMainThread.
+	code := make(chan int, 1)
+	go func() { code <- m.Run() }()
+	for {
+		select {
+		case f := <-mainThreadFuncs:
+			f()
+		case c := <-code:
+			os.Exit(c)
+		}
+	}
 }
 
-// TestUblkVM boots the 6.12 kernel and runs TestInGuestAttach, TestInGuestKill9 and
-// TestInGuestRing there (one boot); each must pass.
+// TestUblkVM boots the 6.12 kernel and runs TestInGuestAttach, TestInGuestKill9,
+// TestInGuestRing and TestInGuestControlStack there (one boot); each must pass.
 func TestUblkVM(t *testing.T) {
 	vm.HostHalf(t)
 	vm.RunGoTestOpts(t, vm.Options{Timeout: 10 * time.Minute, Memory: 2048,
 		KernelSeries: vm.UblkKernelSeries, Modules: append(slices.Clone(vm.DefaultModules), "ublk_drv"),
-		Tests: []string{"TestInGuestAttach", "TestInGuestKill9", "TestInGuestRing"}},
-		".", "-test.run=^TestInGuest(Attach|Kill9|Ring)$", "-test.v", "-test.timeout=9m")
+		Tests: []string{"TestInGuestAttach", "TestInGuestKill9", "TestInGuestRing", "TestInGuestControlStack"}},
+		".", "-test.run=^TestInGuest(Attach|Kill9|Ring|ControlStack)$", "-test.v", "-test.timeout=9m")
 }
 
 func inGuest(t *testing.T) {

@@ -385,14 +385,17 @@ type Timespec struct {
 
 // PrepTimeout makes sqe a relative timeout of ts: it completes with -ETIME once ts has
 // passed (a wake-up for an owner that waits on its ring for something that arrives
-// elsewhere). The kernel reads ts when the SQE is submitted: keep it unchanged until then.
+// elsewhere). The kernel reads ts when the SQE is submitted: keep it unchanged and unmoved
+// until then (not in a variable on the goroutine's stack, which moves when it grows: pin a
+// heap copy).
 func (sqe *SQE) PrepTimeout(ts *Timespec) {
 	sqe.Opcode = OpTimeout
 	sqe.Addr, sqe.Len = uint64(uintptr(unsafe.Pointer(ts))), 1
 }
 
 // PrepRead makes sqe a read of len(buf) bytes at off from fd into buf. buf must stay alive
-// and unmoved until the completion.
+// and unmoved until the completion: heap memory (a goroutine's stack moves when it grows or
+// shrinks), or memory outside the Go heap.
 func (sqe *SQE) PrepRead(fd int, buf []byte, off uint64) {
 	sqe.Opcode, sqe.Fd, sqe.Off = OpRead, int32(fd), off
 	sqe.Addr, sqe.Len = bufAddr(buf), uint32(len(buf))
