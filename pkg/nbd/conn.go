@@ -187,9 +187,9 @@ func (c *conn) transmit() error {
 	}
 	if gone {
 		_ = c.nc.Close()
-		if dropped, orphaned := c.end(); dropped+orphaned > 0 {
+		if dropped, orphaned, running := c.end(); dropped+orphaned > 0 {
 			klog.InfoS("NBD client gone, its requests left unanswered", "export", c.exp.Name,
-				"dropped", dropped, "stillRunning", orphaned, "err", rerr)
+				"dropped", dropped, "stillRunning", orphaned, "running", running, "err", rerr)
 		}
 	}
 	close(c.work)

@@ -1,6 +1,7 @@
 package nbd
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,8 +150,9 @@ func (f *fence) blockedLocked(r *request) bool {
 // dropped: nobody is left to answer, and the kernel re-sends them elsewhere. Requests
 // started become orphans: those running finish unanswered, the modifying ones fenced until
 // they do; those waiting in the fence stop waiting and never run. It returns how many
-// requests it dropped and orphaned.
-func (c *conn) end() (dropped, orphaned int) {
+// requests it dropped and orphaned, and describes the first few orphans that were running
+// (what a stuck backend request was, for the log).
+func (c *conn) end() (dropped, orphaned int, running []string) {
 	f := &c.exp.fence
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -172,12 +174,23 @@ func (c *conn) end() (dropped, orphaned int) {
 			if r.modifies() {
 				f.addLocked(r)
 			}
+			if len(running) < maxOrphansLogged {
+				running = append(running, r.describe())
+			}
 		}
 	}
 	if orphaned > 0 {
 		f.cond.Broadcast() // a request waiting in the fence stops waiting
 	}
-	return dropped, orphaned
+	return dropped, orphaned, running
+}
+
+// maxOrphansLogged bounds the running orphans end describes.
+const maxOrphansLogged = 4
+
+// describe names a request by command, range and age, e.g. "cmd 1 [4096+4096) for 12.5s".
+func (r *request) describe() string {
+	return fmt.Sprintf("cmd %d [%d+%d) for %s", r.cmd, r.off, r.length, (time.Since(epoch) - r.start).Round(time.Millisecond))
 }
 
 // guard starts the guard unless it runs. The reader calls it for each modifying request.

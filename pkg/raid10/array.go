@@ -1,6 +1,7 @@
 package raid10
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -274,6 +275,13 @@ func (a *Array) ChunkSize() int64 { return a.geo.chunk }
 
 // UUID is the array UUID.
 func (a *Array) UUID() [16]byte { return a.uuid }
+
+// logID is the array's UUID as the logs give it (8-4-4-4-12 hex digits, as the pool names
+// its volumes' UUIDs), so that an engine line names its volume.
+func (a *Array) logID() string {
+	u := a.uuid
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
 
 func (a *Array) check(off, n int64, raw bool) error {
 	if off < 0 || n < 0 || off%BlockSize != 0 || n%BlockSize != 0 {

@@ -127,13 +127,13 @@ func (a *Array) deadlineMonitor() {
 				if !r.slowLast.Swap(true) {
 					s.slowLast.Add(1)
 					klog.ErrorS(errTimedOut, "raid10: member holding the last in-sync copy of some chunk passed the deadline: not failed, its requests wait",
-						"member", s.idx, "deadline", a.timeout(), "requests", stuck)
+						"array", a.logID(), "member", s.idx, "deadline", a.timeout(), "requests", stuck)
 				}
 				continue
 			}
 			r.timedOut.Store(true)
 			s.timeouts.Add(1)
-			klog.ErrorS(errTimedOut, "raid10: member request passed the deadline, failing the member", "member", s.idx, "deadline", a.timeout(), "requests", stuck)
+			klog.ErrorS(errTimedOut, "raid10: member request passed the deadline, failing the member", "array", a.logID(), "member", s.idx, "deadline", a.timeout(), "requests", stuck)
 			a.kill(r)
 			// Not on this goroutine: the superblock writes may take a
 			// while, and other members are watched meanwhile.

@@ -36,11 +36,11 @@ func (a *Array) memberFailedLocked(s *slot, r *memberRef, op string, err error) 
 	}
 	if !a.canFailLocked(s) {
 		if !s.broken.Swap(true) {
-			klog.ErrorS(err, "raid10: last copy failed, array failed", "member", s.idx, "op", op)
+			klog.ErrorS(err, "raid10: last copy failed, array failed", "array", a.logID(), "member", s.idx, "op", op)
 		}
 		return
 	}
-	klog.ErrorS(err, "raid10: member failed", "member", s.idx, "op", op)
+	klog.ErrorS(err, "raid10: member failed", "array", a.logID(), "member", s.idx, "op", op)
 	s.failing.Store(true)
 	a.writeSuperblocksLocked(true, false)
 }
@@ -62,7 +62,7 @@ func (a *Array) failed(s *slot, r *memberRef, err error, off, length int64) bool
 	}
 	if !a.canFailLocked(s) && length > 0 {
 		if a.recordBadLocked(s, r, off, length) {
-			klog.ErrorS(err, "raid10: write error on a member holding a last copy: range recorded bad", "member", s.idx, "offset", off, "length", length)
+			klog.ErrorS(err, "raid10: write error on a member holding a last copy: range recorded bad", "array", a.logID(), "member", s.idx, "offset", off, "length", length)
 			return true
 		}
 	}
@@ -102,7 +102,7 @@ func (a *Array) FailMember(slot int) error {
 	if !a.canFailLocked(s) {
 		return fmt.Errorf("%w: slot %d", ErrLastCopy, slot)
 	}
-	klog.InfoS("raid10: member failed by request", "member", slot)
+	klog.InfoS("raid10: member failed by request", "array", a.logID(), "member", slot)
 	s.failing.Store(true)
 	a.writeSuperblocksLocked(true, false)
 	if MemberState(s.state.Load()) != MemberFaulty {

@@ -355,7 +355,7 @@ func (a *Array) superblockLocked(clean bool) superblock {
 // table must then be written again). Caller holds metaMu.
 func (a *Array) writeSuperblockRoundLocked(sb *superblock) (durable, failed bool) {
 	fail := func(s *slot, what string, err error) {
-		klog.ErrorS(err, "raid10: superblock "+what+" failed", "member", s.idx)
+		klog.ErrorS(err, "raid10: superblock "+what+" failed", "array", a.logID(), "member", s.idx)
 		s.writeErrs.Add(1)
 		if a.canFailLocked(s) {
 			s.failing.Store(true)
