@@ -20,6 +20,11 @@
 // added with UBLK_F_USER_RECOVERY|UBLK_F_USER_RECOVERY_REISSUE and marked "r10c" in their
 // server flags (which the kernel keeps), so a restarted node plugin finds its own.
 //
+// ublk_drv runs no control command inline: it answers io_uring's non-blocking attempt with
+// EAGAIN, so each command completes on an io-wq worker after the submission returned. The
+// buffer at addr is therefore a pinned heap copy of the caller's (kernelBuf), never the
+// caller's variable, which may sit on a goroutine stack that moves while the kernel works.
+//
 // GET_FEATURES (Features) returns the UBLK_F_* flags the kernel knows: Required names what
 // every volume operation needs (the frontend auto of package attach takes ublk only where
 // all are there), Report the newer ones a volume's status shows. UPDATE_SIZE (Linux 6.16,
