@@ -109,7 +109,7 @@ vet: ## go vet alone (make lint runs the same analyzers through golangci-lint's 
 	$(GO) vet ./...
 
 .PHONY: ci-cold
-ci-cold: ## Time a cold CI run on this machine: .ci/run in a clean clone with empty caches (a HOME of its own; DIR, default /tmp/raid10-ci-cold). Needs a quiet machine, ~1 h.
+ci-cold: ## Time a cold CI run on this machine: .ci/run in a clean clone with empty caches (a HOME of its own; DIR, default ~/raid10-ci-cold, not under /tmp). Needs a quiet machine, ~1 h.
 	bash hack/ci-cold.sh $(DIR)
 
 .PHONY: generate

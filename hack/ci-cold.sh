@@ -5,7 +5,12 @@
 # cannot make cold is the machine itself: Debian packages already installed are not installed
 # again (a fresh machine spends its apt time there; .ci/run prints that phase's time).
 #
-#   bash hack/ci-cold.sh [DIR]      (DIR: scratch directory, default /tmp/raid10-ci-cold)
+#   bash hack/ci-cold.sh [DIR]      (DIR: scratch directory, default ~/raid10-ci-cold)
+#
+# DIR must not be under /tmp, /var/tmp, /run or /dev/shm: the VM guests mount a tmpfs of
+# their own there (test/vm's doc), so the tools, images and test binaries cached under the
+# run's HOME would be invisible to them (a run under /tmp failed every VM test that execs a
+# host binary: "no such file or directory").
 #
 # The clone, the HOME and the log (DIR/ci.log) stay in DIR for a look afterwards; remove DIR to
 # free its disk (about 15 GiB after a whole run). The figures mean something only on a quiet
@@ -13,7 +18,14 @@
 # 1.5 says so.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir=${1:-/tmp/raid10-ci-cold}
+dir=${1:-$HOME/raid10-ci-cold}
+dir=$(realpath -m "$dir")
+case $dir/ in
+/tmp/* | /var/tmp/* | /run/* | /dev/shm/*)
+  echo "ci-cold: $dir is under a directory the VM guests hide behind their own tmpfs; name another (default ~/raid10-ci-cold)" >&2
+  exit 2
+  ;;
+esac
 if [[ -e $dir ]]; then
   echo "ci-cold: $dir exists; remove it or name another directory" >&2
   exit 2
