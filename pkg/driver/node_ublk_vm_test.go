@@ -32,6 +32,36 @@ func TestNodeUblkVM(t *testing.T) {
 		".", "-test.run=^TestNodeUblk(Grow)?InGuest$", "-test.v", "-test.timeout=5m")
 }
 
+// orphanUblk adds a ublk device of ours over a 16 MiB file at path and leaves it with no
+// server and no record, as a crash between adding and recording would; with hold, the test
+// keeps its block device open. When t ends the hold is closed and the device deleted.
+func orphanUblk(t *testing.T, ctx context.Context, path string, hold bool) *ublk.Device {
+	t.Helper()
+	fb, err := nbd.OpenFileBackend(path, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fb.Close() })
+	d, err := ublk.Create(ctx, fb, ublk.Options{Queues: 1, Depth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f *os.File
+	if hold {
+		if f, err = os.Open(d.Path()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Detach()
+	t.Cleanup(func() {
+		if f != nil {
+			_ = f.Close()
+		}
+		_ = ublk.Delete(context.Background(), d.ID())
+	})
+	return d
+}
+
 // TestNodeUblkInGuest drives the node service with a StorageClass that asks for ublk (and
 // checks auto's choice against the kernel's ublk features): the
 // volume is staged on /dev/ublkbN with ext4 while an NBD volume of the same pool stays on
@@ -90,37 +120,11 @@ func TestNodeUblkInGuest(t *testing.T) {
 		t.Fatal("frontend iscsi accepted")
 	}
 
-	// An orphan: a device of ours that no record names (a crash between adding and recording).
-	fb, err := nbd.OpenFileBackend(filepath.Join(dir, "orphan.img"), 16<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fb.Close()
-	orphan, err := ublk.Create(ctx, fb, ublk.Options{Queues: 1, Depth: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	orphan.Detach()
-	// A second one that something holds open: the kernel's DEL_DEV waits for it to be closed,
-	// and the restart must not wait with it (it is stopped and left).
-	fbHeld, err := nbd.OpenFileBackend(filepath.Join(dir, "held.img"), 16<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fbHeld.Close()
-	held, err := ublk.Create(ctx, fbHeld, ublk.Options{Queues: 1, Depth: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	heldOpen, err := os.Open(held.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	held.Detach()
-	defer func() {
-		_ = heldOpen.Close()
-		_ = ublk.Delete(context.Background(), held.ID())
-	}()
+	// An orphan: a device of ours that no record names (a crash between adding and recording);
+	// and a second one that something holds open: the kernel's DEL_DEV waits for it to be
+	// closed, and the restart must not wait with it (it is stopped and left).
+	orphan := orphanUblk(t, ctx, filepath.Join(dir, "orphan.img"), false)
+	held := orphanUblk(t, ctx, filepath.Join(dir, "held.img"), true)
 
 	w := startRecordWriter(filepath.Join(staging, "log"))
 	time.Sleep(500 * time.Millisecond)

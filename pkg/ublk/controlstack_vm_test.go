@@ -5,8 +5,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/raid10-csi/raid10-csi/test/vm"
 )
 
 // growStack uses about depth KiB of this goroutine's stack, so that the runtime copies the
@@ -33,16 +31,7 @@ func TestInGuestControlStack(t *testing.T) {
 	inGuest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	arr, err := openArray(vm.SparseFiles(t, t.TempDir(), "m", 4, 32<<20), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = arr.Close() }()
-	d, err := Create(ctx, arr, Options{Queues: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = d.Delete(context.WithoutCancel(ctx)) }()
+	_, d := servedArray(t, ctx, 32<<20, Options{Queues: 2})
 
 	var mu sync.Mutex
 	depth := 0

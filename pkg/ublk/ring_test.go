@@ -19,16 +19,7 @@ func TestInGuestRing(t *testing.T) {
 	inGuest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	arr, err := openArray(vm.SparseFiles(t, t.TempDir(), "m", 4, 96<<20), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = arr.Close() }()
-	d, err := Create(ctx, arr, Options{Queues: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = d.Delete(ctx) }()
+	arr, d := servedArray(t, ctx, 96<<20, Options{Queues: 2})
 	dev := d.Path()
 
 	vm.FioVerify(t, vm.FioJob{Name: "healthy", File: dev, Size: "16M", IODepth: 32})

@@ -68,6 +68,24 @@ func openArray(paths []string, create bool) (*raid10.Array, error) {
 	return raid10.Assemble(ms, raid10.AssembleOptions{})
 }
 
+// servedArray creates a raid10 array over four sparse member files of memberSize bytes and
+// serves it on a ublk device made with opts; when t ends the device is deleted, then the
+// array closed.
+func servedArray(t *testing.T, ctx context.Context, memberSize int64, opts Options) (*raid10.Array, *Device) {
+	t.Helper()
+	arr, err := openArray(vm.SparseFiles(t, t.TempDir(), "m", 4, memberSize), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = arr.Close() })
+	d, err := Create(ctx, arr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Delete(context.WithoutCancel(ctx)) })
+	return arr, d
+}
+
 // TestInGuestAttach serves a raid10 array over ublk: the block device's limits, ext4 with
 // fio verification, flush and discard reaching the backend, a detach and recovery in the
 // same process with the data kept, then a delete that leaves no device.

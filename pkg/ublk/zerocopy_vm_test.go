@@ -26,16 +26,7 @@ func TestInGuestZeroCopy(t *testing.T) {
 	if f := checkKernelFeatures(t, ctx); !f.Has(FlagAutoBufReg) {
 		t.Fatalf("kernel without AUTO_BUF_REG: %s", f)
 	}
-	arr, err := openArray(vm.SparseFiles(t, t.TempDir(), "m", 4, 96<<20), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = arr.Close() }()
-	d, err := Create(ctx, arr, Options{Queues: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = d.Delete(ctx) }()
+	arr, d := servedArray(t, ctx, 96<<20, Options{Queues: 2})
 	if !d.ZeroCopy() {
 		t.Fatalf("device flags %s: Create did not take zero copy", d.Info().Flags)
 	}
