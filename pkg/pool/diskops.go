@@ -250,10 +250,7 @@ func (p *Pool) replaceOnto(old, target *disk) error {
 	// switched another volume's slot to the new extent left that volume's labels naming
 	// old: the next start trusted old's stale extent as in sync (pool matrix seed
 	// 1796538883828929786, wrong data).
-	for _, pl := range plans {
-		if pl.v.arr == nil {
-			continue
-		}
+	for _, pl := range plans { // only assembled volumes have a plan (see above)
 		for _, m := range pl.v.arr.Status().Members {
 			if m.Slot == pl.slot && (m.State == raid10.MemberInSync || m.State == raid10.MemberRecovering) {
 				return fmt.Errorf("%w: %s's member on disk %s is still in service (the last in-sync copy of some of its data): disk %s cannot be replaced until that volume has another copy",
