@@ -5,7 +5,8 @@
 #
 # Every tool is built in ONE throwaway module under a temporary directory (so the project's
 # go.mod never sees kube-apiserver's dependency tree) that requires all of them at their
-# pins: minimal version selection gives the Kubernetes binaries, etcd and the CSI sidecars one
+# pins: minimal version selection gives the Kubernetes binaries, etcd, the CSI sidecars and
+# the CSI layer's tools (helm, controller-gen, kubeconform; hack/csi-tools.sh) one
 # version of each shared dependency (client-go, apimachinery, grpc, protobuf,
 # OpenTelemetry...), so each shared package is compiled once for all of them instead of once
 # per tool; the pins in hack/versions.sh are chosen so that they agree (KUBE_VERSION's go.mod
@@ -50,14 +51,16 @@ trap 'rm -rf "$WORK"' EXIT
 
 log() { echo "build-tools: $*" >&2; }
 
-# binary_ok PATH: the cached binary exists and runs --version (kubectl: version --client).
+# binary_ok PATH: the cached binary exists and prints its version (--version; kubectl:
+# version --client; helm: version; kubeconform: -v).
 binary_ok() {
   [[ -x $1 ]] || return 1
-  if [[ $(basename "$1") == kubectl ]]; then
-    "$1" version --client >/dev/null 2>&1
-  else
-    "$1" --version >/dev/null 2>&1
-  fi
+  case $(basename "$1") in
+    kubectl) "$1" version --client >/dev/null 2>&1 ;;
+    helm) "$1" version >/dev/null 2>&1 ;;
+    kubeconform) "$1" -v >/dev/null 2>&1 ;;
+    *) "$1" --version >/dev/null 2>&1 ;;
+  esac
 }
 
 # kube_staging_replaces DIR: k8s.io/kubernetes's go.mod requires the k8s.io/<staging>
@@ -87,6 +90,9 @@ MODULES=(
   "github.com/kubernetes-csi/external-provisioner/v6@$PROVISIONER_VERSION"
   "github.com/kubernetes-csi/external-resizer/v2@$RESIZER_VERSION"
   "github.com/kubernetes-csi/external-snapshotter/v8@$SNAPSHOTTER_VERSION"
+  "helm.sh/helm/v3@$HELM_VERSION"
+  "sigs.k8s.io/controller-tools@$CONTROLLER_GEN_VERSION"
+  "github.com/yannh/kubeconform@$KUBECONFORM_VERSION"
 )
 
 # tools_module sets MODULE_DIR to the shared throwaway module, creating it on the first call
@@ -191,6 +197,8 @@ main() {
     "$k/kube-scheduler@$KUBE_VERSION" "$k/kubelet@$KUBE_VERSION" "$k/kubectl@$KUBE_VERSION"
     "$prov/cmd/csi-provisioner@$PROVISIONER_VERSION" "$rsz/cmd/csi-resizer@$RESIZER_VERSION"
     "$snap/cmd/csi-snapshotter@$SNAPSHOTTER_VERSION" "$snap/cmd/snapshot-controller@$SNAPSHOTTER_VERSION"
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
+    "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
   )
 
   # kube-apiserver first: it compiles most of what the others share.
@@ -225,6 +233,20 @@ main() {
     csi-snapshotter=$snap/cmd/csi-snapshotter snapshot-controller=$snap/cmd/snapshot-controller
   env_export RAID10_CSI_SNAPSHOTTER "$CACHE/external-snapshotter-$SNAPSHOTTER_VERSION/csi-snapshotter"
   env_export RAID10_SNAPSHOT_CONTROLLER "$CACHE/external-snapshotter-$SNAPSHOTTER_VERSION/snapshot-controller"
+
+  # The CSI layer's tools (hack/csi-tools.sh finds them here, in the directories its own `go
+  # install` fallback uses): helm (deploy/, the story's installs), controller-gen (CRDs,
+  # deepcopy) and kubeconform. Built in the shared module they compile the Kubernetes
+  # libraries (v0.37.0 in their own go.mod, v0.37.2 here) once with the binaries above;
+  # `make verify` built them on its own and took 210 s of a cold run (issue 24). Their
+  # version stamps are set as their releases set them: controller-gen writes its version
+  # into every CRD, and reads it from the main module, which is not its own here.
+  LDFLAGS="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    build_go_tool "helm-$HELM_VERSION" helm=helm.sh/helm/v3/cmd/helm
+  LDFLAGS="-X sigs.k8s.io/controller-tools/pkg/version.version=$CONTROLLER_GEN_VERSION" \
+    build_go_tool "controller-gen-$CONTROLLER_GEN_VERSION" controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
+  LDFLAGS="-X main.version=$KUBECONFORM_VERSION" \
+    build_go_tool "kubeconform-$KUBECONFORM_VERSION" kubeconform=github.com/yannh/kubeconform/cmd/kubeconform
 
   {
     echo "# Written by hack/build-tools.sh; sourced by hack/tool-env.sh."

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pinned Go-built tools of the CSI layer: controller-gen (CRDs, deepcopy), helm (renders
-# the chart into deploy/) and kubeconform (validates the rendered manifests). Each is built
-# with `go install` into the tool cache, keyed by its version in hack/versions.sh, so a second
-# run skips it.
+# the chart into deploy/) and kubeconform (validates the rendered manifests), cached under the
+# tool cache keyed by its version in hack/versions.sh. hack/build-tools.sh (`make deps`)
+# builds them there with the Kubernetes binaries, sharing their compiles; a tool still
+# missing when csi_tool asks for it is built alone with `go install`.
 #
 #   bash hack/csi-tools.sh              # builds all three
 #   source hack/csi-tools.sh; csi_tool helm   # prints the binary's path, building it if missing

@@ -40,7 +40,7 @@ func TestAdminSocketVM(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	for _, b := range []string{"raid10-csi", "kubectl-raid10"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, b), "github.com/raid10-csi/raid10-csi/cmd/"+b).CombinedOutput()
+		out, err := vm.GoCommand(context.Background(), "build", "-o", filepath.Join(dir, b), "github.com/raid10-csi/raid10-csi/cmd/"+b).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go build cmd/%s: %v\n%s", b, err, out)
 		}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -46,9 +47,8 @@ func goBuild(t testing.TB, root, pkg string) string {
 	t.Helper()
 	dir := filepath.Join(vm.CacheDir(), "cluster", "bin")
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd := vm.GoCommand(context.Background(), "build", "-o", out, pkg)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}

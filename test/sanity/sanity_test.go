@@ -78,12 +78,12 @@ func TestSanityVM(t *testing.T) {
 			return p
 		}
 		began := time.Now()
-		name, flags := "raid10-csi", []string{"build"}
+		name, flags := "raid10-csi", []string{}
 		if race {
-			name, flags = "raid10-csi-race", []string{"build", "-race"}
+			name, flags = "raid10-csi-race", []string{"-race"}
 		}
 		plugin := filepath.Join(binDir, name)
-		cmd := exec.Command("go", append(flags, "-o", plugin, "github.com/raid10-csi/raid10-csi/cmd/raid10-csi")...)
+		cmd := vm.GoCommand(context.Background(), "build", append(flags, "-o", plugin, "github.com/raid10-csi/raid10-csi/cmd/raid10-csi")...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build cmd/raid10-csi (race %v): %v\n%s", race, err, out)
 		}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -285,7 +286,7 @@ func BuildGoTest(ctx context.Context, pkg string, flags ...string) (bin, dir str
 	cleanup = func() { _ = os.RemoveAll(tmp) }
 	bin = filepath.Join(tmp, filepath.Base(dir)+".test")
 	stderr.Reset()
-	build := exec.CommandContext(ctx, "go", append(append([]string{"test", "-c", "-o", bin}, flags...), pkg)...)
+	build := GoCommand(ctx, "test", append(append([]string{"-c", "-o", bin}, flags...), pkg)...)
 	build.Stderr = &stderr
 	build.Stdout = &stderr
 	if err := build.Run(); err != nil {
@@ -328,4 +329,24 @@ func (l *lineLogger) flush() {
 		l.t.Log("guest: " + string(l.buf))
 		l.buf = nil
 	}
+}
+
+// GoCommand returns the command `go <verb> <args...>` for a test that builds a binary
+// (verb "build", or "test" with -c). A build without -race in args runs with CGO_ENABLED=0
+// and -trimpath: the flags of the plugin image (hack/image.sh, the Dockerfile) and of `make
+// lint`, so that every non-race build of a run (test binaries for the guest, plugins,
+// images, lint's export data) compiles each package once. With other flags each set
+// compiled the Kubernetes client libraries again: a cold run compiled them in three
+// configurations (issue 24). A -race build keeps cgo, which the race detector needs; its
+// compiles are those of `go test -race`.
+func GoCommand(ctx context.Context, verb string, args ...string) *exec.Cmd {
+	race := slices.Contains(args, "-race")
+	if !race {
+		args = append([]string{"-trimpath"}, args...)
+	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{verb}, args...)...)
+	if !race {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	}
+	return cmd
 }
