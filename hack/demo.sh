@@ -55,7 +55,9 @@ sock="$work/run/nbd/demo.sock"
 uri="nbd+unix:///?socket=$sock"
 
 step "Build kubectl-raid10 (local admin tool and standalone node agent)"
-(cd "$repo" && go build -o "$work/bin/kubectl-raid10" ./cmd/kubectl-raid10)
+# cgo off and -trimpath, as the image's build: one compile of each package serves both, and
+# make lint's and the tests' (test/vm's GoCommand) too.
+(cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$work/bin/kubectl-raid10" ./cmd/kubectl-raid10)
 say "$work/bin/kubectl-raid10"
 
 step "Make 4 sparse files of $disk_size as disks"

@@ -23,7 +23,9 @@ out=${IMAGE_OUT:-_output/image}
 mkdir -p "$out/bin" "$CACHE/image"
 t0=$SECONDS
 
-spec=$(go run ./hack/image -print-packages)
+# Every go command here builds with cgo off and -trimpath, the flags of the plugin's build
+# below: its compiles are then shared with make lint and the tests' non-race builds.
+spec=$(CGO_ENABLED=0 go run -trimpath ./hack/image -print-packages)
 read -r suite pkgs <<<"$spec"
 # Bump when the mmdebstrap options below change: it is part of the cache key.
 recipe=1
@@ -70,5 +72,5 @@ if [[ -f $CACHE/env.sh ]]; then
     sidecars+=(-sidecar "raid10-csi/$(basename "$bin"):${version##*-}=$bin")
   done
 fi
-go run ./hack/image -rootfs "$rootfs" -bin "$out/bin" -pause "$out/bin/pause" "${sidecars[@]}" -out "$out"
+CGO_ENABLED=0 go run -trimpath ./hack/image -rootfs "$rootfs" -bin "$out/bin" -pause "$out/bin/pause" "${sidecars[@]}" -out "$out"
 echo "image: done in $((SECONDS - t0))s"

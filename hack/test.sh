@@ -62,7 +62,7 @@ if ((rc != 0)); then
 fi
 echo
 echo "== skips (allow-list: hack/skips.txt)"
-go run ./hack/skipcheck -allow hack/skips.txt "$log"
+CGO_ENABLED=0 go run -trimpath ./hack/skipcheck -allow hack/skips.txt "$log"
 skiprc=$?
 if ((rc == 0 && skiprc != 0)); then
   rc=$skiprc
