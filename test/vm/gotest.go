@@ -340,13 +340,10 @@ func (l *lineLogger) flush() {
 // configurations (issue 24). A -race build keeps cgo, which the race detector needs; its
 // compiles are those of `go test -race`.
 func GoCommand(ctx context.Context, verb string, args ...string) *exec.Cmd {
-	race := slices.Contains(args, "-race")
-	if !race {
-		args = append([]string{"-trimpath"}, args...)
+	if slices.Contains(args, "-race") {
+		return exec.CommandContext(ctx, "go", append([]string{verb}, args...)...)
 	}
-	cmd := exec.CommandContext(ctx, "go", append([]string{verb}, args...)...)
-	if !race {
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{verb, "-trimpath"}, args...)...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	return cmd
 }
