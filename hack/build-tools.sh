@@ -95,30 +95,59 @@ MODULES=(
   "github.com/yannh/kubeconform@$KUBECONFORM_VERSION"
 )
 
+# The project's checkout (its go.mod joins the shared module's requirements).
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# A module's version as a module resolves it: {{.Version}}, or its replacement's.
+VERSION_FORMAT='{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}'
+
 # tools_module sets MODULE_DIR to the shared throwaway module, creating it on the first call
 # (call it in this shell, not in $(...), or the next call creates it again): it requires
-# every MODULES pin, replaces k8s.io/kubernetes's staging modules, resolves the packages of
-# PACKAGES, and checks that each pin resolved to itself.
+# every MODULES pin and the project's own build list, replaces k8s.io/kubernetes's staging
+# modules, resolves the packages of PACKAGES, and checks that each pin resolved to itself.
+#
+# Why the project's build list: a compiled package is reused from the Go build cache only
+# if its flags (the same here and in the project's non-race builds: CGO_ENABLED=0
+# -trimpath) and every dependency below it are the same versions. With the project's
+# requirements in, minimal version selection gives the tools the project's version of every
+# module they share, or a newer one; when the project's go.mod holds at least the tools'
+# versions (a line below names any module where it does not), the project's lint and
+# non-race test builds reuse the tools' compiles of client-go, apimachinery, grpc... instead
+# of compiling them again (issue 24).
 MODULE_DIR=""
 PACKAGES=()
 tools_module() {
   [[ -z $MODULE_DIR ]] || return 0
-  local dir=$WORK/tools start=$SECONDS m args=()
+  local dir=$WORK/tools start=$SECONDS m args=() ours
   mkdir -p "$dir"
   for m in "${MODULES[@]}"; do args+=("-require=$m"); done
+  ours=$(cd "$ROOT" && go list -m -f '{{if not .Main}}{{.Path}}@{{.Version}}{{end}}' all)
+  for m in $ours; do args+=("-require=$m"); done
   (
     cd "$dir"
     go mod init raid10-csi-tools >/dev/null 2>&1
     go mod edit "${args[@]}"
     kube_staging_replaces "$dir"
     go get "${PACKAGES[@]}" >get.log 2>&1 || { cat get.log >&2; exit 1; }
-    local got
+    local got path want
     for m in "${MODULES[@]}"; do
       got=$(go list -m -f '{{.Version}}' "${m%@*}")
       [[ $got == "${m#*@}" ]] || { log "${m%@*}: pinned ${m#*@}, but the shared module resolves $got (hack/versions.sh)"; exit 1; }
     done
+    # Modules the project builds packages of, and the tools need newer than the project's
+    # go.mod has: the project compiles them, and every package above them, a second time.
+    # Not an error; `go get` them in the project to share.
+    local built modules='{{with .Module}}{{if not .Main}}{{.Path}}{{end}}{{end}}'
+    built=$(comm -12 <(go list -deps -f "$modules" "${PACKAGES[@]%@*}" | sort -u) \
+      <(cd "$ROOT" && go list -deps -test -f "$modules" ./... | sort -u))
+    while read -r path got; do
+      grep -qxF "$path" <<<"$built" || continue
+      want=$(awk -F@ -v p="$path" '$1 == p { print $2; exit }' <<<"$ours")
+      [[ -z $want || $got == "$want" ]] ||
+        log "note: the tools need $path $got, the project's go.mod has $want (go get $path@$got shares its compiles)"
+    done < <(go list -m -f "$VERSION_FORMAT" all)
   ) >&2
-  log "shared module of ${#MODULES[@]} modules ready in $((SECONDS - start))s"
+  log "shared module of ${#MODULES[@]} modules and the project's $(wc -w <<<"$ours") ready in $((SECONDS - start))s"
   MODULE_DIR=$dir
 }
 
