@@ -75,6 +75,16 @@
 // not the pod replacement (docs/install.md has the figures). Every ioverify pod must log no
 // ERROR line at any step.
 //
+// The encrypted step (crypt_test.go; issue 27) provisions a claim of a StorageClass with
+// encrypted: "true" and the node-stage Secret: the real csi-provisioner names the Secret in
+// the PV, the kubelet passes the key to NodeStageVolume, and the node plugin's container
+// formats and opens LUKS2 over the volume's device (the chart's node.crypt values set pbkdf2
+// with 1,000 iterations, as the VM tests do: argon2id's tuned seconds on the emulated CPUs
+// test nothing here). Its pod writes ioverify blocks carrying a marker, as io-xfs's carry
+// another; the host then reads the pool's four disk images: both copies of every io-xfs
+// block are there (the scan's positive control), and the encrypted pod's marker nowhere.
+// The claim is deleted at the end of the step, before step 6 grows the ext4 claim in place.
+//
 // The reboot (step 7) stops the node as a real shutdown does: the kubelet, then containerd,
 // then SIGTERM to every container left under its shim with a 15 s grace period, then power
 // off. The node plugin then removes its registration socket; after a power cut it stays, and

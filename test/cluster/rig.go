@@ -324,7 +324,10 @@ func (r *Rig) Boot(ctx context.Context) {
 		Modules: []string{"nbd", "ext4", "xfs", "overlay", "nvme", "virtio_blk", "virtio_net",
 			"bridge", "veth", "br_netfilter", "nf_tables", "nft_compat", "nft_chain_nat", "nft_masq",
 			"xt_MASQUERADE", "xt_comment", "xt_addrtype", "xt_conntrack", "nf_nat", "nf_conntrack",
-			"dm_mod", "loop"},
+			"dm_mod", "loop",
+			// dm-crypt for the encrypted claim (its LUKS2 default: aes-xts-plain64; the
+			// kernel's crypto user API for cryptsetup's checks).
+			"dm_crypt", "xts", "algif_skcipher"},
 		ModuleParams: map[string]string{"nbd": "nbds_max=32"},
 		Env: []string{
 			"RAID10_RIG=" + nodeDir,

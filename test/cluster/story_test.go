@@ -54,6 +54,9 @@ type story struct {
 	sidecars map[string]string
 	// free0 and capacity0: the Raid10Node's free bytes and the CSIStorageCapacity before any claim.
 	free0, capacity0 int64
+	// plainMarker starts every block that io-xfs writes (a plain volume), encMarker every
+	// block io-enc writes (an encrypted one): the encrypted step looks for both on the disks.
+	plainMarker, encMarker string
 }
 
 // step runs one step of the story and records its time.
@@ -74,7 +77,7 @@ func (s *story) step(name string, f func(ctx context.Context)) {
 // expansion, a node reboot, deletion and uninstall. See doc.go.
 func TestClusterStory(t *testing.T) {
 	Require(t)
-	s := &story{t: t, root: repoRoot(t)}
+	s := &story{t: t, root: repoRoot(t), plainMarker: "r10-plain-" + randHex(t), encMarker: "r10-secret-" + randHex(t)}
 	s.helm = helmBinary(t, s.root)
 	s.plugin = goBuild(t, s.root, "./cmd/kubectl-raid10")
 	images := buildImages(t, s.root)
@@ -108,6 +111,7 @@ func TestClusterStory(t *testing.T) {
 		time.Sleep(d)
 	}
 	s.step("bad input: too large, unknown parameter", s.badInput)
+	s.step("encrypted claim: no plaintext on the disks", s.encrypted)
 	// The issue's step 6 first: a volume grows only in place (docs/limitations.md), and the
 	// replacement disk's extents are laid out by the rebuild, not in creation order.
 	s.step("6 expand the ext4 claim", s.expand)
@@ -565,7 +569,11 @@ func (s *story) install(ctx context.Context) {
 		// One controller: the rig has one node, where a second replica adds no availability,
 		// only four more containers to start at install and reboot on the emulated CPUs
 		// (issue 24). The chart's default of two is rendered and checked by test/deploy.
-		"--set", "controller.replicas=1"}
+		"--set", "controller.replicas=1",
+		// The encrypted step's key derivation: pbkdf2 at its least, as the VM tests do. The
+		// default (argon2id, up to 1 GiB, tuned to 2 s) costs seconds of the emulated CPUs
+		// at each stage; what it protects against is not what the story tests.
+		"--set", "node.crypt.pbkdf=pbkdf2", "--set", "node.crypt.forceIterations=1000"}
 	for key, img := range s.sidecars {
 		args = append(args, "--set", "sidecars."+key+".image="+img)
 	}
@@ -614,7 +622,7 @@ func (s *story) claims(ctx context.Context) {
 		Spec: withClaim(ioPodSpec("data", "-path=/dev/xvda", true), "block")})
 	s.create(ctx, claim("xfs", "raid10-xfs", 320<<20, corev1.PersistentVolumeFilesystem))
 	s.create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "io-xfs", Namespace: "default"},
-		Spec: withClaim(ioPodSpec("data", "-path=/data/verify.dat", false), "xfs")})
+		Spec: withClaim(ioPodSpec("data", "-path=/data/verify.dat", false, "-marker="+s.plainMarker), "xfs")})
 	// The StatefulSet's claim (ext4, the chart's StorageClass) comes last, so that its extents
 	// follow the others' on every disk: step 6 grows it in place.
 	s.poll(ctx, "the Block and xfs volumes provisioned", func() error {
@@ -734,11 +742,15 @@ func (s *story) badInput(ctx context.Context) {
 	}
 }
 
-// ioPodSpec runs ioverify on the volume "data" (mounted at /data, or as /dev/xvda).
-func ioPodSpec(vol, target string, block bool) corev1.PodSpec {
+// ioBlocks blocks of ioBlockSize bytes: what ioverify writes and verifies each round (2 MiB).
+const ioBlocks, ioBlockSize = 32, 64 << 10
+
+// ioPodSpec runs ioverify on the volume "data" (mounted at /data, or as /dev/xvda), with
+// args added to its command line.
+func ioPodSpec(vol, target string, block bool, args ...string) corev1.PodSpec {
 	c := corev1.Container{
 		Name: "io", Image: ioImage, ImagePullPolicy: corev1.PullNever,
-		Args: []string{target, "-size=2097152", "-bs=65536", "-pause=200ms"},
+		Args: append([]string{target, fmt.Sprintf("-size=%d", ioBlocks*ioBlockSize), fmt.Sprintf("-bs=%d", ioBlockSize), "-pause=200ms"}, args...),
 	}
 	if block {
 		c.VolumeDevices = []corev1.VolumeDevice{{Name: vol, DevicePath: "/dev/xvda"}}

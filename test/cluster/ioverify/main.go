@@ -6,7 +6,8 @@
 // binary goes into an image of its own (raid10-csi/ioverify).
 //
 // Each block of -bs bytes holds a header (magic, block index, round, CRC-32C of the rest)
-// and a payload derived from (index, round). A round writes every block, fsyncs, then reads
+// and a payload derived from (index, round); with -marker, the payload starts with that
+// string, which a test can look for on the raw disks (the story's encrypted claim: issue 27). A round writes every block, fsyncs, then reads
 // every block back and checks it. At start, a target that already holds rounds (a pod
 // restarted after a node reboot) is verified first: every block must be intact and hold the
 // last complete round or the one after it (cut short).
@@ -37,7 +38,11 @@ const (
 	header = 24
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var (
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	// marker starts every block's payload (-marker).
+	marker []byte
+)
 
 func main() {
 	path := flag.String("path", "", "file or block device to write")
@@ -45,11 +50,13 @@ func main() {
 	bs := flag.Int("bs", 4096, "block size (a multiple of 512)")
 	rounds := flag.Int("rounds", 0, "stop after this many rounds (0: until SIGTERM)")
 	pause := flag.Duration("pause", 0, "sleep between rounds")
+	mark := flag.String("marker", "", "a string every block's payload starts with")
 	flag.Parse()
-	if *path == "" || *bs%512 != 0 || *bs < 512 || *size < int64(*bs) {
-		fmt.Fprintln(os.Stderr, "ioverify: -path is required, -bs a multiple of 512, -size at least -bs")
+	if *path == "" || *bs%512 != 0 || *bs < 512 || *size < int64(*bs) || header+len(*mark) > *bs {
+		fmt.Fprintln(os.Stderr, "ioverify: -path is required, -bs a multiple of 512, -size at least -bs, -marker shorter than a block")
 		os.Exit(2)
 	}
+	marker = []byte(*mark)
 	os.Exit(run(*path, *size, *bs, *rounds, *pause))
 }
 
@@ -183,6 +190,7 @@ func fill(buf []byte, i int64, r uint64) {
 		x ^= x << 17
 		binary.LittleEndian.PutUint64(buf[o:], x)
 	}
+	copy(buf[header:], marker)
 	binary.LittleEndian.PutUint32(buf[4:], crc32.Checksum(buf[8:], castagnoli))
 }
 
