@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -136,17 +137,19 @@ func (s *story) encrypted(ctx context.Context) {
 }
 
 // encryptedRow reports whether `kubectl raid10 volumes` shows volume name with ENCRYPTED
-// yes: the table's columns are aligned (tabwriter), so the row holds the value where the
-// heading starts.
+// yes: the table's columns are aligned (tabwriter, which counts runes: a rebuild's bar is
+// not ASCII), so the row holds the value at the heading's rune offset.
 func encryptedRow(table, name string) bool {
 	lines := strings.Split(table, "\n")
 	col := strings.Index(lines[0], "ENCRYPTED")
 	if col < 0 {
 		return false
 	}
+	col = utf8.RuneCountInString(lines[0][:col])
 	for _, l := range lines[1:] {
-		if f := strings.Fields(l); len(f) > 0 && f[0] == name && len(l) > col {
-			return strings.HasPrefix(l[col:], "yes")
+		r := []rune(l)
+		if f := strings.Fields(l); len(f) > 0 && f[0] == name && len(r) > col {
+			return strings.HasPrefix(string(r[col:]), "yes")
 		}
 	}
 	return false
@@ -234,9 +237,9 @@ func TestScanFile(t *testing.T) {
 }
 
 func TestEncryptedRow(t *testing.T) {
-	table := "NAME     NODE  BAD BLOCKS  ENCRYPTED  AGE\n" +
-		"pvc-a    n1    0           yes        1m\n" +
-		"pvc-b    n1    0           no         1m\n"
+	table := "NAME     NODE  REBUILD     ENCRYPTED  AGE\n" +
+		"pvc-a    n1    ▓▓▓░ 75%    yes        1m\n" +
+		"pvc-b    n1    -           no         1m\n"
 	for name, want := range map[string]bool{"pvc-a": true, "pvc-b": false, "pvc-c": false} {
 		if got := encryptedRow(table, name); got != want {
 			t.Errorf("encryptedRow(%s) = %v, want %v", name, got, want)

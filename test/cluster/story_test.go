@@ -326,6 +326,26 @@ func (s *story) upgrade(ctx context.Context) {
 
 func (s *story) nodePodUID(ctx context.Context) types.UID { return s.podUID(ctx, "node") }
 
+// logLastExits logs, for each container of the release's pods, its restarts and how its
+// last run ended: after the reboot a restart count of 1 is the boot itself (the container
+// of before the reboot), and more is the plugin exiting on the new boot, which costs the
+// kubelet's back-off on the emulated CPUs.
+func (s *story) logLastExits(ctx context.Context) {
+	var l corev1.PodList
+	if err := s.c.List(ctx, &l, ctrlclient.InNamespace(ns)); err != nil {
+		s.t.Logf("pods in %s: %v", ns, err)
+		return
+	}
+	for _, p := range l.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if term := c.LastTerminationState.Terminated; term != nil {
+				s.t.Logf("pod %s container %s: %d restarts; the last run ended at %s, exit code %d (%s) %s",
+					p.Name, c.Name, c.RestartCount, term.FinishedAt.UTC().Format(time.RFC3339), term.ExitCode, term.Reason, term.Message)
+			}
+		}
+	}
+}
+
 // logRestarts logs, for each container of the pod that restarted, how its previous run ended
 // (exit code, reason, time, and the log's end the kubelet kept: FallbackToLogsOnError).
 func (s *story) logRestarts(ctx context.Context, name string) {
@@ -439,6 +459,7 @@ func (s *story) reboot(ctx context.Context) {
 	t.Logf("wait: the node stopped after %v", time.Since(began).Round(100*time.Millisecond))
 	s.r.Boot(ctx)
 	s.waitPodsReady(ctx, ns, podsInNS)
+	s.logLastExits(ctx)
 	for _, p := range ioPods {
 		s.waitPodRunning(ctx, "default", p)
 		s.poll(ctx, "pod "+p+" verified its data after the reboot", func() error {
