@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,7 +26,7 @@ import (
 )
 
 // encrypted is the story's encrypted claim (issue 27), on the real kubelet: a StorageClass
-// with encrypted: "true" names a Secret through csi.storage.k8s.io/node-stage-secret-name,
+// with encrypted: "true" names a Secret (a random key, base64 text) through csi.storage.k8s.io/node-stage-secret-name,
 // the csi-provisioner puts it in the PV, and the kubelet reads it into NodeStageVolume, where
 // the node plugin's container formats and opens a LUKS2 mapping over the volume's device.
 // A pod writes ioverify blocks that start with encMarker, as io-xfs's (a plain volume) start
@@ -36,12 +37,15 @@ import (
 // see the volumes they saw before (the ext4 claim grows in place next).
 func (s *story) encrypted(ctx context.Context) {
 	t := s.t
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
+	// A text key, as docs/parameters.md says: CSI carries secrets as strings, and the kubelet
+	// cannot send 32 raw random bytes (its first run here: MountDevice failed, "grpc: error
+	// while marshaling: string field contains invalid UTF-8", the driver never called).
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
 		t.Fatal(err)
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "enc-key", Namespace: "default"},
-		Data: map[string][]byte{"key": key}}
+		StringData: map[string]string{"key": base64.StdEncoding.EncodeToString(raw)}}
 	sc := &storagev1.StorageClass{
 		ObjectMeta:  metav1.ObjectMeta{Name: "raid10-encrypted"},
 		Provisioner: "raid10.csi.io",
