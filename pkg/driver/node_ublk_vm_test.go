@@ -12,8 +12,12 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	mount "k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
 
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/pkg/attach"
+	"github.com/raid10-csi/raid10-csi/pkg/crypt"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
@@ -22,14 +26,107 @@ import (
 )
 
 // TestNodeUblkVM boots the newest kernel of the harness (7.3: ublk_drv with UPDATE_SIZE)
-// and runs TestNodeUblkInGuest and TestNodeUblkGrowInGuest there. (The 6.12 kernel's ublk
-// runs under the driver in test/sanity and cmd/raid10-csi's restart tests.)
+// and runs TestNodeUblkInGuest, TestNodeUblkGrowInGuest and TestNodeUblkCryptInGuest there.
+// (The 6.12 kernel's ublk runs under the driver in test/sanity and cmd/raid10-csi's restart
+// tests.)
 func TestNodeUblkVM(t *testing.T) {
 	vm.HostHalf(t)
-	vm.RunGoTestOpts(t, vm.Options{Timeout: 6 * time.Minute, Memory: 2048,
-		KernelSeries: vm.NewestKernelSeries, Modules: append(slices.Clone(vm.DefaultModules), "ublk_drv"),
-		Tests: []string{"TestNodeUblkInGuest", "TestNodeUblkGrowInGuest"}},
-		".", "-test.run=^TestNodeUblk(Grow)?InGuest$", "-test.v", "-test.timeout=5m")
+	vm.RunGoTestOpts(t, vm.Options{Timeout: 7 * time.Minute, Memory: 2048,
+		KernelSeries: vm.NewestKernelSeries,
+		Modules:      append(slices.Clone(vm.DefaultModules), "ublk_drv", "dm_crypt", "xts", "algif_skcipher"),
+		Tests:        []string{"TestNodeUblkInGuest", "TestNodeUblkGrowInGuest", "TestNodeUblkCryptInGuest"}},
+		".", "-test.run=^TestNodeUblk(Grow|Crypt)?InGuest$", "-test.v", "-test.timeout=6m")
+}
+
+// TestNodeUblkCryptInGuest is an encrypted volume over the ublk frontend (issue 27: "both
+// frontends"): staged with encrypted: "true", a key and frontend ublk, the LUKS2 header goes
+// on /dev/ublkbN and ext4 on the mapping over it; a file of a marked pattern written and
+// synced, the volume unstaged (mapping closed, device deleted), the pool's disks read raw
+// hold the marker nowhere, while a plain volume's marker written the same way over ublk is
+// on both copies (the scan's control); staged again with the key, the file reads back.
+func TestNodeUblkCryptInGuest(t *testing.T) {
+	vm.GuestHalf(t, "TestNodeUblkVM")
+	testenv.RequireTools(t, "cryptsetup", "blkid", "mkfs.ext4")
+	dir := t.TempDir()
+	ctx := context.Background()
+	p, cfg := openFilePool(t, 192<<20)
+	for _, v := range []string{"vol-enc", "vol-plain"} {
+		if _, err := p.CreateVolume(v, 48<<20, pool.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, att := guestAttacher(t, p, dir, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
+	defer att.Close(context.Background())
+	if err := att.EnableUblk(ctx, attach.FrontendUblk, filepath.Join(dir, attach.UblkStateFile)); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New(),
+		Crypt: crypt.Options{PBKDF: crypt.PBKDFPBKDF2, ForceIterations: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := map[string]string{SecretKeyField: "correct horse battery staple"}
+	stage := func(id, staging string, vc, secrets map[string]string) {
+		t.Helper()
+		start := time.Now()
+		if _, err := ns.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+			VolumeCapability: mountCap("ext4"), VolumeContext: vc, Secrets: secrets}); err != nil {
+			t.Fatalf("stage %s: %v", id, err)
+		}
+		t.Logf("stage %s on %s (%s)", id, att.Device(id), time.Since(start).Round(time.Millisecond))
+		if dev := att.Device(id); !strings.HasPrefix(dev, "/dev/ublkb") {
+			t.Fatalf("%s staged on %q, want /dev/ublkbN", id, dev)
+		}
+	}
+	unstage := func(id, staging string) {
+		t.Helper()
+		if _, err := ns.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+			t.Fatalf("unstage %s: %v", id, err)
+		}
+	}
+
+	plain := plainPattern("RAID10-CSI PLAINTEXT OVER UBLK")
+	stPlain := filepath.Join(dir, "st-plain")
+	stage("vol-plain", stPlain, map[string]string{ParamFrontend: "ublk"}, nil)
+	if err := writeSync(filepath.Join(stPlain, "f"), bytes.Repeat(plain, 512)); err != nil {
+		t.Fatal(err)
+	}
+	unstage("vol-plain", stPlain)
+	if n, want := onDisks(t, cfg, plain[:64]), 2*512*(4096/64); n < want {
+		t.Fatalf("control: the plain marker is found %d times on the disks, want at least %d (two copies)", n, want)
+	}
+
+	secret := plainPattern("RAID10-CSI SECRET OVER UBLK")
+	stEnc := filepath.Join(dir, "st-enc")
+	vc := map[string]string{ParamFrontend: "ublk", ParamEncrypted: "true"}
+	stage("vol-enc", stEnc, vc, key)
+	dev := att.Device("vol-enc")
+	if fs := blkid(t, dev); fs != "crypto_LUKS" {
+		t.Fatalf("%s holds %q, want crypto_LUKS", dev, fs)
+	}
+	mapper := ns.cryptsetup().Path(crypt.MapperName("vol-enc"))
+	if fs := blkid(t, mapper); fs != "ext4" {
+		t.Fatalf("%s holds %q, want ext4", mapper, fs)
+	}
+	if err := writeSync(filepath.Join(stEnc, "f"), bytes.Repeat(secret, 1024)); err != nil {
+		t.Fatal(err)
+	}
+	unstage("vol-enc", stEnc)
+	if _, err := os.Stat(mapper); !os.IsNotExist(err) {
+		t.Fatalf("%s after unstage: %v, want it gone", mapper, err)
+	}
+	if _, err := os.Stat(dev); !os.IsNotExist(err) {
+		t.Fatalf("%s after unstage: %v, want the ublk device deleted", dev, err)
+	}
+	if n := onDisks(t, cfg, secret[:64]); n != 0 {
+		t.Fatalf("the encrypted volume's plaintext marker is found %d times on the raw disks", n)
+	}
+	stage("vol-enc", stEnc, vc, key)
+	got, err := os.ReadFile(filepath.Join(stEnc, "f"))
+	if err != nil || !bytes.Equal(got, bytes.Repeat(secret, 1024)) {
+		t.Fatalf("read back through the re-opened mapping over ublk: %d bytes, %v", len(got), err)
+	}
+	unstage("vol-enc", stEnc)
 }
 
 // orphanUblk adds a ublk device of ours over a 16 MiB file at path and leaves it with no
