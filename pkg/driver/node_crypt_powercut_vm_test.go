@@ -105,16 +105,7 @@ func readAcks(dir string) int {
 // (the cheap key derivation of the VM tests).
 func powerCutNode(t *testing.T, create bool) (*NodeServer, string) {
 	t.Helper()
-	var cfg pool.Config
-	for _, d := range []string{"/dev/vda", "/dev/vdb", "/dev/vdc", "/dev/vdd"} {
-		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: d})
-	}
-	cfg.MemberTimeout = -1
-	p, err := pool.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p, _ := openPoolOn(t, []string{"/dev/vda", "/dev/vdb", "/dev/vdc", "/dev/vdd"})
 	if create {
 		if _, err := p.CreateVolume("vol-pc", 48<<20, pool.CreateOptions{}); err != nil {
 			t.Fatal(err)

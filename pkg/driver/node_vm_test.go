@@ -576,9 +576,15 @@ func record(i int) []byte {
 // directory and returns it with its configuration; it is closed when the test ends.
 func openFilePool(t *testing.T, diskSize int64) (*pool.Pool, pool.Config) {
 	t.Helper()
-	dir := t.TempDir()
+	return openPoolOn(t, vm.SparseFiles(t, t.TempDir(), "disk", 4, diskSize))
+}
+
+// openPoolOn opens a pool on the disks at paths (files or block devices) with the member
+// deadline off, as openFilePool; the pool is closed when t ends.
+func openPoolOn(t *testing.T, paths []string) (*pool.Pool, pool.Config) {
+	t.Helper()
 	var cfg pool.Config
-	for _, path := range vm.SparseFiles(t, dir, "disk", 4, diskSize) {
+	for _, path := range paths {
 		cfg.Disks = append(cfg.Disks, pool.DiskConfig{Path: path})
 	}
 	// These tests drive the node service, not the member deadline (the engine's tests and
