@@ -13,10 +13,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	mount "k8s.io/mount-utils"
-	utilexec "k8s.io/utils/exec"
 
-	"github.com/raid10-csi/raid10-csi/pkg/crypt"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 	"github.com/raid10-csi/raid10-csi/test/vm"
@@ -114,11 +111,7 @@ func powerCutNode(t *testing.T, create bool) (*NodeServer, string) {
 	dir := t.TempDir()
 	_, _, att := guestAttacher(t, p, dir, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
 	t.Cleanup(func() { att.Close(context.Background()) })
-	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New(),
-		Crypt: crypt.Options{PBKDF: crypt.PBKDFPBKDF2, ForceIterations: 1000}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := guestCryptNodeServer(t, att)
 	staging := filepath.Join(dir, "staging")
 	if _, err := ns.NodeStageVolume(context.Background(), &csi.NodeStageVolumeRequest{VolumeId: "vol-pc", StagingTargetPath: staging,
 		VolumeCapability: mountCap("ext4"), VolumeContext: map[string]string{ParamEncrypted: "true"},

@@ -112,13 +112,7 @@ func TestNodeInGuestCrypt(t *testing.T) {
 	}
 	_, _, att := guestAttacher(t, p, dir, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 60 * time.Second})
 	defer att.Close(context.Background())
-	// A cheap key derivation (pbkdf2 at its fewest iterations, no benchmark): argon2id at
-	// cryptsetup's defaults costs seconds of emulated CPU per format and per open.
-	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New(),
-		Crypt: crypt.Options{PBKDF: crypt.PBKDFPBKDF2, ForceIterations: 1000}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := guestCryptNodeServer(t, att)
 	ctx := context.Background()
 	enc := map[string]string{ParamEncrypted: "true"}
 	key, wrong := map[string]string{SecretKeyField: "correct horse battery staple"}, map[string]string{SecretKeyField: "tr0ub4dor&3"}
@@ -183,7 +177,7 @@ func TestNodeInGuestCrypt(t *testing.T) {
 
 	// A wrong key: FailedPrecondition naming the volume and the wrong key; the header is
 	// unchanged and nothing was formatted.
-	dev, err = att.Attach(ctx, "vol-enc")
+	dev, err := att.Attach(ctx, "vol-enc")
 	step("attach", err)
 	before := headSum(t, dev, luks2HeaderBytes)
 	bad := stage("vol-enc", stEnc, mountCap("ext4"), enc, wrong)

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	mount "k8s.io/mount-utils"
-	utilexec "k8s.io/utils/exec"
 
 	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/pkg/attach"
@@ -60,11 +58,7 @@ func TestNodeUblkCryptInGuest(t *testing.T) {
 	if err := att.EnableUblk(ctx, attach.FrontendUblk, filepath.Join(dir, attach.UblkStateFile)); err != nil {
 		t.Fatal(err)
 	}
-	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New(),
-		Crypt: crypt.Options{PBKDF: crypt.PBKDFPBKDF2, ForceIterations: 1000}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := guestCryptNodeServer(t, att)
 	key := map[string]string{SecretKeyField: "correct horse battery staple"}
 	stage := func(id, staging string, vc, secrets map[string]string) {
 		t.Helper()

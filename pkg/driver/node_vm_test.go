@@ -24,6 +24,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/raid10-csi/raid10-csi/pkg/attach"
+	"github.com/raid10-csi/raid10-csi/pkg/crypt"
 	"github.com/raid10-csi/raid10-csi/pkg/nbd/kernel"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 	"github.com/raid10-csi/raid10-csi/test/vm"
@@ -626,7 +627,22 @@ func guestAttacher(t *testing.T, p *pool.Pool, dir string, kopts kernel.Options)
 // guestNodeServer is the CSI node service over att with the host's mounter and exec.
 func guestNodeServer(t *testing.T, att VolumeAttacher) *NodeServer {
 	t.Helper()
-	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New()})
+	return guestNodeServerCrypt(t, att, crypt.Options{})
+}
+
+// guestCryptNodeServer is guestNodeServer with the encryption tests' cheap key derivation
+// (pbkdf2 at its fewest iterations, no benchmark): argon2id at cryptsetup's defaults costs
+// seconds of emulated CPU per format and per open.
+func guestCryptNodeServer(t *testing.T, att VolumeAttacher) *NodeServer {
+	t.Helper()
+	return guestNodeServerCrypt(t, att, crypt.Options{PBKDF: crypt.PBKDFPBKDF2, ForceIterations: 1000})
+}
+
+// guestNodeServerCrypt is the CSI node service over att with the host's mounter and exec,
+// and copts for the LUKS2 keyslots it writes.
+func guestNodeServerCrypt(t *testing.T, att VolumeAttacher, copts crypt.Options) *NodeServer {
+	t.Helper()
+	ns, err := NewNodeServer(NodeConfig{NodeID: "vm-node", Attacher: att, Mounter: mount.New(""), Exec: utilexec.New(), Crypt: copts})
 	if err != nil {
 		t.Fatal(err)
 	}
