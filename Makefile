@@ -65,8 +65,9 @@ bench: deps ## Run the benchmarks (ratios against a reference measured in the sa
 	source hack/tool-env.sh && $(GO) test -run '^$$' -bench . -benchmem -timeout 45m ./pkg/...
 
 .PHONY: bench-vm
-bench-vm: deps ## Run the VM benchmark: md raid10 vs the engine over NBD and ublk (6.12 kernel) on 4 emulated NVMe disks, one boot (~15 min); TABLE=file keeps the markdown table.
-	source hack/tool-env.sh && RAID10_PERF_TABLE=$(abspath $(or $(TABLE),_output/perf.md)) $(GO) test -run '^$$' -bench '^BenchmarkVM$$' -benchtime=1x -timeout 30m -v ./test/perf/
+bench-vm: deps ## Run the VM benchmark: md raid10 vs the engine over NBD and ublk (6.12 kernel; KERNEL=newest: 7.3) on 4 emulated NVMe disks, one boot (~15 min; ROUNDS=3 repeats each md/frontend pair, FRONTENDS=nbd,ublk picks); TABLE=file keeps the markdown table.
+	source hack/tool-env.sh && RAID10_PERF_TABLE=$(abspath $(or $(TABLE),_output/perf.md)) \
+	  $(if $(ROUNDS),RAID10_PERF_ROUNDS=$(ROUNDS)) $(if $(KERNEL),RAID10_PERF_KERNEL=$(KERNEL)) $(if $(FRONTENDS),RAID10_PERF_FRONTENDS=$(FRONTENDS)) $(GO) test -run '^$$' -bench '^BenchmarkVM$$' -benchtime=1x -timeout 30m -v ./test/perf/
 
 .PHONY: scale-bench
 scale-bench: STEPS ?= 10,100,1000

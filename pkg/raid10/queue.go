@@ -97,6 +97,7 @@ type Queue struct {
 	parked    atomic.Bool
 	kick      chan struct{}
 	stopping  bool
+	yield     uring.Yielder // the reaper's: it lives in io_uring_enter
 	sw        syncDone
 	waitTs    uring.Timespec
 	selfWaits atomic.Uint64 // requests whose submitter waited on the ring itself

@@ -163,6 +163,7 @@ func (q *Queue) reapOwed() bool {
 			if q.expect.Load() == 0 && q.selfWaiting.Load() {
 				return false
 			}
+			q.yield.Yield()
 			if err := q.ring.WaitCompletions(1); err != nil {
 				klog.ErrorS(err, "raid10: queue reaper stops")
 				return true

@@ -285,6 +285,7 @@ func (q *queue) loop() error {
 	inflight := 0   // requests fetched and not yet committed
 	var batch []completion
 	var ready []uint16
+	var y uring.Yielder // see uring.Yielder: this thread never parks
 	for live > 0 {
 		if q.stop.Load() {
 			return nil
@@ -310,6 +311,8 @@ func (q *queue) loop() error {
 		wait := uint32(1)
 		if more || q.stop.Load() {
 			wait = 0
+		} else {
+			y.Yield()
 		}
 		_, err := q.ring.SubmitAndWait(wait)
 		q.sleeping.Store(false)

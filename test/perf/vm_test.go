@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -25,7 +26,9 @@ const (
 	// kernelEnv picks the guest's kernel series: "newest" (vm.NewestKernelSeries, 7.3: ublk
 	// zero copy), a series such as "6.12", or unset for vm.UblkKernelSeries.
 	kernelEnv  = "RAID10_PERF_KERNEL"
-	diskSize   = 1 << 30
+	casesEnv   = "RAID10_PERF_CASES"  // the cases measured: comma-separated substrings of their names (default all)
+	roundsEnv  = "RAID10_PERF_ROUNDS" // runs of each case on md and on each frontend (default 1)
+	diskSize   = 2 << 30              // md on the first half, the engine on the second (splitDisks)
 	disks      = 4
 	diskSerial = "raid10-disk"
 )
@@ -68,7 +71,7 @@ func BenchmarkVM(b *testing.B) {
 		vmDisks = append(vmDisks, vm.Disk{File: p, NVMe: true, Serial: fmt.Sprintf("%s%d", diskSerial, i)})
 	}
 	env := []string{outEnv + "=" + out}
-	for _, k := range []string{runtimeEnv, frontendsEnv} {
+	for _, k := range []string{runtimeEnv, frontendsEnv, casesEnv, roundsEnv, switchesEnv} {
 		if v := os.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}
@@ -125,9 +128,11 @@ type sample struct {
 	memberOps float64 // reads and writes completed on the NVMe disks
 	cpu       float64 // seconds of utime+stime of this process
 	guestCPU  float64 // seconds the guest's CPUs were busy, every process and the kernel (/proc/stat)
+	ctxt      float64 // context switches of the whole guest (/proc/stat ctxt)
 	syscalls  float64 // syscr+syscw of this process
 	requests  float64 // frontend requests; 0 for md
 	pipe      float64 // the pipe copy's bytes per second measured just before (large cases)
+	ratio     float64 // iops over md's in the run just before; 0 for md
 	straced   float64 // every system call of this process per request, counted by strace in a run of its own; 0: not counted
 	err       string  // why there is no figure
 }
@@ -136,6 +141,7 @@ type counters struct {
 	memberOps float64
 	cpu       float64
 	guestCPU  float64
+	ctxt      float64
 	syscalls  float64
 	requests  float64
 }
@@ -162,7 +168,7 @@ func readCounters(t *testing.T, nvme []string, requests func() uint64) counters 
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	c.cpu = (ut + st) / 100 // USER_HZ
-	c.guestCPU = guestBusy(t)
+	c.guestCPU, c.ctxt = guestBusy(t)
 	io, err := os.ReadFile("/proc/self/io")
 	if err != nil {
 		t.Fatal(err)
@@ -182,16 +188,17 @@ func readCounters(t *testing.T, nvme []string, requests func() uint64) counters 
 
 // guestBusy is the time, in seconds, the guest's CPUs have been busy since boot: the
 // first line of /proc/stat less idle and iowait. It counts what no process's own times
-// show: dm-crypt's kcryptd workers, md's threads, interrupts.
-func guestBusy(t *testing.T) float64 {
+// show: dm-crypt's kcryptd workers, md's threads, interrupts. ctxt is the guest's
+// context switches since boot (the ctxt line): every thread put to sleep and woken on
+// the way of a request, in fio, the kernel and the server alike.
+func guestBusy(t *testing.T) (busy, ctxt float64) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		t.Fatal(err)
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
-	busy := 0.0
+	lines := strings.Split(string(b), "\n")
+	f := strings.Fields(lines[0]) // cpu user nice system idle iowait irq softirq steal ...
 	for i, v := range f[1:min(len(f), 9)] {
 		if i == 3 || i == 4 { // idle, iowait
 			continue
@@ -199,7 +206,12 @@ func guestBusy(t *testing.T) float64 {
 		n, _ := strconv.ParseFloat(v, 64)
 		busy += n
 	}
-	return busy / 100 // USER_HZ
+	for _, l := range lines {
+		if v, ok := strings.CutPrefix(l, "ctxt "); ok {
+			ctxt, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return busy / 100, ctxt // USER_HZ
 }
 
 // perfKernel is the kernel series BenchmarkVM boots (RAID10_PERF_KERNEL).
@@ -212,6 +224,20 @@ func perfKernel() string {
 	default:
 		return k
 	}
+}
+
+// measured reports whether case c is measured in this run (RAID10_PERF_CASES).
+func measured(c fioCase) bool {
+	list := os.Getenv(casesEnv)
+	if list == "" {
+		return true
+	}
+	for _, sub := range strings.Split(list, ",") {
+		if strings.Contains(c.name, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // selected reports whether the frontend is measured in this run (RAID10_PERF_FRONTENDS).
@@ -243,6 +269,7 @@ func runFio(t *testing.T, dev string, c fioCase, nvme []string, requests func() 
 		defer vm.CPUProfile(t, profile)()
 	}
 	before := readCounters(t, nvme, requests)
+	switches := switchView()
 	r := vm.RunFio(t, c.job("perf", dev, size, "--runtime="+runtimeSeconds()))
 	after := readCounters(t, nvme, requests)
 	s := sample{
@@ -252,12 +279,13 @@ func runFio(t *testing.T, dev string, c fioCase, nvme []string, requests func() 
 		memberOps: after.memberOps - before.memberOps,
 		cpu:       after.cpu - before.cpu,
 		guestCPU:  after.guestCPU - before.guestCPU,
+		ctxt:      after.ctxt - before.ctxt,
 		syscalls:  after.syscalls - before.syscalls,
 		requests:  after.requests - before.requests,
 		pipe:      pipe,
 	}
-	t.Logf("%s on %s: %.0f IOPS, %.1f MB/s, %.2f member ops, %.2f requests, %.0f us CPU and %.1f syscalls per I/O",
-		c.name, dev, s.iops, s.bw/1e6, s.memberOps/s.ios, s.requests/s.ios, s.cpu/s.ios*1e6, s.syscalls/s.ios)
+	t.Logf("%s on %s: %.0f IOPS, %.1f MB/s, %.2f member ops, %.2f requests, %.0f us CPU, %.1f syscalls and %.1f guest context switches per I/O\n%s",
+		c.name, dev, s.iops, s.bw/1e6, s.memberOps/s.ios, s.requests/s.ios, s.cpu/s.ios*1e6, s.syscalls/s.ios, s.ctxt/s.ios, switches(s.ios))
 	return s
 }
 
@@ -352,28 +380,27 @@ func TestPerfInGuest(t *testing.T) {
 		testenv.Skip(t, testenv.KindDriven, "run by BenchmarkVM")
 	}
 	nvme := nvmeDisks(t)
-	var devs []string
-	for _, d := range nvme {
-		devs = append(devs, "/dev/"+d)
-	}
-	results := map[string]map[string]sample{} // target -> case -> sample
+	t.Logf("GOMAXPROCS %d, %d CPUs", runtime.GOMAXPROCS(0), runtime.NumCPU())
+	mdHalves, engineHalves := splitDisks(t, nvme)
 
-	// md raid10, near-2, 512 KiB chunks, no bitmap, over the disks.
-	stopMD := vm.CreateMD(t, "/dev/md0", devs, "--layout=n2", "--chunk=512", "--bitmap=none")
-	results["md"] = map[string]sample{}
-	for _, c := range cases {
-		results["md"][c.name] = runFio(t, "/dev/md0", c, nvme, nil, "")
-	}
-	stopMD()
+	// md raid10, near-2, 512 KiB chunks, no bitmap, over the first half of every disk,
+	// assembled for the whole run: each frontend's case runs right after md's run of it.
+	vm.CreateMD(t, "/dev/md0", mdHalves, "--layout=n2", "--chunk=512", "--bitmap=none")
+	md := func(c fioCase) sample { return runFio(t, "/dev/md0", c, nvme, nil, "") }
 
+	results := map[string]map[string]sample{"md": {}} // target -> case -> sample
+	var mdRuns = map[string][]sample{}
 	for _, f := range frontends {
 		if selected(f.name) {
-			res, paired := measureFrontend(t, f, devs, nvme, outDir)
+			res, paired := measureFrontend(t, f, engineHalves, nvme, outDir, md, mdRuns)
 			results[f.name] = res
 			if f.paired != "" {
 				results[f.paired] = paired
 			}
 		}
+	}
+	for name, runs := range mdRuns {
+		results["md"][name] = medianBy(runs, func(s sample) float64 { return s.iops })
 	}
 
 	table := renderTable(results)
@@ -383,11 +410,58 @@ func TestPerfInGuest(t *testing.T) {
 	}
 }
 
-// measureFrontend creates the engine's array over the disks (as md: near-2, 512 KiB
-// chunks), attaches it with f and runs every case. A frontend with paired rows has each
-// case run first on its plain device (attached.plain), just before its own run: those
-// samples are the second result.
-func measureFrontend(t *testing.T, f frontend, devs, nvme []string, outDir string) (res, paired map[string]sample) {
+// splitDisks maps each disk's two halves as device-mapper linear targets: md runs on the
+// first halves and the engine on the second, so that both stay assembled and a case runs on
+// md and on a frontend back to back (the host's load drifts from minute to minute, and a
+// ratio of two runs minutes apart carries that drift). Both halves pass the same linear
+// mapping.
+func splitDisks(t *testing.T, nvme []string) (first, second []string) {
+	t.Helper()
+	for i, d := range nvme {
+		b, err := os.ReadFile(filepath.Join("/sys/block", d, "size"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sectors, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		half := sectors / 2 &^ 2047 // whole MiBs
+		for k, name := range []string{fmt.Sprintf("perf-md%d", i), fmt.Sprintf("perf-engine%d", i)} {
+			table := fmt.Sprintf("0 %d linear /dev/%s %d", half, d, int64(k)*half)
+			vm.Sh(t, "dmsetup", "create", name, "--table", table)
+			vm.Sh(t, "dmsetup", "mknodes", name) // no udev in the guest
+			t.Cleanup(func() { _ = exec.Command("dmsetup", "remove", name).Run() })
+			if k == 0 {
+				first = append(first, "/dev/mapper/"+name)
+			} else {
+				second = append(second, "/dev/mapper/"+name)
+			}
+		}
+	}
+	return first, second
+}
+
+// rounds is how many times each case runs on md and on each frontend
+// (RAID10_PERF_ROUNDS, default 1); the table shows the round of median ratio.
+func rounds() int {
+	if n, err := strconv.Atoi(os.Getenv(roundsEnv)); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
+// medianBy returns the sample of median key (the lower one of an even count).
+func medianBy(s []sample, key func(sample) float64) sample {
+	s = slices.Clone(s)
+	sort.Slice(s, func(i, j int) bool { return key(s[i]) < key(s[j]) })
+	return s[(len(s)-1)/2]
+}
+
+// measureFrontend creates the engine's array over the disks' second halves (as md: near-2,
+// 512 KiB chunks), attaches it with f and runs every case, each right after md's run of it
+// (mdRun, whose samples are added to mdRuns), rounds() times; each case's sample is the round
+// of median ratio to md, with that ratio. A frontend with paired rows has each case run
+// first on its plain device (attached.plain), just before its own run: those samples are the
+// second result.
+func measureFrontend(t *testing.T, f frontend, devs, nvme []string, outDir string, mdRun func(fioCase) sample, mdRuns map[string][]sample) (res, paired map[string]sample) {
 	t.Helper()
 	res, paired = map[string]sample{}, map[string]sample{}
 	arr := vm.CreateArray(t, devs, raid10.CreateOptions{AssumeClean: true, ChunkSize: 512 << 10})
@@ -403,15 +477,45 @@ func measureFrontend(t *testing.T, f frontend, devs, nvme []string, outDir strin
 	if err != nil {
 		t.Fatalf("%s: attach: %v", f.name, err)
 	}
-	for _, c := range cases {
-		if att.plain != "" {
-			paired[c.name] = runFio(t, att.plain, c, nvme, att.requests, "")
+	if os.Getenv(switchesEnv) != "" {
+		// An attached device with no I/O: what its serving threads cost while it waits.
+		const idle = 5 * time.Second
+		switches := switchView()
+		time.Sleep(idle)
+		t.Logf("%s attached, idle for %v: per second, %s", f.name, idle, switches(idle.Seconds()))
+	}
+	runs, pairedRuns := map[string][]sample{}, map[string][]sample{}
+	for round := range rounds() {
+		for _, c := range cases {
+			if !measured(c) {
+				continue
+			}
+			m := mdRun(c)
+			mdRuns[c.name] = append(mdRuns[c.name], m)
+			if att.plain != "" {
+				p := runFio(t, att.plain, c, nvme, att.requests, "")
+				p.ratio = p.iops / m.iops
+				pairedRuns[c.name] = append(pairedRuns[c.name], p)
+			}
+			prof := ""
+			if round == rounds()-1 {
+				prof = strings.ReplaceAll(filepath.Join(outDir, f.name+" "+c.name+".cpu"), " ", "_")
+			}
+			s := runFio(t, att.dev, c, nvme, att.requests, prof)
+			s.ratio = s.iops / m.iops
+			t.Logf("%s, round %d: %s / md = %.2f", c.name, round+1, f.name, s.ratio)
+			runs[c.name] = append(runs[c.name], s)
 		}
-		prof := filepath.Join(outDir, f.name+" "+c.name+".cpu")
-		res[c.name] = runFio(t, att.dev, c, nvme, att.requests, strings.ReplaceAll(prof, " ", "_"))
+	}
+	byRatio := func(s sample) float64 { return s.ratio }
+	for name, r := range runs {
+		res[name] = medianBy(r, byRatio)
+	}
+	for name, r := range pairedRuns {
+		paired[name] = medianBy(r, byRatio)
 	}
 	for _, c := range cases {
-		if c.qd == 32 {
+		if c.qd == 32 && measured(c) {
 			s := res[c.name]
 			s.straced = straceCount(t, att.dev, c, att.requests)
 			res[c.name] = s
@@ -427,10 +531,11 @@ func renderTable(results map[string]map[string]sample) string {
 	var b strings.Builder
 	rt := runtimeSeconds()
 	fmt.Fprintf(&b, "fio libaio direct, %s s per case, in one VM boot (TCG) with 4 emulated NVMe disks; "+
-		"md raid10 near-2, 512 KiB chunks, no bitmap; the engine with the same geometry. "+
-		"The pipe copy (dd | dd, 1 MiB blocks) is measured just before each 1 MiB case; /pipe copy is the ratio to it.\n\n", rt)
-	b.WriteString("| case | target | IOPS | MB/s | /md | /pipe copy | CPU per I/O | guest CPU per I/O | read+write syscalls per I/O | all syscalls per request (strace) | member ops per I/O | requests per I/O |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"md raid10 near-2, 512 KiB chunks, no bitmap, on the first half of each disk; the engine with the same geometry on the second half. "+
+		"Each frontend's run of a case follows md's run of it; /md is that pair's ratio, the round of median ratio of %d (md's row: its median run). "+
+		"The pipe copy (dd | dd, 1 MiB blocks) is measured just before each 1 MiB case; /pipe copy is the ratio to it.\n\n", rt, rounds())
+	b.WriteString("| case | target | IOPS | MB/s | /md | /pipe copy | CPU per I/O | guest CPU per I/O | read+write syscalls per I/O | all syscalls per request (strace) | guest context switches per I/O | member ops per I/O | requests per I/O |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	targets := []string{"md"}
 	for _, f := range frontends {
 		if selected(f.name) {
@@ -441,19 +546,18 @@ func renderTable(results map[string]map[string]sample) string {
 		}
 	}
 	for _, c := range cases {
-		md := results["md"][c.name]
 		for _, tg := range targets {
 			s, ok := results[tg][c.name]
 			if !ok {
 				continue
 			}
 			if s.err != "" {
-				fmt.Fprintf(&b, "| %s | %s | n/a: %s | | | | | | | | | |\n", c.name, tg, s.err)
+				fmt.Fprintf(&b, "| %s | %s | n/a: %s | | | | | | | | | | |\n", c.name, tg, s.err)
 				continue
 			}
 			ratio, vsPipe, cpu, sys, req, all := "1.00", "", "", "", "", ""
 			if tg != "md" {
-				ratio = fmt.Sprintf("%.2f", s.iops/md.iops)
+				ratio = fmt.Sprintf("%.2f", s.ratio)
 				cpu = fmt.Sprintf("%.0f us", s.cpu/s.ios*1e6)
 				sys = fmt.Sprintf("%.1f", s.syscalls/s.ios)
 				req = fmt.Sprintf("%.2f", s.requests/s.ios)
@@ -464,8 +568,8 @@ func renderTable(results map[string]map[string]sample) string {
 			if c.large && s.pipe > 0 {
 				vsPipe = fmt.Sprintf("%.2f (pipe %.1f MB/s)", s.bw/s.pipe, s.pipe/1e6)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %.1f | %s | %s | %s | %.0f us | %s | %s | %.2f | %s |\n",
-				c.name, tg, s.iops, s.bw/1e6, ratio, vsPipe, cpu, s.guestCPU/s.ios*1e6, sys, all, s.memberOps/s.ios, req)
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.1f | %s | %s | %s | %.0f us | %s | %s | %.1f | %.2f | %s |\n",
+				c.name, tg, s.iops, s.bw/1e6, ratio, vsPipe, cpu, s.guestCPU/s.ios*1e6, sys, all, s.ctxt/s.ios, s.memberOps/s.ios, req)
 		}
 	}
 	return b.String()
