@@ -8,7 +8,8 @@
 // also run on the NBD device under it just before, the "nbd (paired)" rows; a frontend
 // registers itself there; RAID10_PERF_FRONTENDS picks some), with fio libaio direct 4 KiB
 // random reads and writes at queue depth 1 and 32 and 1 MiB sequential reads and writes at
-// queue depth 8 (RAID10_PERF_CASES picks some by name), and the guest's pipe-copy throughput
+// queue depth 8 (RAID10_PERF_CASES picks some by name; RAID10_PERF_JOBS runs that many fio
+// jobs per case, on several CPUs and so several ublk queues), and the guest's pipe-copy throughput
 // (dd | dd, 1 MiB blocks), the ceiling of large I/O under emulation, measured next to each
 // 1 MiB case.
 //

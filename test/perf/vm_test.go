@@ -28,6 +28,7 @@ const (
 	kernelEnv  = "RAID10_PERF_KERNEL"
 	casesEnv   = "RAID10_PERF_CASES"  // the cases measured: comma-separated substrings of their names (default all)
 	roundsEnv  = "RAID10_PERF_ROUNDS" // runs of each case on md and on each frontend (default 1)
+	jobsEnv    = "RAID10_PERF_JOBS"   // fio jobs per case, each at the case's depth (default 1)
 	diskSize   = 2 << 30              // md on the first half, the engine on the second (splitDisks)
 	disks      = 4
 	diskSerial = "raid10-disk"
@@ -45,8 +46,14 @@ type fioCase struct {
 
 // job is the case as a time-based fio job on dev; extra sets the runtime.
 func (c fioCase) job(name, dev, size string, extra ...string) vm.FioJob {
+	base := []string{"--time_based", "--randrepeat=0"}
+	if n := os.Getenv(jobsEnv); n != "" {
+		// Several submitters (on several CPUs, and so several of a ublk device's queues),
+		// reported as one.
+		base = append(base, "--numjobs="+n, "--group_reporting")
+	}
 	return vm.FioJob{Name: name, File: dev, Size: size, BS: c.bs, RW: c.rw, IODepth: c.qd,
-		Extra: append([]string{"--time_based", "--randrepeat=0"}, extra...)}
+		Extra: append(base, extra...)}
 }
 
 var cases = []fioCase{
@@ -71,7 +78,7 @@ func BenchmarkVM(b *testing.B) {
 		vmDisks = append(vmDisks, vm.Disk{File: p, NVMe: true, Serial: fmt.Sprintf("%s%d", diskSerial, i)})
 	}
 	env := []string{outEnv + "=" + out}
-	for _, k := range []string{runtimeEnv, frontendsEnv, casesEnv, roundsEnv, switchesEnv} {
+	for _, k := range []string{runtimeEnv, frontendsEnv, casesEnv, roundsEnv, jobsEnv, switchesEnv} {
 		if v := os.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}
