@@ -82,11 +82,18 @@ func (s *story) modify(ctx context.Context) {
 	// The proof that the limit, not the node, held the writes down: without it they go
 	// faster. Checked after the lift, not before the limit: the first rounds, beside the
 	// other pods' start, can run under 1.5 times the limit on a loaded host (365 KiB/s once,
-	// then 965 KiB/s after the lift in the same run).
+	// then 965 KiB/s after the lift in the same run). Up to 4 rounds after the lift, the
+	// fastest counted: one round of a loaded host can run slow (341 KiB/s once, in a CI run
+	// beside other test builds), while under the limit no round passes 1.1 times it.
 	after := s.writeRate(ctx, "io-block", 2)
+	for i := 0; i < 3 && after < 1.5*modifyLimit; i++ {
+		next := s.writeRate(ctx, "io-block", 1)
+		t.Logf("claim block in class %s: a round at %.0f KiB/s after one at %.0f KiB/s", fastClass, next/1024, after/1024)
+		after = max(after, next)
+	}
 	t.Logf("claim block in class %s: io-block writes at %.0f KiB/s", fastClass, after/1024)
 	if after < 1.5*modifyLimit {
-		t.Errorf("after the limit was lifted: %.0f KiB/s, want over 1.5 times the old limit", after/1024)
+		t.Errorf("after the limit was lifted: %.0f KiB/s at best in 4 rounds, want over 1.5 times the old limit", after/1024)
 	}
 }
 
