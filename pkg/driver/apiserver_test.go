@@ -62,6 +62,7 @@ func TestControllerRealAPIServer(t *testing.T) {
 	controllerSuite(t, c)
 	t.Run("CRDValidation", func(t *testing.T) { crdValidation(t, c) })
 	t.Run("PrinterColumns", func(t *testing.T) { printerColumns(t, c, cfg) })
+	t.Run("CapacityFromCache", func(t *testing.T) { capacityFromCache(t, c, cfg) })
 }
 
 // crdValidation: the API server enforces the schema's rules (even members, a power-of-two

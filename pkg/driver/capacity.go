@@ -37,9 +37,9 @@ func nodeUsable(n *v1alpha1.Raid10Node, members int32) int64 {
 // free on the disks, less the volumes on that node that the agent has not allocated yet (phase
 // empty or Pending), except the volume named except, and less the snapshots it has not cut
 // yet (each takes its source's size).
-func (c *ControllerServer) nodeFree(ctx context.Context, n *v1alpha1.Raid10Node, members int32, except string) (int64, error) {
+func nodeFree(ctx context.Context, store VolumeStore, n *v1alpha1.Raid10Node, members int32, except string) (int64, error) {
 	free := layoutBytes(n, members, func(d v1alpha1.DiskStatus) int64 { return d.FreeBytes })
-	vols, snaps, err := c.nodeObjects(ctx, n.Name)
+	vols, snaps, err := nodeObjects(ctx, store, n.Name)
 	if err != nil {
 		return 0, err
 	}
@@ -67,6 +67,25 @@ func (c *ControllerServer) nodeFree(ctx context.Context, n *v1alpha1.Raid10Node,
 	return max(free, 0), nil
 }
 
+// CapacityReads is GetCapacity's own view of the objects (WithCapacityReads).
+type CapacityReads interface {
+	// Store reads the Raid10Nodes, Raid10Volumes and Raid10Snapshots, and reports false
+	// while it cannot answer yet (an informer cache not synced): GetCapacity then reads
+	// the VolumeStore.
+	Store() (VolumeStore, bool)
+}
+
+// capacityStore is what GetCapacity reads: the capacity reader once it answers, else the
+// VolumeStore.
+func (c *ControllerServer) capacityStore() VolumeStore {
+	if c.capacity != nil {
+		if s, ok := c.capacity.Store(); ok {
+			return s
+		}
+	}
+	return c.store
+}
+
 // NodeScopedStore is a VolumeStore that can list the volumes and snapshots of one node
 // (spec.node) without the rest of the cluster's. KubeStore does, with a field selector
 // that the API server applies, so that a node's capacity (GetCapacity, which the
@@ -81,8 +100,8 @@ type NodeScopedStore interface {
 
 // nodeObjects lists the volumes and snapshots of node: through the store's NodeScopedStore
 // when it has one, else every one (a store of one node, such as LocalStore, has no others).
-func (c *ControllerServer) nodeObjects(ctx context.Context, node string) ([]v1alpha1.Raid10Volume, []v1alpha1.Raid10Snapshot, error) {
-	if ns, ok := c.store.(NodeScopedStore); ok {
+func nodeObjects(ctx context.Context, store VolumeStore, node string) ([]v1alpha1.Raid10Volume, []v1alpha1.Raid10Snapshot, error) {
+	if ns, ok := store.(NodeScopedStore); ok {
 		vols, err := ns.ListNodeVolumes(ctx, node)
 		if err != nil {
 			return nil, nil, err
@@ -90,11 +109,11 @@ func (c *ControllerServer) nodeObjects(ctx context.Context, node string) ([]v1al
 		snaps, err := ns.ListNodeSnapshots(ctx, node)
 		return vols, snaps, err
 	}
-	vols, err := c.store.ListVolumes(ctx)
+	vols, err := store.ListVolumes(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	snaps, err := c.store.ListSnapshots(ctx)
+	snaps, err := store.ListSnapshots(ctx)
 	return vols, snaps, err
 }
 
@@ -115,7 +134,7 @@ func (c *ControllerServer) checkCapacity(ctx context.Context, node string, layou
 		return fmt.Errorf("node %q: %d bytes asked, but %d healthy disks give at most %d usable bytes to a %d-member volume: %w",
 			node, total, n.Status.HealthyDisks, usable, layout.Members, ErrInsufficientCapacity)
 	}
-	free, err := c.nodeFree(ctx, n, layout.Members, except)
+	free, err := nodeFree(ctx, c.store, n, layout.Members, except)
 	if err != nil {
 		return err
 	}

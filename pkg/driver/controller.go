@@ -26,6 +26,7 @@ type ControllerServer struct {
 	csi.UnimplementedControllerServer
 
 	store        VolumeStore
+	capacity     CapacityReads // GetCapacity's reads when synced (WithCapacityReads); may be nil
 	locks        *VolumeLocks
 	readyTimeout time.Duration // longest wait for the agent within one call
 	pollInterval time.Duration // how often a wait reads the volume when it cannot watch it
@@ -340,13 +341,14 @@ func (c *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 		klog.V(2).InfoS("GetCapacity: invalid StorageClass parameters; answering the default layout's capacity so that CreateVolume reports them", "err", err)
 		params = volumeParams{layout: v1alpha1.Layout{Members: DefaultMembers, ChunkSizeBytes: DefaultChunkSizeBytes}}
 	}
+	store := c.capacityStore()
 	var nodes []v1alpha1.Raid10Node
 	if seg := req.GetAccessibleTopology().GetSegments(); len(seg) > 0 {
 		name := seg[v1alpha1.TopologyNodeKey]
 		if name == "" {
 			return &csi.GetCapacityResponse{AvailableCapacity: 0, MaximumVolumeSize: wrapperspb.Int64(0)}, nil
 		}
-		n, err := c.store.GetNode(ctx, name)
+		n, err := store.GetNode(ctx, name)
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
@@ -354,12 +356,12 @@ func (c *ControllerServer) GetCapacity(ctx context.Context, req *csi.GetCapacity
 		default:
 			nodes = append(nodes, *n)
 		}
-	} else if nodes, err = c.store.ListNodes(ctx); err != nil {
+	} else if nodes, err = store.ListNodes(ctx); err != nil {
 		return nil, err
 	}
 	var total, largest int64
 	for i := range nodes {
-		free, err := c.nodeFree(ctx, &nodes[i], params.layout.Members, "")
+		free, err := nodeFree(ctx, store, &nodes[i], params.layout.Members, "")
 		if err != nil {
 			return nil, err
 		}

@@ -48,6 +48,7 @@ type Driver struct {
 	endpoint      string
 	nodeID        string
 	store         VolumeStore
+	capacity      CapacityReads
 	readyTimeout  time.Duration
 	pollInterval  time.Duration
 
@@ -81,6 +82,13 @@ func WithNodeID(id string) Option { return func(d *Driver) { d.nodeID = id } }
 // WithVolumeStore sets the store of Raid10Volume and Raid10Node objects (controller and all
 // modes): a KubeStore, or in the standalone mode a LocalStore.
 func WithVolumeStore(s VolumeStore) Option { return func(d *Driver) { d.store = s } }
+
+// WithCapacityReads gives GetCapacity a reader of its own (a KubeStore over an informer
+// cache, NewCachedStore): the provisioner asks every node's capacity each poll, and a node's
+// answer read from the API server costs three requests (issue 28). Until the reader is
+// synced, and without one, GetCapacity reads the VolumeStore; CreateVolume and expansion
+// always check the live objects.
+func WithCapacityReads(r CapacityReads) Option { return func(d *Driver) { d.capacity = r } }
 
 // WithReadyTimeout bounds how long one CreateVolume, ControllerExpandVolume or DeleteVolume
 // call waits for the node agent before answering DeadlineExceeded (the sidecar retries and
@@ -126,6 +134,7 @@ func NewDriver(opts ...Option) (*Driver, error) {
 		}
 		d.controller = &ControllerServer{
 			store:        d.store,
+			capacity:     d.capacity,
 			locks:        &VolumeLocks{},
 			readyTimeout: d.readyTimeout,
 			pollInterval: d.pollInterval,

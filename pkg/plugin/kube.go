@@ -7,9 +7,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/driver"
 )
 
 // kubeClient returns an uncached controller-runtime client for the raid10 types, as
@@ -26,6 +29,24 @@ func kubeClient(o *Options, userAgent string) (client.WithWatch, error) {
 		return nil, err
 	}
 	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+}
+
+// capacityCache builds GetCapacity's informer cache (driver.CachedStore) on the same
+// configuration as kubeClient.
+func capacityCache(o *Options, userAgent string) (*driver.CachedStore, error) {
+	cfg, err := restConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = userAgent
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	// The cache's informers log through controller-runtime's logger: to klog, as the node
+	// agent's do (which sets the same in node mode).
+	ctrllog.SetLogger(klog.NewKlogr())
+	return driver.NewCachedStore(cfg, scheme)
 }
 
 // restConfig loads the kube client configuration from o.Kubeconfig, else the in-cluster

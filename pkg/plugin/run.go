@@ -60,6 +60,7 @@ type process struct {
 	reg      ctrlmetrics.RegistererGatherer
 	driver   *driver.Driver
 	checks   []metrics.Check
+	capacity *driver.CachedStore // controller mode: GetCapacity's informer cache
 }
 
 // open builds the mode's parts: the volume store (controller), the node plugin (node and
@@ -77,6 +78,12 @@ func (p *process) open(ctx context.Context) error {
 			return err
 		}
 		p.opts = append(p.opts, driver.WithVolumeStore(driver.NewKubeStore(c)))
+		cs, err := capacityCache(o, "raid10-csi-controller/"+o.version())
+		if err != nil {
+			return err
+		}
+		p.capacity = cs
+		p.opts = append(p.opts, driver.WithCapacityReads(cs))
 	case driver.ModeNode, driver.ModeAll:
 		if err := p.openNode(ctx); err != nil {
 			return err
@@ -169,6 +176,9 @@ func (p *process) serve(parent context.Context) error {
 func (p *process) tasks() []func(context.Context) error {
 	o := p.o
 	tasks := []func(context.Context) error{p.driver.Run}
+	if p.capacity != nil {
+		tasks = append(tasks, p.capacity.Run)
+	}
 	if p.np != nil {
 		tasks = append(tasks, adminTask(o.StateDir, p.np))
 	}

@@ -296,26 +296,46 @@ func (cl *cluster) startAgent(t *testing.T, node string, pl *pool.Pool, disks in
 // the socket's path once it accepts connections.
 func (cl *cluster) startController(t *testing.T, readyTimeout time.Duration) string {
 	t.Helper()
-	c := cl.saClient(t, controllerSA)
+	// As the plugin builds it (pkg/plugin): a client that can watch (the waits watch their
+	// volume) and GetCapacity's informer cache.
+	cfg := cl.env.ServiceAccountConfig(t, namespace, controllerSA)
+	s, err := agent.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cs, err := driver.NewCachedStore(cfg, s)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	d, err := driver.NewDriver(
 		driver.WithMode(driver.ModeController),
 		driver.WithEndpoint("unix://"+sock),
 		driver.WithVolumeStore(driver.NewKubeStore(c)),
+		driver.WithCapacityReads(cs),
 		driver.WithVersion("e2e"),
 		driver.WithReadyTimeout(readyTimeout),
 		driver.WithPollInterval(100*time.Millisecond),
 	)
 	if err != nil {
+		cancel()
 		t.Fatalf("driver.NewDriver: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- d.Run(ctx) }()
+	go func() { done <- cs.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("driver.Run: %v", err)
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("controller: %v", err)
+			}
 		}
 	})
 	waitFor(t, 10*time.Second, "controller socket "+sock, func() (bool, string) {
