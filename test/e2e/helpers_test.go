@@ -150,21 +150,6 @@ func applyManifest(t *testing.T, env *kubeenv.Env) {
 	}
 }
 
-// saClient is an uncached client that authenticates as the chart's ServiceAccount name.
-func (cl *cluster) saClient(t *testing.T, name string) client.Client {
-	t.Helper()
-	cfg := cl.env.ServiceAccountConfig(t, namespace, name)
-	s, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // registerNode creates what a kubelet and the node plugin's registration would: the Node,
 // labelled with our topology key, and its CSINode listing raid10.csi.io with that key.
 func (cl *cluster) registerNode(t *testing.T, name string) {
