@@ -15,38 +15,30 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/driver"
 )
 
-// kubeClient returns an uncached controller-runtime client for the raid10 types, as
-// userAgent, with o's kubeconfig and client rate limit (restConfig). It can also watch:
-// the controller's waits for the node agent watch the volume they wait for.
-func kubeClient(o *Options, userAgent string) (client.WithWatch, error) {
+// controllerClients returns the controller's two views of the API server, as userAgent,
+// with o's kubeconfig and client rate limit (restConfig): an uncached controller-runtime
+// client for the raid10 types that can also watch (the controller's waits for the node
+// agent watch the volume they wait for), and GetCapacity's informer cache
+// (driver.CachedStore).
+func controllerClients(o *Options, userAgent string) (client.WithWatch, *driver.CachedStore, error) {
 	cfg, err := restConfig(o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.UserAgent = userAgent
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-}
-
-// capacityCache builds GetCapacity's informer cache (driver.CachedStore) on the same
-// configuration as kubeClient.
-func capacityCache(o *Options, userAgent string) (*driver.CachedStore, error) {
-	cfg, err := restConfig(o)
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, err
-	}
-	cfg.UserAgent = userAgent
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The cache's informers log through controller-runtime's logger: to klog, as the node
 	// agent's do (which sets the same in node mode).
 	ctrllog.SetLogger(klog.NewKlogr())
-	return driver.NewCachedStore(cfg, scheme)
+	cs, err := driver.NewCachedStore(cfg, scheme)
+	return c, cs, err
 }
 
 // restConfig loads the kube client configuration from o.Kubeconfig, else the in-cluster

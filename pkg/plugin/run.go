@@ -73,17 +73,12 @@ func (p *process) open(ctx context.Context) error {
 	}
 	switch o.Mode {
 	case driver.ModeController:
-		c, err := kubeClient(o, "raid10-csi-controller/"+o.version())
-		if err != nil {
-			return err
-		}
-		p.opts = append(p.opts, driver.WithVolumeStore(driver.NewKubeStore(c)))
-		cs, err := capacityCache(o, "raid10-csi-controller/"+o.version())
+		c, cs, err := controllerClients(o, "raid10-csi-controller/"+o.version())
 		if err != nil {
 			return err
 		}
 		p.capacity = cs
-		p.opts = append(p.opts, driver.WithCapacityReads(cs))
+		p.opts = append(p.opts, driver.WithVolumeStore(driver.NewKubeStore(c)), driver.WithCapacityReads(cs))
 	case driver.ModeNode, driver.ModeAll:
 		if err := p.openNode(ctx); err != nil {
 			return err
