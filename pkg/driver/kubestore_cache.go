@@ -24,12 +24,10 @@ import (
 // none: the informers' watches bring every change, so the answer is as fresh as the watch.
 // The cache holds every object of the three kinds without their managed fields.
 type CachedStore struct {
-	cache  cache.Cache
-	store  *KubeStore
-	synced atomic.Bool
-	// Run's: the indexes registered so far (an index is registered once), and all done.
-	done    int
-	indexed bool
+	cache   cache.Cache
+	store   *KubeStore
+	synced  atomic.Bool
+	indexed int // Run's: the spec.node indexes registered so far (each can be registered once)
 }
 
 var _ CapacityReads = (*CachedStore)(nil)
@@ -80,11 +78,9 @@ func (s *CachedStore) Run(ctx context.Context) error {
 }
 
 // informers registers the spec.node indexes (whose name is the field KubeStore's node-scoped
-// lists select on) and the three informers; done once, the first time it succeeds.
+// lists select on) that are not registered yet, and the three informers (GetInformer of one
+// that exists returns it).
 func (s *CachedStore) informers(ctx context.Context) error {
-	if s.indexed {
-		return nil
-	}
 	byNode := []struct {
 		obj client.Object
 		f   client.IndexerFunc
@@ -92,16 +88,15 @@ func (s *CachedStore) informers(ctx context.Context) error {
 		{&v1alpha1.Raid10Volume{}, func(o client.Object) []string { return []string{o.(*v1alpha1.Raid10Volume).Spec.Node} }},
 		{&v1alpha1.Raid10Snapshot{}, func(o client.Object) []string { return []string{o.(*v1alpha1.Raid10Snapshot).Spec.Node} }},
 	}
-	for _, b := range byNode[s.done:] {
+	for _, b := range byNode[s.indexed:] {
 		if err := s.cache.IndexField(ctx, b.obj, NodeField, b.f); err != nil {
 			return fmt.Errorf("index %T by %s: %w", b.obj, NodeField, err)
 		}
-		s.done++
+		s.indexed++
 	}
 	if _, err := s.cache.GetInformer(ctx, &v1alpha1.Raid10Node{}); err != nil {
 		return fmt.Errorf("Raid10Node informer: %w", err)
 	}
-	s.indexed = true
 	return nil
 }
 
