@@ -23,12 +23,12 @@ snapdir=$(cd "$(mktemp -d)" && GOWORK=off GOFLAGS=-mod=mod go mod download -json
   "github.com/kubernetes-csi/external-snapshotter/client/v8@$SNAPSHOTTER_VERSION" |
   sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
 [[ -d $snapdir/config/crd ]] || { echo "update-codegen: no config/crd in external-snapshotter client/v8@$SNAPSHOTTER_VERSION" >&2; exit 1; }
-rm -f charts/raid10-csi/files/snapshot-crds/*.yaml
-mkdir -p charts/raid10-csi/files/snapshot-crds
+rm -f charts/raid10-csi/charts/snapshot-crds/crds/*.yaml
+mkdir -p charts/raid10-csi/charts/snapshot-crds/crds
 for kind in volumesnapshotclasses volumesnapshotcontents volumesnapshots; do
   {
     echo "# From github.com/kubernetes-csi/external-snapshotter/client/v8@$SNAPSHOTTER_VERSION"
     echo "# config/crd/snapshot.storage.k8s.io_$kind.yaml; copied by hack/update-codegen.sh."
     cat "$snapdir/config/crd/snapshot.storage.k8s.io_$kind.yaml"
-  } >"charts/raid10-csi/files/snapshot-crds/snapshot.storage.k8s.io_$kind.yaml"
+  } >"charts/raid10-csi/charts/snapshot-crds/crds/snapshot.storage.k8s.io_$kind.yaml"
 done

@@ -16,7 +16,7 @@ bash hack/update-codegen.sh "$scratch" >/dev/null
 bash hack/render-deploy.sh "$scratch" >/dev/null
 
 status=0
-for path in pkg/apis charts/raid10-csi/crds charts/raid10-csi/files/snapshot-crds deploy; do
+for path in pkg/apis charts/raid10-csi/crds charts/raid10-csi/charts/snapshot-crds/crds deploy; do
   if ! diff -ruN "$path" "$scratch/$path"; then
     echo "verify-generated: $path is stale; run hack/update-codegen.sh and hack/render-deploy.sh" >&2
     status=1

@@ -21,10 +21,10 @@
 //     the kubelet puts in KUBERNETES_SERVICE_HOST, through the bridge and iptables
 //     masquerade: no kube-proxy and no chart setting. The API server is to reach the
 //     kubelet (`kubectl logs`, `exec`, port-forward) the other way round (tunnel.go):
-//     node.sh keeps connections to a second guestfwd waiting, and the API server's egress
-//     selector sends its CONNECTs to the rig's proxy, which joins each to one of them. The
-//     host half is tested; on the rig no data reaches the kubelet yet (kubectl logs: EOF;
-//     docs/install.md, "First run"). Node commands outside
+//     node.sh keeps connections to a second guestfwd waiting (kubelet-tunnel.sh), and the
+//     API server's egress selector sends its CONNECTs to the rig's proxy, which joins each
+//     to one of them. The story reads a pod's log and runs a command in it through the API
+//     server (step 3). Node commands outside
 //     any container run through Rig.Exec (a command file on the shared rig directory).
 //   - Images, without Docker or a registry: `make image` (hack/image.sh) writes the plugin,
 //     pause, csi-provisioner, csi-resizer and csi-snapshotter tarballs; the test adds

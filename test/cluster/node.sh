@@ -100,19 +100,11 @@ log "starting the kubelet"
 "${KUBELET:-kubelet}" --config="$RIG/kubelet.yaml" --kubeconfig="$RIG/kubelet.kubeconfig" \
 	--hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=2 >>"$RIG/kubelet.log" 2>&1 &
 KPID=$!
-# The API server's way to the kubelet (rig.go's tunnel.go): the host cannot dial into the
-# guest, so each of these loops keeps one connection to the host's tunnel waiting; the host
-# sends one byte when the API server needs the kubelet, and the connection is joined to the
-# kubelet's port (dd reads exactly that byte). Four waiting connections; each used one is
+# The API server's way to the kubelet (tunnel.go): the host cannot dial into the guest, so
+# kubelet-tunnel.sh keeps one connection to the host's tunnel waiting, which the host joins
+# to the kubelet's port when the API server needs it. Four waiting; each used one is
 # replaced at once.
-kubelet_tunnel() {
-	while [ ! -e "$RIG/stop" ]; do
-		socat "TCP:$KUBELET_TUNNEL" \
-			SYSTEM:'dd bs=1 count=1 of=/dev/null 2>/dev/null && exec socat - TCP:127.0.0.1:10250' \
-			2>/dev/null || sleep 1
-	done
-}
-for _ in 1 2 3 4; do kubelet_tunnel & done
+for _ in 1 2 3 4; do sh "$RIG/kubelet-tunnel.sh" "$KUBELET_TUNNEL" 10250 "$RIG/stop" & done
 log "node up"
 echo up >"$RIG/node.up"
 

@@ -33,6 +33,11 @@ import (
 //go:embed node.sh
 var nodeScript string
 
+// tunnelScript is kubelet-tunnel.sh, which node.sh runs from the rig directory.
+//
+//go:embed kubelet-tunnel.sh
+var tunnelScript string
+
 // The node's network: QEMU's user network 10.0.0.0/16 (restrict=on). The guest is
 // 10.0.0.15 (QEMU's default for the network), the gateway 10.0.0.2. The API server's
 // Service range is 10.0.1.0/24, so the "kubernetes" Service's ClusterIP is 10.0.1.1, and a
@@ -345,8 +350,10 @@ func (r *Rig) Boot(ctx context.Context) {
 		t.Fatal(err)
 	}
 	opts.Stdout = logf
-	if err := os.WriteFile(filepath.Join(nodeDir, "node.sh"), []byte(nodeScript), 0o755); err != nil {
-		t.Fatal(err)
+	for name, script := range map[string]string{"node.sh": nodeScript, "kubelet-tunnel.sh": tunnelScript} {
+		if err := os.WriteFile(filepath.Join(nodeDir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	vctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

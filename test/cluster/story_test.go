@@ -699,12 +699,30 @@ func (s *story) healthy(ctx context.Context) {
 		return nil
 	})
 	s.t.Logf("kubectl get r10v:\n%s", s.run(ctx, s.kubectl, "--kubeconfig", s.r.Env.Kubeconfig, "get", "r10v"))
+	s.throughKubelet(ctx)
 	s.t.Logf("kubectl raid10 status:\n%s", s.run(ctx, s.plugin, "--kubeconfig", s.r.Env.Kubeconfig, "status"))
 	var l r10.Raid10VolumeList
 	if err := s.c.List(ctx, &l); err != nil {
 		s.t.Fatal(err)
 	}
 	s.t.Logf("kubectl raid10 describe volume:\n%s", s.run(ctx, s.plugin, "--kubeconfig", s.r.Env.Kubeconfig, "describe", "volume", l.Items[0].Name))
+}
+
+// throughKubelet reads a pod's log and runs a command in it through the API server, which
+// reaches the node's kubelet only through the rig's tunnel (tunnel.go, kubelet-tunnel.sh):
+// `kubectl logs` shows the pod's verified rounds, and `kubectl exec` runs one more round of
+// ioverify on the pod's volume.
+func (s *story) throughKubelet(ctx context.Context) {
+	kc := s.r.Env.Kubeconfig
+	if l := s.run(ctx, s.kubectl, "--kubeconfig", kc, "logs", "io-0", "--tail=3"); !roundRE.MatchString(l) {
+		s.t.Fatalf("kubectl logs io-0: no verified round in\n%s", l)
+	}
+	out := s.run(ctx, s.kubectl, "--kubeconfig", kc, "exec", "io-0", "--",
+		"/ioverify", "-path=/data/exec.dat", "-size=262144", "-bs=65536", "-rounds=1")
+	if !strings.Contains(out, "round 1 ok") {
+		s.t.Fatalf("kubectl exec io-0 -- /ioverify: no verified round in\n%s", out)
+	}
+	s.t.Logf("kubectl logs and exec through the API server: %s", strings.TrimSpace(out))
 }
 
 // badInput: a claim larger than the node can hold leaves its pod Pending with a scheduler

@@ -76,7 +76,7 @@ func TestManifestsApplyAndRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The snapshot API, as on a cluster that serves it (deploy/ has the VolumeSnapshotClass).
-	env.InstallCRDs(t, filepath.Join(chartDir, "files", "snapshot-crds"))
+	env.InstallCRDs(t, filepath.Join(chartDir, "charts", "snapshot-crds", "crds"))
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Client.Discovery()))
 	create := func(o *unstructured.Unstructured) {
 		gvk := o.GroupVersionKind()

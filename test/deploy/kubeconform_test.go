@@ -200,7 +200,7 @@ func TestKubeconform(t *testing.T) {
 	helmBin := helmBinary(t)
 	env := kubeenv.Start(t, kubeenv.WithAPIServerFlags("--endpoint-reconciler-type=none"))
 	env.InstallCRDs(t, filepath.Join(chartDir, "crds"))
-	env.InstallCRDs(t, filepath.Join(chartDir, "files", "snapshot-crds"))
+	env.InstallCRDs(t, filepath.Join(chartDir, "charts", "snapshot-crds", "crds"))
 
 	// The CRDs' schemas reach /openapi/v2 shortly after they are Established.
 	var openapi []byte

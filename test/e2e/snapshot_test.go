@@ -26,7 +26,7 @@ const (
 )
 
 // snapshotCRDDir holds the snapshot.storage.k8s.io CRDs the chart can install.
-const snapshotCRDDir = "../../charts/raid10-csi/files/snapshot-crds"
+const snapshotCRDDir = "../../charts/raid10-csi/charts/snapshot-crds/crds"
 
 var (
 	volumeSnapshotGVK        = schema.GroupVersionKind{Group: "snapshot.storage.k8s.io", Version: "v1", Kind: "VolumeSnapshot"}

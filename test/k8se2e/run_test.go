@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/raid10-csi/raid10-csi/test/cluster"
 )
 
@@ -75,14 +79,16 @@ func TestK8sE2E(t *testing.T) {
 	for key, img := range sidecars {
 		args = append(args, "--set", "sidecars."+key+".image="+img)
 	}
-	// The snapshot CRDs before the chart, as a cluster has them: with snapshots.installCRDs the
-	// chart's own VolumeSnapshotClass fails the install (helm maps every object before it
-	// creates the CRDs: "no matches for kind VolumeSnapshotClass"; docs/install.md).
+	// The chart installs the snapshot CRDs itself (snapshots.installCRDs: its snapshot-crds
+	// subchart's crds/, which helm creates before it renders the VolumeSnapshotClass).
 	start := time.Now()
-	kubectl := filepath.Join(os.Getenv("RAID10_KUBE_BIN_DIR"), "kubectl")
-	run(t, kubectl, "--kubeconfig", r.Env.Kubeconfig, "apply", "--server-side", "-f", filepath.Join(root, "charts/raid10-csi/files/snapshot-crds"))
-	run(t, helm, args...)
+	run(t, helm, append(args, "--set", "snapshots.installCRDs=true")...)
 	t.Logf("chart installed and Ready in %v", time.Since(start).Round(time.Second))
+	// The scheduler places a WaitForFirstConsumer claim's pod only where a CSIStorageCapacity
+	// says the class fits: the suites' first claims came before csi-provisioner had published
+	// the node's, and their pods waited unscheduled (docs/install.md, "First run").
+	waitCapacity(ctx, t, r, 10*time.Minute)
+	t.Logf("the node's capacity published %v after the install", time.Since(start).Round(time.Second))
 
 	list := filepath.Join(report, "repo-list.yaml")
 	if err := os.WriteFile(list, []byte(repoList()), 0o644); err != nil {
@@ -102,6 +108,28 @@ func TestK8sE2E(t *testing.T) {
 	t.Logf("e2e.test ended after %v: %v; JUnit report in %s", time.Since(start).Round(time.Second), err, report)
 	if err != nil {
 		t.Errorf("e2e.test: %v (the failures: %s, junit_01.xml)", err, logf.Name())
+	}
+}
+
+// waitCapacity waits until a CSIStorageCapacity of the chart's StorageClass (raid10) in the
+// driver's namespace has room for a claim of the suites' smallest size.
+func waitCapacity(ctx context.Context, t *testing.T, r *cluster.Rig, timeout time.Duration) {
+	t.Helper()
+	minSize := resource.MustParse("512Mi")
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		l, err := r.Env.Client.StorageV1().CSIStorageCapacities(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range l.Items {
+			if c.StorageClassName == "raid10" && c.Capacity != nil && c.Capacity.Cmp(minSize) >= 0 {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no CSIStorageCapacity of class raid10 with 512Mi in %s after %v: %v", namespace, timeout, err)
 	}
 }
 

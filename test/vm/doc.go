@@ -108,7 +108,10 @@
 //     loads the modules with the host's own kmod modprobe inside `chroot /host`
 //     (softdeps and dependencies resolved from the host's /lib/modules/<kver>).
 //   - The command: the run directory holds config.sh (shares, modules), env.sh
-//     (exports) and script.sh; init runs `chroot /host /bin/sh script.sh` in
+//     (exports) and script.sh; init moves /host to the mount namespace's / (as
+//     switch_root does, so `nsenter --mount=/proc/1/ns/mnt`, Kubernetes' host-exec
+//     pods, lands in the host root; init itself keeps the initramfs as its root) and
+//     runs `chroot <host root> /bin/sh script.sh` in
 //     Options.Dir with stdout+stderr to <run>/output, writes the exit status to
 //     <run>/exit (write to exit.tmp, then rename), syncs and `poweroff -f`s. The host
 //     follows <run>/output while the guest runs (Options.Stdout) and reads the exit

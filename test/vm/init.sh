@@ -76,9 +76,16 @@ vm_mount_configfs() {
 
 . /vmrun/config.sh
 vm_setup
+# The host root (with everything mounted in it) becomes the mount namespace's root, as
+# switch_root makes it, so that a process entering the namespace (nsenter
+# --mount=/proc/1/ns/mnt: Kubernetes' host-exec pods) lands in it, not in the initramfs.
+# This script keeps the initramfs as its own root (a mount over / is not crossed from a
+# process's root), with /vmrun and busybox; "." is the host root now, for the command's
+# chroot.
+cd $H && mount --move . / || fatal "move the host root to /"
 log "ready"
 # The command runs in its own session, so the watchdog can signal all of it.
-setsid chroot $H /bin/sh -c '. "$0/env.sh" && cd "$1" && exec /bin/sh "$0/script.sh"' \
+setsid chroot . /bin/sh -c '. "$0/env.sh" && cd "$1" && exec /bin/sh "$0/script.sh"' \
 	"$RUN_DIR" "$WORK_DIR" >/vmrun/output 2>&1 </dev/null &
 pid=$!
 wd=

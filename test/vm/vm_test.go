@@ -26,7 +26,9 @@ func TestRunExitStatusOutputEnv(t *testing.T) {
 		Env:     []string{"VM_TEST_VALUE=it's $quoted"},
 		Modules: []string{},
 		Stdout:  &streamed,
-	}, `echo "value=$VM_TEST_VALUE"; echo to-stderr >&2; echo "in=$RAID10_IN_VM pwd=$(pwd)"; exit 7`)
+	}, `echo "value=$VM_TEST_VALUE"; echo to-stderr >&2; echo "in=$RAID10_IN_VM pwd=$(pwd)"
+echo "pid1-mount-ns-root=$(nsenter --mount=/proc/1/ns/mnt -- /bin/sh -c 'test -d "$0" && echo host || echo initramfs' "$(pwd)")"
+exit 7`)
 	if err != nil {
 		t.Fatalf("vm.Run: %v", err)
 	}
@@ -35,7 +37,10 @@ func TestRunExitStatusOutputEnv(t *testing.T) {
 		t.Errorf("ExitCode = %d, want 7; output:\n%s", res.ExitCode, res.Output)
 	}
 	wd, _ := os.Getwd()
-	for _, want := range []string{"value=it's $quoted\n", "to-stderr\n", "in=1 pwd=" + wd + "\n"} {
+	// pid1-mount-ns-root: entering PID 1's mount namespace (as Kubernetes' host-exec pods do,
+	// nsenter --mount=/proc/1/ns/mnt) lands in the host root the command runs in, not the
+	// initramfs (init.sh moves the host root to the namespace's /).
+	for _, want := range []string{"value=it's $quoted\n", "to-stderr\n", "in=1 pwd=" + wd + "\n", "pid1-mount-ns-root=host\n"} {
 		if !strings.Contains(res.Output, want) {
 			t.Errorf("output lacks %q:\n%s", want, res.Output)
 		}
