@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
 
 // countingConfig is cfg with every request counted in n.
@@ -111,4 +113,82 @@ func capacityFromCache(t *testing.T, c client.Client, cfg *rest.Config) {
 	if l := liveReqs.Load(); l != 0 {
 		t.Fatalf("GetCapacity from the cache made %d requests on the live client, want 0", l)
 	}
+}
+
+// TestCachedStoreBeforeCRDs: a controller started before the chart's CRDs are served (the
+// CRDs applied after the Deployment, an API server that lost them) keeps serving: the cache
+// cannot set its informers up and tries again every cacheRetry, Store says it has not
+// synced (so GetCapacity reads the API server), and once the CRDs are installed the cache
+// syncs by itself and answers from the watch. A Run cancelled while it waits to try again
+// returns at once.
+func TestCachedStoreBeforeCRDs(t *testing.T) {
+	env := kubeenv.Start(t, kubeenv.WithAPIServerFlags("--endpoint-reconciler-type=none"))
+	s := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	run := func(ctx context.Context, cs *CachedStore) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- cs.Run(ctx) }()
+		return done
+	}
+
+	cancelled, err := NewCachedStore(env.Config, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(t.Context())
+	cdone := run(cctx, cancelled)
+
+	cs, err := NewCachedStore(env.Config, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	done := run(ctx, cs)
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("CachedStore.Run: %v", err)
+		}
+	}()
+
+	time.Sleep(time.Second) // the first tries failed: no such kinds
+	if _, ok := cs.Store(); ok {
+		t.Fatal("Store synced on an API server without the CRDs")
+	}
+	cancel()
+	select {
+	case err := <-cdone:
+		if err != nil {
+			t.Fatalf("Run cancelled before the CRDs: %v, want nil", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run cancelled while waiting to retry did not return within 2 s")
+	}
+
+	c, err := client.New(env.Config, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.InstallCRDs(t, crdDir)
+	installed := time.Now()
+	for {
+		if _, ok := cs.Store(); ok {
+			break
+		}
+		if time.Since(installed) > 3*cacheRetry {
+			t.Fatalf("the cache did not sync within %v of the CRDs' install", 3*cacheRetry)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("cache synced %v after the CRDs were installed (retry every %v)", time.Since(installed).Round(time.Millisecond), cacheRetry)
+
+	// Reads come from the running informers: a node created now is seen through the watch.
+	newNode(ctx, t, c, "late-node", 2, 8<<30)
+	store, _ := cs.Store()
+	waitFor(t, func() bool {
+		n, err := store.GetNode(ctx, "late-node")
+		return err == nil && n != nil
+	})
 }
