@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +25,7 @@ const (
 	envIdle    = "RAID10_SCALE_IDLE"    // idle window per step (default 60s)
 	envTable   = "RAID10_SCALE_TABLE"   // markdown file the table is written to
 	envPlugin  = "RAID10_SCALE_PLUGIN"  // the raid10-csi binary; empty: controller in process
+	envHold    = "RAID10_SCALE_HOLD"    // volumes created and kept after the last step (memory per volume)
 	capPoll    = 15 * time.Second       // the chart's sidecars.provisioner.capacityPollInterval
 )
 
@@ -82,6 +84,88 @@ func TestScaleBench(t *testing.T) {
 		}
 	}
 	t.Logf("\n%s", table(rows))
+	if v := os.Getenv(envHold); v != "" {
+		hold := envInt(t, envHold, 0)
+		points := cl.hold(t, hold, workers)
+		out := table(rows) + "\n" + holdTable(steps[len(steps)-1], points)
+		t.Logf("\n%s", holdTable(steps[len(steps)-1], points))
+		if path := os.Getenv(envTable); path != "" {
+			if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// holdPoint is the memory of the control plane's processes with volumes held.
+type holdPoint struct {
+	volumes                int
+	rate                   float64 // volumes created per second to get here
+	ctrlRSS, ctrlHeap      int64   // the controller plugin: VmRSS, Go heap in use
+	apiserverRSS, etcdRSS  int64
+	provisionerRSS, agents int64 // csi-provisioner's RSS; the hollow agents' heap (this process)
+}
+
+// hold creates n volumes of 256 MiB across the nodes, in quarters, and keeps them: after
+// each quarter, with the agents' reports in and 20 s of quiet, it reads the memory of the
+// controller (whose capacity cache holds every Raid10Volume), the API server and etcd. The
+// volumes are deleted at the end. Issue 28's target is 100,000 volumes on 1,000 nodes; the
+// slope between the points is the controller's memory per volume.
+func (cl *cluster) hold(t *testing.T, n, workers int) []holdPoint {
+	ctx := t.Context()
+	measure := func(volumes int, rate float64) holdPoint {
+		time.Sleep(20 * time.Second)
+		p := holdPoint{volumes: volumes, rate: rate, agents: heapInUse()}
+		if cl.ctrl != nil {
+			p.ctrlRSS = rss(cl.ctrl.Process.Pid)
+			p.ctrlHeap = int64(metricValue(cl.ctrlMetrics, "go_memstats_heap_inuse_bytes"))
+		}
+		p.apiserverRSS, p.etcdRSS, p.provisionerRSS = cl.processRSS("kube-apiserver"), cl.processRSS("etcd"), cl.processRSS("csi-provisioner")
+		t.Logf("holding %d volumes: %+v", volumes, p)
+		return p
+	}
+	points := []holdPoint{measure(0, 0)}
+	ids := make([]string, n)
+	for q := range 4 {
+		from, to := n*q/4, n*(q+1)/4
+		took := parallel(to-from, workers, func(i int) error {
+			i += from
+			nd := cl.nodes[(i*7919)%len(cl.nodes)]
+			id, err := cl.createVolume(ctx, fmt.Sprintf("hold-%06d", i), nd.Name, 256<<20)
+			ids[i] = id
+			return err
+		}, t)
+		points = append(points, measure(to, float64(to-from)/took.Seconds()))
+	}
+	t.Cleanup(func() {
+		took := parallel(n, workers, func(i int) error {
+			_, err := cl.csi.DeleteVolume(context.Background(), deleteRequest(ids[i]))
+			return err
+		}, t)
+		t.Logf("deleted the %d held volumes at %.1f/s", n, float64(n)/took.Seconds())
+	})
+	return points
+}
+
+// holdTable is the memory with volumes held, and the controller's growth per volume (the
+// slope from the first point to the last).
+func holdTable(nodes int, points []holdPoint) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Volumes held on %d nodes:\n\n", nodes)
+	b.WriteString("| volumes held | created/s | controller RSS | controller heap in use | kube-apiserver RSS | etcd RSS | csi-provisioner RSS |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, p := range points {
+		fmt.Fprintf(&b, "| %d | %.1f | %d MiB | %d MiB | %d MiB | %d MiB | %d MiB |\n", p.volumes, p.rate, p.ctrlRSS>>20, p.ctrlHeap>>20,
+			p.apiserverRSS>>20, p.etcdRSS>>20, p.provisionerRSS>>20)
+	}
+	first, last := points[0], points[len(points)-1]
+	if dv := last.volumes - first.volumes; dv > 0 {
+		fmt.Fprintf(&b, "\nPer volume held: controller RSS %.1f KiB, heap %.1f KiB; kube-apiserver %.1f KiB, etcd %.1f KiB, csi-provisioner %.1f KiB.\n",
+			float64(last.ctrlRSS-first.ctrlRSS)/float64(dv)/1024, float64(last.ctrlHeap-first.ctrlHeap)/float64(dv)/1024,
+			float64(last.apiserverRSS-first.apiserverRSS)/float64(dv)/1024, float64(last.etcdRSS-first.etcdRSS)/float64(dv)/1024,
+			float64(last.provisionerRSS-first.provisionerRSS)/float64(dv)/1024)
+	}
+	return b.String()
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -252,4 +336,30 @@ func table(rows []stepResult) string {
 		fmt.Fprintf(&b, "- %d nodes, idle: %s; churn: %s; CPU over the step: %s\n", r.nodes, r.idleTop, r.churnTop, r.cpu)
 	}
 	return b.String()
+}
+
+// processRSS is the VmRSS of this process's child named comm (kube-apiserver, etcd,
+// csi-provisioner), 0 when there is none.
+func (cl *cluster) processRSS(comm string) int64 {
+	dirs, _ := os.ReadDir("/proc")
+	self := strconv.Itoa(os.Getpid())
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		open, close := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+		if open < 0 || close < open || string(stat[open+1:close]) != comm {
+			continue
+		}
+		if f := strings.Fields(string(stat[close+1:])); len(f) > 1 && f[1] == self {
+			return rss(pid)
+		}
+	}
+	return 0
 }

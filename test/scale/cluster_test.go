@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,12 +51,13 @@ const (
 // cluster is the control plane, the in-process controller plugin on a unix socket, the
 // real csi-provisioner publishing CSIStorageCapacity, and the hollow nodes started so far.
 type cluster struct {
-	env      *kubeenv.Env
-	ctrl     *exec.Cmd     // the controller plugin's process; nil when it runs in this one
-	c        client.Client // admin, uncached; it can watch (the in-process controller's waits)
-	agentCfg *rest.Config  // the hollow agents' client configuration
-	csi      csi.ControllerClient
-	nodes    []*Node
+	env         *kubeenv.Env
+	ctrl        *exec.Cmd     // the controller plugin's process; nil when it runs in this one
+	ctrlMetrics string        // the controller plugin's metrics URL (Go heap), with ctrl
+	c           client.Client // admin, uncached; it can watch (the in-process controller's waits)
+	agentCfg    *rest.Config  // the hollow agents' client configuration
+	csi         csi.ControllerClient
+	nodes       []*Node
 }
 
 // startCluster starts etcd and kube-apiserver, the CRDs, a CSIDriver with storage capacity,
@@ -158,8 +161,10 @@ func (cl *cluster) startController(t *testing.T) string {
 func (cl *cluster) startPlugin(t *testing.T, bin string, extra []string) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "csi.sock")
+	addr := freeAddr(t)
+	cl.ctrlMetrics = "http://" + addr + "/metrics"
 	cl.ctrl = startSidecar(t, "raid10-csi-controller", bin, nil, append([]string{"--mode=controller", "--endpoint=unix://" + sock,
-		"--kubeconfig=" + cl.env.Kubeconfig, "--metrics-address=", "--v=1"}, extra...)...)
+		"--kubeconfig=" + cl.env.Kubeconfig, "--metrics-address=" + addr, "--v=1"}, extra...)...)
 	waitFor(t, 30*time.Second, "controller socket", func() (bool, string) {
 		_, err := os.Stat(sock)
 		return err == nil, fmt.Sprint(err)
@@ -407,4 +412,33 @@ func klogToFile(t *testing.T) {
 // deleteRequest is the provisioner's DeleteVolume of volume id.
 func deleteRequest(id string) *csi.DeleteVolumeRequest {
 	return &csi.DeleteVolumeRequest{VolumeId: id}
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+// metricValue reads one unlabelled metric from a Prometheus text endpoint; 0 when absent.
+func metricValue(url, name string) float64 {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
 }
