@@ -51,8 +51,8 @@ cluster-demo: deps ## cluster-test, pausing PAUSE (default 10m) after the volume
 .PHONY: k8s-e2e
 k8s-e2e: deps ## Kubernetes' external storage e2e suites on the rig (test/k8se2e, driver.yaml; builds e2e.test once, ~30 min cold): FOCUS, SKIP (regexps), PARALLEL (default 1); JUnit and log in _output/k8s-e2e. CHECK=1: only driver.yaml against --list-tests.
 	dir=$$(bash hack/build-k8s-e2e.sh) && source hack/tool-env.sh && cd test/k8se2e && \
-	  RAID10_K8S_E2E_DIR=$$dir RAID10_K8S_E2E_RUN=$(if $(CHECK),,1) RAID10_K8S_E2E_FOCUS='$(FOCUS)' \
-	  RAID10_K8S_E2E_SKIP='$(or $(SKIP),\[Disruptive\])' RAID10_K8S_E2E_PARALLEL=$(or $(PARALLEL),1) \
+	  RAID10_K8S_E2E_DIR=$$dir RAID10_K8S_E2E_RUN=$(if $(CHECK),,1) RAID10_K8S_E2E_FOCUS='$(value FOCUS)' \
+	  RAID10_K8S_E2E_SKIP='$(or $(value SKIP),\[Disruptive\])' RAID10_K8S_E2E_PARALLEL=$(or $(PARALLEL),1) \
 	  RAID10_K8S_E2E_REPORT=$(abspath _output/k8s-e2e) GOWORK=off \
 	  $(GO) test -count=1 -timeout 0 -v -run '^(TestDriverYAMLSelectsSuites|TestK8sE2E)$$' .
 
