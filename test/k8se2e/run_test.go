@@ -75,6 +75,8 @@ func TestK8sE2E(t *testing.T) {
 		"--set-json", "node.pool.disks=[" + strings.Join(disks, ",") + "]",
 		"--set", "controller.replicas=1", "--set", "snapshots.controller.enabled=true",
 		"--set", "snapshots.controller.replicas=1",
+		// driver.yaml's VolumeAttributesClass, for the volume-modify suite.
+		"--set-json", `volumeAttributesClasses=[{"name":"raid10-e2e","parameters":{"maxReadIOPS":"2000","maxWriteIOPS":"1000"}}]`,
 		"--wait", "--timeout", "20m"}
 	for key, img := range sidecars {
 		args = append(args, "--set", "sidecars."+key+".image="+img)
