@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -215,11 +216,24 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 		return nil, fmt.Errorf("volume %q: device %s holds %s, %s was asked for: %w", id, dev, existing, fsType, ErrFailedPrecondition)
 	}
 	// FormatAndMount runs mkfs only when blkid finds the device blank.
-	if err := n.mounter.FormatAndMount(dev, staging, fsType, mnt.GetMountFlags()); err != nil {
+	if err := n.mounter.FormatAndMount(dev, staging, fsType, stageMountOptions(fsType, mnt.GetMountFlags())); err != nil {
 		return nil, fmt.Errorf("format and mount %s at %s: %w", dev, staging, err)
 	}
 	logger.Info("Volume staged", "device", dev, "stagingPath", staging, "fsType", fsType, "formatted", existing == "")
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageMountOptions are the options a staging mount of fsType gets: the claim's mount flags,
+// and for xfs "nouuid". A volume restored from a snapshot or cloned from another carries its
+// source's filesystem UUID, and the kernel refuses to mount an xfs whose UUID a mounted one
+// has ("Filesystem has duplicate UUID"): without it a pod could not use a clone or a restore
+// beside its source on the same node, and a volume lives on one node. ext4 has no such check.
+func stageMountOptions(fsType string, flags []string) []string {
+	opts := slices.Clone(flags)
+	if fsType == "xfs" && !slices.Contains(opts, "nouuid") {
+		opts = append(opts, "nouuid")
+	}
+	return opts
 }
 
 // NodeUnstageVolume unmounts the staging path (missing or not mounted is success) and

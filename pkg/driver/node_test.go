@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -623,5 +624,30 @@ func TestMountInfoMountsOf(t *testing.T) {
 	}
 	if _, err := mt.MountsOf(info); status.Code(toStatus(err)) != codes.InvalidArgument {
 		t.Fatalf("MountsOf(a regular file): %v, want InvalidArgument", err)
+	}
+}
+
+// TestStageMountOptions: an xfs staging mount always gets nouuid (a clone or a restore has
+// its source's UUID, which the kernel refuses to mount twice), once; other filesystems keep
+// the claim's flags as they are.
+func TestStageMountOptions(t *testing.T) {
+	for _, tc := range []struct {
+		fs    string
+		flags []string
+		want  []string
+	}{
+		{"xfs", nil, []string{"nouuid"}},
+		{"xfs", []string{"noatime"}, []string{"noatime", "nouuid"}},
+		{"xfs", []string{"nouuid"}, []string{"nouuid"}},
+		{"ext4", []string{"noatime"}, []string{"noatime"}},
+		{"ext4", nil, nil},
+	} {
+		flags := slices.Clone(tc.flags)
+		if got := stageMountOptions(tc.fs, flags); !slices.Equal(got, tc.want) {
+			t.Errorf("stageMountOptions(%s, %v) = %v, want %v", tc.fs, tc.flags, got, tc.want)
+		}
+		if !slices.Equal(flags, tc.flags) {
+			t.Errorf("stageMountOptions(%s) changed the claim's flags to %v", tc.fs, flags)
+		}
 	}
 }

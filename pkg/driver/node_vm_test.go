@@ -227,6 +227,23 @@ func TestNodeInGuest(t *testing.T) {
 		t.Fatalf("write to a read-only publish: %v, want EROFS", err)
 	}
 	step("expand xfs (xfs_growfs)", func() error { return expand("vol-xfs", tg2, st2, mountCap("xfs"), 320<<20) })
+	// A clone carries its source's xfs UUID; staged beside the mounted source on the same
+	// node it mounts (nouuid) and holds the source's file. Without nouuid the kernel refuses
+	// it: "Filesystem has duplicate UUID" (Kubernetes' multiVolume spec "volume and restored
+	// snapshot on the same node", xfs).
+	step("write to the xfs staging mount", func() error { return writeSync(filepath.Join(st2, "f"), data) })
+	if _, err := p.CreateVolume("vol-xfs-clone", 320<<20, pool.CreateOptions{Source: &pool.Source{Volume: "vol-xfs"}}); err != nil {
+		t.Fatalf("clone vol-xfs: %v", err)
+	}
+	stc := filepath.Join(dir, "staging-xfs-clone")
+	step("stage the xfs clone beside its source", func() error { return stage("vol-xfs-clone", stc, mountCap("xfs")) })
+	if got, err := os.ReadFile(filepath.Join(stc, "f")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the clone's file: %d bytes, %v; want the source's %d bytes", len(got), err, len(data))
+	}
+	step("unstage the xfs clone", func() error { return unstage("vol-xfs-clone", stc) })
+	if err := p.DeleteVolume("vol-xfs-clone"); err != nil {
+		t.Fatalf("delete the clone: %v", err)
+	}
 	step("unpublish xfs", func() error { return unpublish("vol-xfs", tg2) })
 	step("unstage xfs", func() error { return unstage("vol-xfs", st2) })
 	step("xfs device detached", func() error { return detached("vol-xfs", dev2) })
