@@ -219,6 +219,21 @@ func (n *NodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if err := n.mounter.FormatAndMount(dev, staging, fsType, stageMountOptions(fsType, mnt.GetMountFlags())); err != nil {
 		return nil, fmt.Errorf("format and mount %s at %s: %w", dev, staging, err)
 	}
+	if existing != "" {
+		// A volume restored from a snapshot, or cloned, into a larger claim has its source's
+		// filesystem on a larger device: it grows to the device here, as no NodeExpandVolume
+		// follows a create.
+		grow, err := n.resizer.NeedResize(dev, staging)
+		if err != nil {
+			return nil, fmt.Errorf("compare the filesystem on %s with its device: %w", dev, err)
+		}
+		if grow {
+			if _, err := n.resizer.Resize(dev, staging); err != nil {
+				return nil, fmt.Errorf("grow the filesystem on %s to its device: %w", dev, err)
+			}
+			logger.Info("Filesystem grown to its device at stage", "device", dev, "stagingPath", staging, "fsType", fsType)
+		}
+	}
 	logger.Info("Volume staged", "device", dev, "stagingPath", staging, "fsType", fsType, "formatted", existing == "")
 	return &csi.NodeStageVolumeResponse{}, nil
 }

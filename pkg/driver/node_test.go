@@ -91,7 +91,8 @@ func (f *fakeAttacher) Volume(_ context.Context, id string) (attach.VolumeState,
 }
 
 // fakeExec answers blkid with "blank" (exit 2) until mkfs ran on the device, then with the
-// filesystem made; every other command succeeds. It records the commands.
+// filesystem made, and blockdev --getro with 0; every other command succeeds. It records the
+// commands.
 type fakeExec struct {
 	testingexec.FakeExec
 	mu    sync.Mutex
@@ -117,6 +118,8 @@ func (e *fakeExec) Command(cmd string, args ...string) utilexec.Cmd {
 		}
 	case "mkfs.ext4", "mkfs.xfs":
 		e.fs[dev] = cmd[len("mkfs."):]
+	case "blockdev": // --getro, before a stage grows an existing filesystem: writable
+		out = []byte("0\n")
 	}
 	return &testingexec.FakeCmd{CombinedOutputScript: []testingexec.FakeAction{
 		func() ([]byte, []byte, error) { return out, nil, err },
@@ -374,6 +377,11 @@ func TestNodeLifecycleFake(t *testing.T) {
 	}
 	if mps, _ := m.List(); mps[len(mps)-1].Type != "xfs" || ex.ran("mkfs.xfs") != 1 {
 		t.Fatalf("mounted %+v, mkfs.xfs ran %d times", mps[len(mps)-1], ex.ran("mkfs.xfs"))
+	}
+	// The filesystem the volume already had is grown to its device (a restore into a larger
+	// claim); the one just made is not.
+	if n := ex.ran("xfs_growfs"); n != 1 {
+		t.Fatalf("xfs_growfs ran %d times, want once: at the stage of the existing filesystem only", n)
 	}
 	// Undo that second staging of the same device without detaching it.
 	if err := m.Unmount(other); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -230,15 +231,27 @@ func TestNodeInGuest(t *testing.T) {
 	// A clone carries its source's xfs UUID; staged beside the mounted source on the same
 	// node it mounts (nouuid) and holds the source's file. Without nouuid the kernel refuses
 	// it: "Filesystem has duplicate UUID" (Kubernetes' multiVolume spec "volume and restored
-	// snapshot on the same node", xfs).
+	// snapshot on the same node", xfs). The clone is 32 MiB larger than its source: the
+	// stage grows the filesystem to the device (the provisioning spec "restoring snapshot to
+	// larger size pvc": it kept the source's size before).
 	step("write to the xfs staging mount", func() error { return writeSync(filepath.Join(st2, "f"), data) })
-	if _, err := p.CreateVolume("vol-xfs-clone", 320<<20, pool.CreateOptions{Source: &pool.Source{Volume: "vol-xfs"}}); err != nil {
+	if _, err := p.CreateVolume("vol-xfs-clone", 352<<20, pool.CreateOptions{Source: &pool.Source{Volume: "vol-xfs"}}); err != nil {
 		t.Fatalf("clone vol-xfs: %v", err)
 	}
 	stc := filepath.Join(dir, "staging-xfs-clone")
-	step("stage the xfs clone beside its source", func() error { return stage("vol-xfs-clone", stc, mountCap("xfs")) })
+	step("stage the larger xfs clone beside its source", func() error { return stage("vol-xfs-clone", stc, mountCap("xfs")) })
 	if got, err := os.ReadFile(filepath.Join(stc, "f")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the clone's file: %d bytes, %v; want the source's %d bytes", len(got), err, len(data))
+	}
+	var srcFS, cloneFS unix.Statfs_t
+	if err := unix.Statfs(st2, &srcFS); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Statfs(stc, &cloneFS); err != nil {
+		t.Fatal(err)
+	}
+	if src, clone := srcFS.Blocks*uint64(srcFS.Bsize), cloneFS.Blocks*uint64(cloneFS.Bsize); clone < src+16<<20 {
+		t.Fatalf("the 352 MiB clone's filesystem has %d bytes, its 320 MiB source's %d: not grown to its device at stage", clone, src)
 	}
 	step("unstage the xfs clone", func() error { return unstage("vol-xfs-clone", stc) })
 	if err := p.DeleteVolume("vol-xfs-clone"); err != nil {
