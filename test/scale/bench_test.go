@@ -86,11 +86,10 @@ func TestScaleBench(t *testing.T) {
 	t.Logf("\n%s", table(rows))
 	if v := os.Getenv(envHold); v != "" {
 		hold := envInt(t, envHold, 0)
-		points := cl.hold(t, hold, workers)
-		out := table(rows) + "\n" + holdTable(steps[len(steps)-1], points)
-		t.Logf("\n%s", holdTable(steps[len(steps)-1], points))
+		held := holdTable(steps[len(steps)-1], cl.hold(t, hold, workers))
+		t.Logf("\n%s", held)
 		if path := os.Getenv(envTable); path != "" {
-			if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(table(rows)+"\n"+held), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
