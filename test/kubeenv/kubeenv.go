@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,6 +67,7 @@ type Option func(*options)
 
 type options struct {
 	controllerManager bool
+	controllers       []string // kube-controller-manager's --controllers; empty: its defaults
 	scheduler         bool
 	servingIPs        []net.IP
 	apiServerFlags    []string
@@ -76,6 +78,16 @@ type options struct {
 // controllers: the PV binder, service-account and namespace controllers, garbage collection.
 func WithControllerManager() Option {
 	return func(o *options) { o.controllerManager = true }
+}
+
+// WithControllers runs kube-controller-manager with only the named controllers (its
+// --controllers names, such as persistentvolume-binder-controller): for a cluster whose
+// nodes have no kubelet, where the node lifecycle controller would taint every node.
+func WithControllers(names ...string) Option {
+	return func(o *options) {
+		o.controllerManager = true
+		o.controllers = append(o.controllers, names...)
+	}
 }
 
 // WithScheduler also runs kube-scheduler, for tests with a kubelet: it binds pods to nodes
@@ -242,6 +254,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 			"--root-ca-file="+env.pki.caCertFile,
 			"--service-cluster-ip-range="+ServiceClusterIPRange,
 			"--profiling=false",
+			"--controllers="+controllers(o.controllers),
 		)
 		if err != nil {
 			t.Fatalf("%v", err)
@@ -442,4 +455,13 @@ func writeKubeconfig(path string, cfg *rest.Config) error {
 	kc.Contexts["kubeenv"] = &clientcmdapi.Context{Cluster: "kubeenv", AuthInfo: "kubeenv"}
 	kc.CurrentContext = "kubeenv"
 	return clientcmd.WriteToFile(*kc, path)
+}
+
+// controllers is kube-controller-manager's --controllers value: names, or all of its
+// on-by-default controllers.
+func controllers(names []string) string {
+	if len(names) == 0 {
+		return "*"
+	}
+	return strings.Join(names, ",")
 }

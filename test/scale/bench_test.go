@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/raid10-csi/raid10-csi/internal/testenv"
+	"github.com/raid10-csi/raid10-csi/pkg/driver"
+	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
 
 // Environment of TestScaleBench (make scale-bench sets them from its variables).
@@ -26,6 +28,7 @@ const (
 	envTable   = "RAID10_SCALE_TABLE"   // markdown file the table is written to
 	envPlugin  = "RAID10_SCALE_PLUGIN"  // the raid10-csi binary; empty: controller in process
 	envHold    = "RAID10_SCALE_HOLD"    // volumes created and kept after the last step (memory per volume)
+	envClaims  = "RAID10_SCALE_CLAIMS"  // claims with pods through kube-scheduler per step (claims)
 	capPoll    = 15 * time.Second       // the chart's sidecars.provisioner.capacityPollInterval
 )
 
@@ -71,25 +74,46 @@ func TestScaleBench(t *testing.T) {
 	}
 	lim := benchLimits(t)
 	t.Logf("client settings: %s: plugin %v, csi-provisioner %v, agents %v/s burst %d", lim.name, lim.plugin, lim.provisioner, lim.agentQPS, lim.agentBurst)
-	cl := startClusterWith(t, capPoll, os.Getenv(envPlugin), lim)
+	claims := envInt(t, envClaims, 0)
+	var plane []kubeenv.Option
+	if claims > 0 {
+		// Each pod counts against its node's CSINode limit (NodeGetInfo's default).
+		if most := steps[0] * driver.DefaultMaxVolumesPerNode; claims > most {
+			t.Fatalf("$%s=%d: %d nodes hold at most %d volumes of pods (%d each)", envClaims, claims, steps[0], most, driver.DefaultMaxVolumesPerNode)
+		}
+		plane = claimsPlane()
+	}
+	cl := startClusterWith(t, capPoll, os.Getenv(envPlugin), lim, plane...)
 	var rows []stepResult
+	var claimRows []claimsResult
+	tables := func() string {
+		if len(claimRows) == 0 {
+			return table(rows)
+		}
+		return table(rows) + "\nClaims through kube-scheduler (each with a pod; WaitForFirstConsumer):\n\n" + claimsTable(claimRows)
+	}
 	for _, n := range steps {
 		r := cl.step(t, n, volumes, workers, idle)
 		rows = append(rows, r)
 		t.Logf("step %d nodes: %+v", n, r)
+		if claims > 0 {
+			c := cl.claims(t, claims, workers, "1Gi", 30*time.Minute)
+			claimRows = append(claimRows, c)
+			t.Logf("step %d nodes, claims: %+v", n, c)
+		}
 		if path := os.Getenv(envTable); path != "" {
-			if err := os.WriteFile(path, []byte(table(rows)), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(tables()), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	t.Logf("\n%s", table(rows))
+	t.Logf("\n%s", tables())
 	if v := os.Getenv(envHold); v != "" {
 		hold := envInt(t, envHold, 0)
 		held := holdTable(steps[len(steps)-1], cl.hold(t, hold, workers))
 		t.Logf("\n%s", held)
 		if path := os.Getenv(envTable); path != "" {
-			if err := os.WriteFile(path, []byte(table(rows)+"\n"+held), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(tables()+"\n"+held), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -70,8 +70,8 @@ func startCluster(t *testing.T, capPoll time.Duration) *cluster {
 // startClusterWith is startCluster with the controller plugin run as the binary plugin
 // (cmd/raid10-csi, --mode=controller, with its own client settings, as the chart runs it)
 // when plugin is not "", else in this process; the plugin binary, csi-provisioner and the
-// hollow agents get lim's client settings.
-func startClusterWith(t *testing.T, capPoll time.Duration, plugin string, lim limits) *cluster {
+// hollow agents get lim's client settings; opts add to the control plane (claimsPlane).
+func startClusterWith(t *testing.T, capPoll time.Duration, plugin string, lim limits, opts ...kubeenv.Option) *cluster {
 	t.Helper()
 	testenv.Heavy(t, "scale: needs the control plane")
 	prov := os.Getenv(provisionerEnv)
@@ -81,7 +81,7 @@ func startClusterWith(t *testing.T, capPoll time.Duration, plugin string, lim li
 	klogToFile(t)
 	// controller-runtime (the client, the agents' managers) logs through klog.
 	ctrllog.SetLogger(klog.NewKlogr())
-	env := kubeenv.Start(t)
+	env := kubeenv.Start(t, opts...)
 	env.InstallCRDs(t, crdDir)
 	s, err := agent.Scheme()
 	if err != nil {
@@ -326,6 +326,12 @@ func label(line, name string) string {
 // that took; on timeout the test fails with what and cond's last word on the state.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
 	t.Helper()
+	return waitEvery(t, 100*time.Millisecond, timeout, what, cond)
+}
+
+// waitEvery is waitFor polling every interval (lists of many objects: the claims').
+func waitEvery(t *testing.T, interval, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
 	start := time.Now()
 	for {
 		ok, state := cond()
@@ -338,7 +344,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 		select {
 		case <-t.Context().Done():
 			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }

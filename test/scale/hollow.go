@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	mount "k8s.io/mount-utils"
@@ -128,7 +129,24 @@ func (n *Node) register(ctx context.Context, admin client.Client) error {
 		keys = append(keys, k)
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels}}
-	if err := admin.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+	switch err := admin.Create(ctx, node); {
+	case err == nil:
+		// What a kubelet reports, so that kube-scheduler can place pods here (the bench's
+		// claims): room for pods, Ready. Nothing renews it; the clusters that schedule
+		// run no node lifecycle controller, so the not-ready taint that the API server's
+		// TaintNodesByCondition admission gave the new Node is removed here, as that
+		// controller would once the node is Ready.
+		node.Status = hollowNodeStatus()
+		if err := admin.Status().Update(ctx, node); err != nil {
+			return fmt.Errorf("hollow node %s: Node status: %w", n.Name, err)
+		}
+		if len(node.Spec.Taints) > 0 {
+			node.Spec.Taints = nil
+			if err := admin.Update(ctx, node); err != nil {
+				return fmt.Errorf("hollow node %s: Node taints: %w", n.Name, err)
+			}
+		}
+	case !apierrors.IsAlreadyExists(err):
 		return fmt.Errorf("hollow node %s: create Node: %w", n.Name, err)
 	}
 	count := int32(info.GetMaxVolumesPerNode())
@@ -143,6 +161,23 @@ func (n *Node) register(ctx context.Context, admin client.Client) error {
 		return fmt.Errorf("hollow node %s: create CSINode: %w", n.Name, err)
 	}
 	return nil
+}
+
+// hollowNodeStatus is a hollow Node's status: capacity for 110 pods, Ready.
+func hollowNodeStatus() corev1.NodeStatus {
+	res := corev1.ResourceList{
+		corev1.ResourcePods:   resource.MustParse("110"),
+		corev1.ResourceCPU:    resource.MustParse("16"),
+		corev1.ResourceMemory: resource.MustParse("64Gi"),
+	}
+	now := metav1.Now()
+	return corev1.NodeStatus{
+		Capacity: res, Allocatable: res,
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "HollowNode",
+			Message: "hollow node: the real agent, no kubelet", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+	}
 }
 
 // Stop stops the agent and closes the pool. The API objects stay.
