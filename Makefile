@@ -78,6 +78,11 @@ scale-bench: deps ## Grow a cluster of hollow nodes on the real kube-apiserver i
 	  RAID10_SCALE_TABLE=$(abspath $(or $(TABLE),_output/scale.md)) RAID10_SCALE_HOLD=$(HOLD) RAID10_SCALE_CLAIMS=$(CLAIMS) \
 	  $(GO) test -count=1 -timeout 0 -run '^TestScaleBench$$' -v ./test/scale/
 
+.PHONY: node-scale
+node-scale: deps ## One VM node holding VOLUMES volumes at once (default 256; staged ext4, published), ROUNDS rounds (default 2) of create, stage, publish, delete: fds, goroutines, memory per volume, nothing leaked, no request stalled; KERNEL series (default 6.12); profiles in _output/node-scale (~15 min).
+	source hack/tool-env.sh && RAID10_NODE_VOLUMES=$(or $(VOLUMES),256) RAID10_NODE_ROUNDS=$(or $(ROUNDS),2) RAID10_NODE_KERNEL=$(KERNEL) \
+	  $(GO) test -count=1 -timeout 50m -run '^TestNodeManyVM$$' -v ./pkg/driver/
+
 .PHONY: soak
 soak: ## Run the engine's fault matrix (on the synchronous calls, then with Queues), then the snapshot copy crash test, each with random seeds for SOAK (default 10m); RAID10_SEED=<seed> replays a round.
 	set -o pipefail; RAID10_SOAK=$${SOAK:-10m} $(GO) test -race -count=1 -timeout 0 -run '^(TestFaultMatrix|TestFaultMatrixQueue|TestCopyCrash)$$' -v ./pkg/raid10/ 2>&1 | grep -v '^[IEW][0-9]'
