@@ -76,6 +76,13 @@ type conn struct {
 
 	free chan *request // idle slots: the reader blocks here at MaxInflight
 	work chan *request // read requests, to the workers
+	// The workers start on demand (dispatch), at most Options.Workers: a node serves
+	// hundreds of devices, most of them idle, and 32 waiting goroutines per connection
+	// were 64 per volume. spare is the workers waiting for a request less the requests
+	// handed over that no waiting worker has taken yet (negative: requests queue).
+	workers  sync.WaitGroup
+	nWorkers atomic.Int32
+	spare    atomic.Int32
 	// q is the backend's asynchronous queue (conn_queue.go), nil without one. The reader
 	// role owns its submission side.
 	q blockdev.AsyncQueue
@@ -164,16 +171,6 @@ func (c *conn) transmit() error {
 		c.free <- &c.slots[i]
 	}
 	c.openQueue()
-	var workers sync.WaitGroup
-	for range o.Workers {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			for r := range c.work {
-				c.run(r)
-			}
-		}()
-	}
 
 	// The reader runs in its own goroutine, so that this one can end the connection even
 	// while a reader the watchdog replaced still executes a stuck request.
@@ -194,7 +191,7 @@ func (c *conn) transmit() error {
 	}
 	close(c.work)
 	finish := func() error {
-		workers.Wait()
+		c.workers.Wait()
 		c.readers.Wait()
 		c.closeQueue()
 		c.wmu.Lock()
@@ -270,3 +267,29 @@ func (c *conn) hungUp() bool {
 // worker, and it is not taken from the pool: a worker waiting for the pool could deadlock
 // with the requests queued behind it that hold the pool's buffers.
 var zeroPage = make([]byte, zeroChunk)
+
+// dispatch hands r to a worker: a waiting one takes it, or one more starts for it while
+// fewer than Options.Workers run; at that bound r waits for the first worker done. Only the
+// reader role dispatches, and only before the reader ends (transmit closes work after).
+func (c *conn) dispatch(r *request) {
+	if c.spare.Add(-1) < 0 && c.nWorkers.Load() < int32(c.srv.opts.Workers) {
+		c.nWorkers.Add(1)
+		c.workers.Add(1)
+		go c.worker()
+	}
+	c.work <- r
+}
+
+// worker runs handed-over requests until work closes. It counts itself spare before each
+// wait, which balances the dispatch of the request it then takes.
+func (c *conn) worker() {
+	defer c.workers.Done()
+	for {
+		c.spare.Add(1)
+		r, ok := <-c.work
+		if !ok {
+			return
+		}
+		c.run(r)
+	}
+}

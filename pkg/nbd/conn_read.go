@@ -207,7 +207,7 @@ func (c *conn) readRequests() error {
 			}
 			continue
 		}
-		c.work <- r
+		c.dispatch(r)
 	}
 }
 

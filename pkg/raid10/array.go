@@ -205,9 +205,11 @@ func newArray(geo geometry, uuid [16]byte, opts Options) *Array {
 	return a
 }
 
-// start launches the write workers, the sync daemon and the bitmap sweeper.
+// start launches the first workers (one per member; submit starts more on demand: a node
+// holds hundreds of arrays, most of them idle, and the 8 to 32 per member started here before
+// were 32 to 128 waiting goroutines per volume), the sync daemon and the bitmap sweeper.
 func (a *Array) start() {
-	nw := max(8, 2*runtime.GOMAXPROCS(0)) * a.geo.n
+	nw := a.geo.n
 	a.nWorkers.Store(int64(nw))
 	for range nw {
 		a.workers.Add(1)
