@@ -229,8 +229,9 @@ func TestNodeInGuestMany(t *testing.T) {
 	}
 	klog.SetOutput(os.Stderr)
 	dir := t.TempDir()
-	// Four members of manySize/2 each per volume, and room for the labels.
-	p, _ := openFilePool(t, int64(n)*manySize/2+64<<20)
+	// Four members per volume, each manySize/2 and its share of the metadata (9 MiB a
+	// member at 16 MiB), and room for the labels.
+	p, _ := openFilePool(t, int64(n)*(manySize/2+2<<20)+64<<20)
 	_, state, att := guestAttacher(t, p, dir, kernel.Options{Timeout: 60 * time.Second, DeadConnTimeout: 120 * time.Second})
 	defer att.Close(context.Background())
 	ns := guestNodeServer(t, att)
@@ -380,7 +381,7 @@ func TestNodeInGuestAttachProbe(t *testing.T) {
 	n := 16
 	klog.SetOutput(os.Stderr)
 	dir := t.TempDir()
-	p, _ := openFilePool(t, int64(n)*manySize/2+64<<20)
+	p, _ := openFilePool(t, int64(n)*(manySize/2+2<<20)+64<<20)
 	_, _, att := guestAttacher(t, p, dir, kernel.Options{Timeout: 30 * time.Second, DeadConnTimeout: 120 * time.Second})
 	defer att.Close(context.Background())
 	for i := range n {
