@@ -284,3 +284,63 @@ func TestGuardStopsWhenIdle(t *testing.T) {
 		t.Fatal("a read started the guard")
 	}
 }
+
+// connWorkers is how many workers each connection of srv has started.
+func connWorkers(srv *Server) []int32 {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	var n []int32
+	for c := range srv.conns {
+		n = append(n, c.nWorkers.Load())
+	}
+	return n
+}
+
+// TestWorkersStartOnDemand: a connection starts no worker until a request needs one (a node
+// holds hundreds of idle devices), then one per request that finds none waiting, up to
+// Options.Workers; past that bound requests queue for the first worker done, and every one
+// is answered.
+func TestWorkersStartOnDemand(t *testing.T) {
+	const workers, requests = 4, 6
+	var held []int64
+	for h := range requests {
+		held = append(held, int64(h)*64<<10)
+	}
+	b := newHoldBackend(4<<20, held...)
+	srv, sock := startServer(t, Options{Workers: workers, MaxInflight: 16}, Export{Backend: b})
+	t.Cleanup(b.unhold)
+
+	c := dialRaw(t, sock)
+	c.goExport("")
+	waitFor(t, "the connection registered", func() bool { return len(connWorkers(srv)) == 1 })
+	if n := connWorkers(srv)[0]; n != 0 {
+		t.Fatalf("an idle connection started %d workers, want 0", n)
+	}
+	// FUA writes always go to the workers (conn.inline).
+	for h := range uint64(requests) {
+		c.request(CmdWrite, CmdFlagFUA, h, h*64<<10, 4096, fill('W'))
+	}
+	waitFor(t, "a write held on each worker", func() bool { return b.held.Load() == workers })
+	time.Sleep(20 * time.Millisecond)
+	if n := connWorkers(srv)[0]; n != workers {
+		t.Fatalf("%d writes stuck in the backend started %d workers, want the bound %d", requests, n, workers)
+	}
+	if h := b.held.Load(); h != workers {
+		t.Fatalf("%d writes in the backend with %d workers", h, workers)
+	}
+	b.unhold()
+	seen := map[uint64]bool{}
+	for range requests {
+		h, errno := c.reply()
+		if errno != ErrnoNone {
+			t.Fatalf("write %d: %v", h, errno)
+		}
+		seen[h] = true
+	}
+	if len(seen) != requests {
+		t.Fatalf("answered %v, want %d distinct writes", seen, requests)
+	}
+	if n := connWorkers(srv)[0]; n != workers {
+		t.Fatalf("%d workers after the burst, want %d (they stay)", n, workers)
+	}
+}
