@@ -30,17 +30,19 @@ const e2eRegistry = "e2e.raid10-csi.invalid"
 // The suites' images at KUBE_VERSION (test/utils/image/manifest.go), as the node has them.
 // busybox is Debian's busybox-static; nginx is a busybox stand-in (the storage suites only
 // run shell commands in it: volumes' exec spec); glibc-dns-testing is busybox with the
-// host's GNU dd and the glibc it links (multiVolume writes with `dd oflag=nocache` in it,
-// which busybox's dd refuses: "invalid argument 'nocache' to 'oflag'", seen in a run);
-// agnhost is built from its Go package with busybox beside it (host-exec pods run nsenter and
-// sh in it).
+// host's GNU dd, dash as /bin/sh and the glibc they link: multiVolume writes with
+// `dd oflag=nocache` in it, which busybox's dd refuses ("invalid argument 'nocache' to
+// 'oflag'", seen in a run), and busybox's sh runs its own dd whatever PATH says (it prefers
+// its applets), so the shell must be another; agnhost is built from its Go package with
+// busybox beside it (host-exec pods run nsenter and sh in it).
 var (
 	busyboxTags = []string{e2eRegistry + "/busybox:1.37.0-2", e2eRegistry + "/nginx:1.27.0-2",
 		e2eRegistry + "/nginx:1.28.0-2"}
 	glibcTag = e2eRegistry + "/glibc-dns-testing:2.1.1"
-	// glibcFiles is GNU dd and what it links (ldd /usr/bin/dd on Debian amd64), image path
-	// to host path.
+	// glibcFiles is GNU dd, dash and what they link (ldd on Debian amd64), image path to
+	// host path; /bin/sh replaces busybox's link.
 	glibcFiles = map[string]string{
+		"/bin/sh":                         "/usr/bin/dash",
 		"/usr/bin/dd":                     "/usr/bin/dd",
 		"/lib/x86_64-linux-gnu/libc.so.6": "/lib/x86_64-linux-gnu/libc.so.6",
 		"/lib64/ld-linux-x86-64.so.2":     "/lib64/ld-linux-x86-64.so.2",
@@ -97,7 +99,8 @@ func buildImages(t *testing.T, root, e2eDir string) (files []string, sidecars ma
 	if err != nil {
 		t.Fatalf("glibc-dns-testing stand-in (GNU dd, from coreutils): %v", err)
 	}
-	// /usr/bin comes before /bin in the image's PATH: dd is GNU's, the rest busybox.
+	// dash looks commands up in PATH, where /usr/bin comes before /bin: dd is GNU's, the
+	// rest busybox's.
 	write(withConfig(t, []string{"/bin/sh"}, bb, gnu), "e2e-glibc.tar", glibcTag)
 	agn, err := ociimage.FileLayer(map[string]string{"/agnhost": filepath.Join(e2eDir, "agnhost")})
 	if err != nil {
