@@ -68,6 +68,7 @@ type Option func(*options)
 type options struct {
 	controllerManager bool
 	controllers       []string // kube-controller-manager's --controllers; empty: its defaults
+	kcmFlags          []string // appended to kube-controller-manager's command line
 	scheduler         bool
 	servingIPs        []net.IP
 	apiServerFlags    []string
@@ -88,6 +89,12 @@ func WithControllers(names ...string) Option {
 		o.controllerManager = true
 		o.controllers = append(o.controllers, names...)
 	}
+}
+
+// WithControllerManagerFlags appends flags to kube-controller-manager's command line (a
+// later flag wins), e.g. its client's --kube-api-qps.
+func WithControllerManagerFlags(flags ...string) Option {
+	return func(o *options) { o.kcmFlags = append(o.kcmFlags, flags...) }
 }
 
 // WithScheduler also runs kube-scheduler, for tests with a kubelet: it binds pods to nodes
@@ -243,18 +250,19 @@ func Start(t testing.TB, opts ...Option) *Env {
 		phase = time.Now()
 		kcmURL := "https://127.0.0.1:" + strconv.Itoa(ports[3])
 		kcm, err := env.start("kube-controller-manager", binPath["kube-controller-manager"],
-			"--kubeconfig="+env.Kubeconfig,
-			"--authentication-kubeconfig="+env.Kubeconfig,
-			"--authorization-kubeconfig="+env.Kubeconfig,
-			"--bind-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(ports[3]),
-			"--cert-dir="+filepath.Join(env.Dir, "kube-controller-manager"),
-			"--leader-elect=false",
-			"--service-account-private-key-file="+env.pki.saKeyFile,
-			"--root-ca-file="+env.pki.caCertFile,
-			"--service-cluster-ip-range="+ServiceClusterIPRange,
-			"--profiling=false",
-			"--controllers="+controllers(o.controllers),
+			append([]string{"--kubeconfig=" + env.Kubeconfig,
+				"--authentication-kubeconfig=" + env.Kubeconfig,
+				"--authorization-kubeconfig=" + env.Kubeconfig,
+				"--bind-address=127.0.0.1",
+				"--secure-port=" + strconv.Itoa(ports[3]),
+				"--cert-dir=" + filepath.Join(env.Dir, "kube-controller-manager"),
+				"--leader-elect=false",
+				"--service-account-private-key-file=" + env.pki.saKeyFile,
+				"--root-ca-file=" + env.pki.caCertFile,
+				"--service-cluster-ip-range=" + ServiceClusterIPRange,
+				"--profiling=false",
+				"--controllers=" + controllers(o.controllers),
+			}, o.kcmFlags...)...,
 		)
 		if err != nil {
 			t.Fatalf("%v", err)

@@ -29,6 +29,7 @@ const (
 	envPlugin  = "RAID10_SCALE_PLUGIN"  // the raid10-csi binary; empty: controller in process
 	envHold    = "RAID10_SCALE_HOLD"    // volumes created and kept after the last step (memory per volume)
 	envClaims  = "RAID10_SCALE_CLAIMS"  // claims with pods through kube-scheduler per step (claims)
+	envKCMQPS  = "RAID10_SCALE_KCM_QPS" // kube-controller-manager's client QPS (burst twice); empty: its default, 20
 	capPoll    = 15 * time.Second       // the chart's sidecars.provisioner.capacityPollInterval
 )
 
@@ -82,6 +83,11 @@ func TestScaleBench(t *testing.T) {
 			t.Fatalf("$%s=%d: %d nodes hold at most %d volumes of pods (%d each)", envClaims, claims, steps[0], most, driver.DefaultMaxVolumesPerNode)
 		}
 		plane = claimsPlane()
+		if q := envInt(t, envKCMQPS, 0); q > 0 {
+			// The PV binder writes about four times per claim (PV claimRef, the claim's
+			// volumeName, both statuses) through kube-controller-manager's client.
+			plane = append(plane, kubeenv.WithControllerManagerFlags(fmt.Sprintf("--kube-api-qps=%d", q), fmt.Sprintf("--kube-api-burst=%d", 2*q)))
+		}
 	}
 	cl := startClusterWith(t, capPoll, os.Getenv(envPlugin), lim, plane...)
 	var rows []stepResult
