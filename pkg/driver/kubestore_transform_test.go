@@ -33,9 +33,10 @@ func (s *listStore) ListSnapshots(context.Context) ([]v1alpha1.Raid10Snapshot, e
 func fullMeta(name string, deleted bool) metav1.ObjectMeta {
 	m := metav1.ObjectMeta{
 		Name: name, UID: "uid-" + "x", ResourceVersion: "42", Generation: 3,
-		Labels:        map[string]string{"app.kubernetes.io/managed-by": "raid10-csi", "raid10.csi.io/node": "n1"},
-		Annotations:   map[string]string{"csi.storage.k8s.io/pvc/name": "data-" + name, "csi.storage.k8s.io/pvc/namespace": "db"},
-		Finalizers:    []string{"raid10.csi.io/extents"},
+		Labels: map[string]string{"app.kubernetes.io/managed-by": "raid10-csi", "raid10.csi.io/node": "n1"},
+		Annotations: map[string]string{v1alpha1.CSINameAnnotation: "pvc-" + name, v1alpha1.PVCNameAnnotation: "data-" + name,
+			v1alpha1.PVCNamespaceAnnotation: "db", v1alpha1.PVNameAnnotation: "pvc-" + name},
+		Finalizers:    []string{v1alpha1.VolumeFinalizer},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "raid10-csi", Operation: metav1.ManagedFieldsOperationUpdate}},
 	}
 	if deleted {
@@ -51,14 +52,14 @@ func fullVolume(name, node string, size int64, phase v1alpha1.VolumePhase, delet
 		Node: node, SizeBytes: size, VolumeMode: v1alpha1.VolumeModeFilesystem, FSType: "xfs",
 		Layout: v1alpha1.Layout{Members: 4, ChunkSizeBytes: DefaultChunkSizeBytes},
 	}
-	v.Status.Phase, v.Status.Health, v.Status.InSync = phase, "Healthy", "4/4"
+	v.Status.Phase, v.Status.Health, v.Status.InSync = phase, v1alpha1.VolumeHealthHealthy, "4/4"
 	if phase != v1alpha1.VolumePhasePending {
 		q := resource.NewQuantity(size, resource.BinarySI)
 		v.Status.Capacity = q
 	}
 	for i := range 4 {
 		v.Status.Members = append(v.Status.Members, v1alpha1.MemberStatus{
-			Index: int32(i), Disk: fmt.Sprintf("nvme%dn1-serial-%08d", i, i), State: "Active", Message: "in sync"})
+			Index: int32(i), Disk: fmt.Sprintf("nvme%dn1-serial-%08d", i, i), State: v1alpha1.MemberStateInSync, Message: "in sync"})
 	}
 	v.Status.DevicePath = "/dev/nbd3"
 	return v
