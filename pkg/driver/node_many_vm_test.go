@@ -138,7 +138,7 @@ func fdTargets() map[string]string {
 type nodeSample struct {
 	fds, goroutines    int
 	heap, rss          int64 // Go heap in use, VmRSS
-	kernelUsed, shmem  int64 // MemTotal-MemAvailable less Shmem; Shmem (the tmpfs disks)
+	kernelUsed, shmem  int64 // MemTotal-MemAvailable less Shmem and this RSS; Shmem (the tmpfs disks)
 	nbdConnected       int   // /sys/block/nbd*/pid present
 	mounts             int   // mountinfo lines under the test's directory
 	threads            int   // the process's OS threads
@@ -148,6 +148,8 @@ type nodeSample struct {
 
 func sampleNode(t *testing.T, dir string) nodeSample {
 	t.Helper()
+	// Two collections: sync.Pool's victim cache (the bounce buffers) survives one.
+	runtime.GC()
 	runtime.GC()
 	// Page cache of the mkfs'd and unmounted devices is not the node's: drop it.
 	_ = os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200)
@@ -168,7 +170,7 @@ func sampleNode(t *testing.T, dir string) nodeSample {
 	s.threads = int(status["Threads"])
 	mi := kv(t, "/proc/meminfo")
 	s.shmem = mi["Shmem"]
-	s.kernelUsed = mi["MemTotal"] - mi["MemAvailable"] - mi["Shmem"]
+	s.kernelUsed = mi["MemTotal"] - mi["MemAvailable"] - mi["Shmem"] - s.rss
 	s.slabUnreclaim, s.kernelStack, s.pages = mi["SUnreclaim"], mi["KernelStack"], mi["PageTables"]
 	pids, _ := filepath.Glob("/sys/block/nbd*/pid")
 	s.nbdConnected = len(pids)
