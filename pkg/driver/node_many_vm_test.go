@@ -249,21 +249,7 @@ func TestNodeInGuestMany(t *testing.T) {
 	each := func(what string, op func(i int) error) time.Duration {
 		t.Helper()
 		start := time.Now()
-		errs := make([]error, n)
-		next := make(chan int)
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for i := range next {
-					errs[i] = op(i)
-				}
-			})
-		}
-		for i := range n {
-			next <- i
-		}
-		close(next)
-		wg.Wait()
+		errs := testenv.Each(n, 8, op)
 		for i, err := range errs {
 			if err != nil {
 				t.Fatalf("%s, volume %d: %v", what, i, err)

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -274,23 +273,7 @@ func (cl *cluster) step(t *testing.T, n, volumes, workers int, idle time.Duratio
 func parallel(n, workers int, op func(i int) error, t *testing.T) time.Duration {
 	t.Helper()
 	start := time.Now()
-	errs := make([]error, n)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				errs[i] = op(i)
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	errs := testenv.Each(n, workers, op)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
