@@ -49,7 +49,7 @@ func BenchmarkCapacityCacheMemory(b *testing.B) {
 	}
 	for i := range n {
 		v := fullVolume(fmt.Sprintf("pvc-%05d", i), fmt.Sprintf("node-%03d", i%100), 1<<30, v1alpha1.VolumePhaseReady, false)
-		v.ObjectMeta.UID, v.ObjectMeta.ResourceVersion, v.ObjectMeta.ManagedFields, v.ObjectMeta.DeletionTimestamp = "", "", nil, nil
+		v.UID, v.ResourceVersion, v.ManagedFields, v.DeletionTimestamp = "", "", nil, nil
 		v.Status.Capacity = resource.NewQuantity(1<<30, resource.BinarySI)
 		st := v.Status
 		if err := c.Create(ctx, &v); err != nil {
