@@ -35,10 +35,10 @@ const (
 
 // manyKernel is the kernel TestNodeManyVM boots: 6.12 unless $RAID10_NODE_KERNEL names
 // another series. On Debian 12's 6.1, stages eight at a time left a first read of 2 to 4 of
-// 16 devices unanswered until the NBD request timeout (60 s here) retried it, every run,
-// while 6.12 served 16 with none in flight 10 s, and 256 with a few 10 to 12 s waits on a
-// host at load 5 on 2 cores; the test reports such waits (watchInflight) and measures on
-// the kernel the ublk frontend needs anyway.
+// 16 devices unanswered until the NBD request timeout (60 s here) retried it, every run;
+// 6.12 served 16 with none in flight 10 s (at 256, some waits remain: docs/limitations.md).
+// The test reports such waits (watchInflight) and measures on the kernel the ublk frontend
+// needs anyway.
 func manyKernel() string {
 	if k := os.Getenv(envManyKernel); k != "" {
 		return k
