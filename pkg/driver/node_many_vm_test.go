@@ -50,7 +50,7 @@ func manyKernel() string {
 // mirrors fit the guest's tmpfs beside the node's memory.
 const manySize = 16 << 20
 
-// TestNodeManyVM boots the VM with 4 GiB and runs TestNodeInGuestMany: one node holding
+// TestNodeManyVM boots the VM with 4 GiB and runs TestManyVolumesInGuest: one node holding
 // $RAID10_NODE_VOLUMES volumes at once (issue 28: 256). Not in make test: make node-scale.
 func TestNodeManyVM(t *testing.T) {
 	n := os.Getenv(envManyVolumes)
@@ -67,10 +67,10 @@ func TestNodeManyVM(t *testing.T) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 45 * time.Minute, Memory: 4096, Tests: []string{"TestNodeInGuestMany", "TestNodeInGuestAttachProbe"}, RunDir: out,
+	res := vm.RunGoTestOpts(t, vm.Options{Timeout: 45 * time.Minute, Memory: 4096, Tests: []string{"TestManyVolumesInGuest", "TestAttachProbeInGuest"}, RunDir: out,
 		KernelSeries: manyKernel(),
 		Env:          []string{envManyVolumes + "=" + n, envManyRounds + "=" + os.Getenv(envManyRounds)}},
-		".", "-test.run=^TestNodeInGuest(Many|AttachProbe)$", "-test.v", "-test.timeout=44m")
+		".", "-test.run=^(TestManyVolumesInGuest|TestAttachProbeInGuest)$", "-test.v", "-test.timeout=44m")
 	t.Logf("VM run: boot %s, total %s; profiles in %s", res.Boot.Round(time.Second), res.Duration.Round(time.Second), out)
 }
 
@@ -213,14 +213,14 @@ func kv(t *testing.T, path string) map[string]int64 {
 	return m
 }
 
-// TestNodeInGuestMany: one node holds n volumes at once (default 256): each created in the
+// TestManyVolumesInGuest: one node holds n volumes at once (default 256): each created in the
 // pool, staged (a real /dev/nbdX through netlink, mkfs.ext4, mounted) and published (bind
 // mount), eight at a time as a kubelet does, a file written and read on each; then each
 // unpublished, unstaged and deleted. ROUNDS rounds, each measured: the process's file
 // descriptors, goroutines, threads, Go heap and RSS, and the kernel's memory, per volume
 // held; after each round every count is back where it started (nothing leaked: no
 // descriptor, goroutine, device, mount).
-func TestNodeInGuestMany(t *testing.T) {
+func TestManyVolumesInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestNodeManyVM")
 	n, rounds := 256, 2
 	if v, err := strconv.Atoi(os.Getenv(envManyVolumes)); err == nil && v > 0 {
@@ -365,10 +365,10 @@ func TestNodeInGuestMany(t *testing.T) {
 	}
 }
 
-// TestNodeInGuestAttachProbe: volumes attached eight at a time, each device read at once
+// TestAttachProbeInGuest: volumes attached eight at a time, each device read at once
 // (what blkid does first when a stage formats); every read must come back well within the
 // NBD request timeout.
-func TestNodeInGuestAttachProbe(t *testing.T) {
+func TestAttachProbeInGuest(t *testing.T) {
 	vm.GuestHalf(t, "TestNodeManyVM")
 	n := 16
 	klog.SetOutput(os.Stderr)
