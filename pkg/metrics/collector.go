@@ -65,7 +65,7 @@ var (
 	volLostBlocks = desc("volume_lost_blocks", "Blocks bad on every copy: reads there fail with an I/O error until the block is written again.", "volume")
 	memBadBlocks  = desc("volume_member_bad_blocks", "Blocks recorded bad on one member of a volume; sum by (disk) for a disk.", "volume", "member", "disk")
 	memTimeouts   = desc("volume_member_timeouts_total", "Requests of one member of a volume that passed the member deadline (--member-timeout); each fails the member.", "volume", "member", "disk")
-	memSlowLast   = desc("volume_member_slow_last_copy_total", "Stalls past the member deadline of one member of a volume while it held the last in-sync copy of some chunk: waited for, not failed.", "volume", "member", "disk")
+	memSlowLast   = desc("volume_member_slow_last_copy_total", "Stalls past the member deadline of one member of a volume that were waited for, not failed: it held the last in-sync copy of some chunk, or the other copy was late too.", "volume", "member", "disk")
 	volScrubMism  = desc("volume_scrub_mismatches_total", "Blocks (4 KiB) whose two copies a scrub (check or repair) found different, summed over every scrub since the plugin started.", "volume")
 	volScrubLast  = desc("volume_scrub_last_completed_timestamp_seconds", "When a scrub of the volume last reached its end (Unix time); absent before the first since the plugin started.", "volume")
 	memState      = desc("volume_member_state", "State of one member of a volume (engine's view): 1 for the current state.", "volume", "member", "state")

@@ -27,7 +27,7 @@ type memberRef struct {
 	// failed.
 	out      [epochRing]atomic.Int64
 	timedOut atomic.Bool
-	slowLast atomic.Bool // a request to this last copy passed the deadline and is waited for
+	slowLast atomic.Bool // a request passed the deadline and is waited for (timeoutMayFail)
 	gone     atomic.Bool
 	dead     chan struct{}
 	deadOnce sync.Once
@@ -45,7 +45,7 @@ type slot struct {
 	wlat     atomic.Int64 // moving average of write latency, ns
 
 	timeouts            atomic.Uint64
-	slowLast            atomic.Uint64 // stalls of a last copy waited for (timeoutMayFail)
+	slowLast            atomic.Uint64 // stalls past the deadline waited for, not failed (timeoutMayFail)
 	readErrs, writeErrs atomic.Uint64
 	readOps, writeOps   atomic.Uint64
 	readBytes, wrBytes  atomic.Uint64

@@ -408,6 +408,82 @@ func TestMemberTimeout(t *testing.T) {
 	a.Close()
 }
 
+// TestMemberTimeoutSharedStall: when both copies of a chunk stall at once (the
+// host's stall, a controller both disks share), neither member is failed:
+// failing one would serve its requests no sooner, they wait for the other
+// copy, and would leave the array degraded once the stall ends. Before, the
+// first member the monitor saw was failed and its partner waited (a guest
+// starved by its host lost half of every array's members that way). Both
+// stalls are counted; the write completes once the stall ends and the array
+// is still optimal. A stall of one pair leaves the other pair's chunks served.
+func TestMemberTimeoutSharedStall(t *testing.T) {
+	opts := testOpts()
+	opts.MemberTimeout = 200 * time.Millisecond
+	r := newBadRig(t, 4, opts)
+	a := r.a
+	defer a.Close()
+	for _, f := range r.fs {
+		f.SetLatency(50 * time.Microsecond) // device latency: calls go to workers
+	}
+	p := make([]byte, BlockSize)
+	for i := range int64(64) { // let the latency averages see it
+		if _, err := a.ReadAt(p, i*BlockSize); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.WriteAt(r.model[i*BlockSize:(i+1)*BlockSize], i*BlockSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Chunk 0 is on members 0 and 1, chunk 1 on members 2 and 3.
+	r.fs[0].Stall()
+	r.fs[1].Stall()
+	w := make([]byte, BlockSize)
+	fillRand(rand.New(rand.NewPCG(9, 10)), w)
+	done := make(chan error, 1)
+	go func() { _, err := a.WriteAt(w, 0); done <- err }()
+	time.Sleep(5 * opts.MemberTimeout)
+	if _, err := a.ReadAt(p, testChunk); err != nil { // the other pair's chunk
+		t.Errorf("read of chunk 1 during the stall of members 0 and 1: %v", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the write to the stalled pair returned during the stall: %v", err)
+	default:
+	}
+	// The slots, not Status: a failure being recorded waits for the stalled partner.
+	for i := range 2 {
+		s := a.slots[i]
+		if st, to, sl := MemberState(s.state.Load()), s.timeouts.Load(), s.slowLast.Load(); st != MemberInSync || to != 0 || sl != 1 {
+			t.Errorf("member %d during a stall both copies share: %s, %d timed out, %d stalls waited for; want in sync, 0, 1", i, st, to, sl)
+		}
+	}
+	r.fs[0].Unstall()
+	r.fs[1].Unstall()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("write after the stall: %v", err)
+	}
+	copy(r.model, w)
+	if st := a.Status(); st.State != ArrayOptimal {
+		t.Fatalf("array after the shared stall: %s %+v", st.State, st.Members)
+	}
+	if eio := r.verifyBlocks(a); len(eio) != 0 {
+		t.Fatalf("EIO %v", eio)
+	}
+	// A stall of one member alone still fails it (TestMemberTimeout), also after a shared
+	// one: its partner answers.
+	r.fs[1].Stall()
+	if _, err := a.WriteAt(w, 0); err != nil {
+		t.Fatalf("write during the stall of member 1 alone: %v", err)
+	}
+	if m := a.Status().Members[1]; m.State != MemberFaulty || m.TimedOut != 1 {
+		t.Fatalf("member 1 stalled alone: %+v", m)
+	}
+	r.fs[1].Unstall()
+}
+
 // TestNoCallReachesFailedMember: a member call made after its member was
 // failed fails at once and leaves the member's storage untouched, inline and
 // handed off. A write that loaded the member before it was failed but ran

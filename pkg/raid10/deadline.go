@@ -107,12 +107,7 @@ func (a *Array) deadlineMonitor() {
 			if r == nil || r.timedOut.Load() {
 				continue
 			}
-			stuck := int64(0)
-			for k := e - epochRing + 1; k <= e-5; k++ {
-				if k >= 0 {
-					stuck += r.out[k%epochRing].Load()
-				}
-			}
+			stuck := r.runFor(e, deadlineTicks)
 			if stuck == 0 {
 				// A stall waited for ends when nothing is in flight: a
 				// request older than the ring is counted again when its
@@ -122,12 +117,13 @@ func (a *Array) deadlineMonitor() {
 				}
 				continue
 			}
-			if !a.timeoutMayFail(s) {
-				// The last in-sync copy of some chunk: wait for it.
+			if why := a.timeoutMayFail(s, e); why != "" {
+				// The last in-sync copy of some chunk, or a stall its
+				// partner shares: wait for it.
 				if !r.slowLast.Swap(true) {
 					s.slowLast.Add(1)
-					klog.ErrorS(errTimedOut, "raid10: member holding the last in-sync copy of some chunk passed the deadline: not failed, its requests wait",
-						"array", a.logID(), "member", s.idx, "deadline", a.timeout(), "requests", stuck)
+					klog.ErrorS(errTimedOut, "raid10: member passed the deadline: not failed, its requests wait",
+						"array", a.logID(), "member", s.idx, "deadline", a.timeout(), "requests", stuck, "why", why)
 				}
 				continue
 			}
@@ -146,6 +142,27 @@ func (a *Array) deadlineMonitor() {
 	}
 }
 
+// Ages in monitor ticks (a quarter of the deadline each): a request that has
+// run for deadlineTicks passed the deadline; a partner with a request that
+// has run for partnerLateTicks (half the deadline) is late itself.
+const (
+	deadlineTicks    = 4
+	partnerLateTicks = 2
+)
+
+// runFor counts r's requests that, at epoch e, have run for at least ticks
+// monitor ticks: those counted in an epoch at least ticks+1 old (a request
+// counted in epoch k started before the tick that began k+1).
+func (r *memberRef) runFor(e int64, ticks int64) int64 {
+	n := int64(0)
+	for k := e - epochRing + 1; k <= e-ticks-1; k++ {
+		if k >= 0 {
+			n += r.out[k%epochRing].Load()
+		}
+	}
+	return n
+}
+
 // idle reports whether no request to r is running.
 func (r *memberRef) idle() bool {
 	for i := range r.out {
@@ -156,38 +173,55 @@ func (r *memberRef) idle() bool {
 	return true
 }
 
-// timeoutMayFail reports whether member s, which has a request older than
-// the deadline, may be failed for it: the array is not serving (Create and
-// Assemble refuse a hung member, the caller retries; Close must not wait
-// for a hung disk), s is not in sync, or the other copy
-// of each of its chunks is in sync, neither failing nor broken, and has not
-// passed the deadline itself. Otherwise s holds the last good copy of some
-// chunk, and failing it for a slow answer would turn a stall into lost
-// data: its ref would refuse every later request, so every chunk it holds
-// alone would fail with EIO until the array is assembled again. The
-// monitor waits for it instead, as md waits for its last device (whose
-// own timeout bounds the wait; the NBD request timeout bounds it for the
-// client). Of two partners that pass the deadline in the same tick, the
-// first one seen is failed and the second waits.
+// timeoutMayFail says why member s, which has a request older than the
+// deadline at epoch e, must not be failed for it, or "" when it may be: when
+// the array is not serving (Create and Assemble refuse a hung member, the
+// caller retries; Close must not wait for a hung disk), when s is not in
+// sync, or when the other copy of each of its chunks is in sync, neither
+// failing nor broken, and answering: none of its requests has run for half
+// the deadline.
+//
+// Otherwise failing s would buy nothing and could cost data:
+//   - "last copy": s holds the last good copy of some chunk, and failing it
+//     for a slow answer would turn a stall into lost data: its ref would
+//     refuse every later request, so every chunk it holds alone would fail
+//     with EIO until the array is assembled again. The monitor waits for it
+//     instead, as md waits for its last device (whose own timeout bounds the
+//     wait; the NBD request timeout bounds it for the client).
+//   - "partner late too": both copies of some chunk stall at once, which is
+//     the host's stall or a path the disks share (a controller, a starved
+//     guest), seldom two disks failing in the same quarter of the deadline.
+//     Failing one would not serve its requests sooner (they wait for the
+//     other copy) and would leave the array degraded once the stall ends: a
+//     stall of every member failed half of them before (the diskfault
+//     suite under a loaded host).
 //
 // It reads the slots without metaMu (the monitor must not wait for a
 // holder of metaMu that waits for a stuck member): a partner failed by an
 // I/O error at the same moment can still leave s broken, which
 // memberFailedLocked decides under the lock.
-func (a *Array) timeoutMayFail(s *slot) bool {
+func (a *Array) timeoutMayFail(s *slot, e int64) string {
 	if !a.serving.Load() || a.closed.Load() || MemberState(s.state.Load()) != MemberInSync {
-		return true
+		return ""
 	}
+	late := false
 	for _, other := range a.geo.partners(s.idx) {
 		o := a.slots[other]
 		if MemberState(o.state.Load()) != MemberInSync || o.failing.Load() || o.broken.Load() {
-			return false
+			return "last copy"
 		}
-		if r := o.ref.Load(); r == nil || r.timedOut.Load() {
-			return false
+		r := o.ref.Load()
+		if r == nil || r.timedOut.Load() {
+			return "last copy"
+		}
+		if r.runFor(e, partnerLateTicks) > 0 || r.slowLast.Load() {
+			late = true
 		}
 	}
-	return true
+	if late {
+		return "partner late too"
+	}
+	return ""
 }
 
 // handedOff runs one member call on a worker and waits for it or for the

@@ -165,9 +165,12 @@
 // one, and mark what no copy delivers. A write clears the marks it covers.
 // A member with a request older than Options.MemberTimeout is failed and
 // the request completes from the other copy (deadline.go), unless it holds
-// the last in-sync copy of some chunk: a slow last copy is waited for, not
-// failed (failing it would refuse every later request to it, turning a
-// stall into lost data), and counted in MemberStatus.SlowLastCopy. A recovery
+// the last in-sync copy of some chunk or the other copy is late too (half
+// the deadline): a slow last copy is waited for, not failed (failing it
+// would refuse every later request to it, turning a stall into lost data),
+// and so is a stall both copies share (the host's, a shared controller's:
+// failing one copy would serve nothing sooner), each counted in
+// MemberStatus.SlowLastCopy. A recovery
 // checkpoints its progress in the target's superblock and resumes there.
 //
 // Bitmap block (4096 bytes), block i covering regions 32672*i onwards:

@@ -198,8 +198,10 @@ type MemberStatus struct {
 	// TimedOut counts member requests that passed Options.MemberTimeout.
 	TimedOut uint64
 	// SlowLastCopy counts the stalls past Options.MemberTimeout of this
-	// member while it held the last in-sync copy of some chunk: the member
-	// was not failed (that would lose the chunk), its requests waited.
+	// member that were waited for, not failed: it held the last in-sync copy
+	// of some chunk (failing it would lose the chunk), or the other copy was
+	// late too (a stall both copies share; failing one would serve nothing
+	// sooner and only leave the array degraded).
 	SlowLastCopy uint64
 }
 
