@@ -65,25 +65,11 @@ func StartNode(ctx context.Context, cfg *rest.Config, admin client.Client, nc No
 		nc.DiskSize = 64 << 30
 	}
 	n := &Node{Name: nc.Name, Started: time.Now()}
-	disks := map[string]*MemDisk{}
-	pc := pool.Config{Name: nc.Name, OpenDisk: func(path string) (raid10.Member, error) {
-		if d, ok := disks[path]; ok {
-			return d, nil
-		}
-		return nil, fmt.Errorf("hollow node %s has no disk %s", nc.Name, path)
-	}}
-	for i := range nc.Disks {
-		path := fmt.Sprintf("mem/%s/disk%d", nc.Name, i)
-		d := NewMemDisk(nc.DiskSize)
-		disks[path] = d
-		n.Disks = append(n.Disks, d)
-		pc.Disks = append(pc.Disks, pool.DiskConfig{Path: path})
-	}
-	p, err := pool.Open(pc)
+	p, disks, err := openMemPool(nc.Name, nc.Disks, nc.DiskSize, DefaultPageSize)
 	if err != nil {
-		return nil, fmt.Errorf("hollow node %s: pool: %w", nc.Name, err)
+		return nil, fmt.Errorf("hollow node %s: %w", nc.Name, err)
 	}
-	n.Pool = p
+	n.Pool, n.Disks = p, disks
 	if err := n.register(ctx, admin); err != nil {
 		_ = p.Close()
 		return nil, err
@@ -105,6 +91,31 @@ func StartNode(ctx context.Context, cfg *rest.Config, admin client.Client, nc No
 	n.cancel, n.done = cancel, make(chan error, 1)
 	go func() { n.done <- mgr.Start(actx) }()
 	return n, nil
+}
+
+// openMemPool opens (creating it) the pool named name over n new MemDisks of size bytes,
+// kept in pages of pageSize bytes.
+func openMemPool(name string, n int, size, pageSize int64) (*pool.Pool, []*MemDisk, error) {
+	byPath := map[string]*MemDisk{}
+	disks := make([]*MemDisk, 0, n)
+	pc := pool.Config{Name: name, OpenDisk: func(path string) (raid10.Member, error) {
+		if d, ok := byPath[path]; ok {
+			return d, nil
+		}
+		return nil, fmt.Errorf("hollow node %s has no disk %s", name, path)
+	}}
+	for i := range n {
+		path := fmt.Sprintf("mem/%s/disk%d", name, i)
+		d := NewMemDiskPages(size, pageSize)
+		byPath[path] = d
+		disks = append(disks, d)
+		pc.Disks = append(pc.Disks, pool.DiskConfig{Path: path})
+	}
+	p, err := pool.Open(pc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pool: %w", err)
+	}
+	return p, disks, nil
 }
 
 // register builds the node's CSI node service, asks it NodeGetInfo and creates the Node

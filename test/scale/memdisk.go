@@ -7,15 +7,19 @@ import (
 	"github.com/raid10-csi/raid10-csi/pkg/raid10"
 )
 
-// pageSize is the unit in which a MemDisk keeps data: a page that holds only zeroes is not
-// kept, so a disk costs memory only for its labels, superblocks and bitmaps.
-const pageSize = 64 << 10
+// DefaultPageSize is the unit in which a MemDisk keeps data unless told otherwise: a page
+// that holds only zeroes is not kept, so a disk costs memory only for its labels,
+// superblocks and bitmaps. It is the engine's block size, the unit of every metadata write:
+// with 64 KiB pages (before) a volume's metadata held 256 KiB of pages, with 4 KiB pages
+// 49 KiB (BenchmarkHollowVolumeMemory).
+const DefaultPageSize = raid10.BlockSize
 
 // MemDisk is a sparse disk in memory, a raid10.Member for pool.Config.OpenDisk: what was
-// written is kept in 64 KiB pages, everything else reads as zeroes. It is safe for
+// written is kept in pages (DefaultPageSize), everything else reads as zeroes. It is safe for
 // concurrent use (one lock; a hollow node does no data I/O beyond metadata).
 type MemDisk struct {
-	size int64
+	size     int64
+	pageSize int64
 
 	mu    sync.Mutex
 	pages map[int64][]byte // by page index; never an all-zero page
@@ -24,9 +28,16 @@ type MemDisk struct {
 var _ raid10.Member = (*MemDisk)(nil)
 
 // NewMemDisk returns an empty (all-zero) disk of size bytes, rounded down to the engine's
-// block size.
-func NewMemDisk(size int64) *MemDisk {
-	return &MemDisk{size: size &^ (raid10.BlockSize - 1), pages: map[int64][]byte{}}
+// block size, kept in pages of DefaultPageSize.
+func NewMemDisk(size int64) *MemDisk { return NewMemDiskPages(size, DefaultPageSize) }
+
+// NewMemDiskPages is NewMemDisk with pages of pageSize bytes (a power of two, at least
+// raid10.BlockSize).
+func NewMemDiskPages(size, pageSize int64) *MemDisk {
+	if pageSize < raid10.BlockSize || pageSize&(pageSize-1) != 0 {
+		panic(fmt.Sprintf("memory disk: page size %d: not a power of two of at least %d", pageSize, raid10.BlockSize))
+	}
+	return &MemDisk{size: size &^ (raid10.BlockSize - 1), pageSize: pageSize, pages: map[int64][]byte{}}
 }
 
 func (m *MemDisk) check(off, n int64) error {
@@ -45,8 +56,8 @@ func (m *MemDisk) ReadAt(p []byte, off int64) (int, error) {
 	defer m.mu.Unlock()
 	for done := 0; done < len(p); {
 		pos := off + int64(done)
-		idx, in := pos/pageSize, pos%pageSize
-		n := min(len(p)-done, int(pageSize-in))
+		idx, in := pos/m.pageSize, pos%m.pageSize
+		n := min(len(p)-done, int(m.pageSize-in))
 		if pg, ok := m.pages[idx]; ok {
 			copy(p[done:done+n], pg[in:])
 		} else {
@@ -66,15 +77,15 @@ func (m *MemDisk) WriteAt(p []byte, off int64) (int, error) {
 	defer m.mu.Unlock()
 	for done := 0; done < len(p); {
 		pos := off + int64(done)
-		idx, in := pos/pageSize, pos%pageSize
-		n := min(len(p)-done, int(pageSize-in))
+		idx, in := pos/m.pageSize, pos%m.pageSize
+		n := min(len(p)-done, int(m.pageSize-in))
 		pg, ok := m.pages[idx]
 		if !ok {
 			if allZero(p[done : done+n]) {
 				done += n
 				continue
 			}
-			pg = make([]byte, pageSize)
+			pg = make([]byte, m.pageSize)
 			m.pages[idx] = pg
 		}
 		copy(pg[in:], p[done:done+n])
@@ -94,8 +105,8 @@ func (m *MemDisk) WriteZeroes(off, length int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for pos := off; pos < off+length; {
-		idx, in := pos/pageSize, pos%pageSize
-		n := min(off+length-pos, pageSize-in)
+		idx, in := pos/m.pageSize, pos%m.pageSize
+		n := min(off+length-pos, m.pageSize-in)
 		if pg, ok := m.pages[idx]; ok {
 			clear(pg[in : in+n])
 			if allZero(pg) {
@@ -123,7 +134,7 @@ func (m *MemDisk) Close() error { return nil }
 func (m *MemDisk) Resident() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return int64(len(m.pages)) * pageSize
+	return int64(len(m.pages)) * m.pageSize
 }
 
 func allZero(b []byte) bool {
