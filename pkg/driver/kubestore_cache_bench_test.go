@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
 	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
@@ -60,13 +61,7 @@ func BenchmarkCapacityCacheMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	heap := func() int64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
+	heap := testenv.HeapAlloc
 	// perVolume runs start on a fresh cache until it has synced, and returns the heap it
 	// added per volume; the cache stays alive until then.
 	perVolume := func(start func(ctx context.Context) (keep any)) float64 {

@@ -134,6 +134,31 @@ func newBadRig(t *testing.T, n int, opts Options) *badRig {
 	return r
 }
 
+// withDeviceLatency gives every member 50µs of latency and makes 64 reads and
+// writes, so that each member's latency average sees it and its calls go to
+// workers (rescue: a stuck call can be abandoned).
+func (r *badRig) withDeviceLatency() {
+	r.t.Helper()
+	a := r.a
+	for _, f := range r.fs {
+		f.SetLatency(50 * time.Microsecond)
+	}
+	p := make([]byte, BlockSize)
+	for i := range int64(64) { // a write reaches both copies, a read one
+		if _, err := a.ReadAt(p, i*BlockSize); err != nil {
+			r.t.Fatal(err)
+		}
+		if _, err := a.WriteAt(r.model[i*BlockSize:(i+1)*BlockSize], i*BlockSize); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	for i, s := range a.slots {
+		if !a.rescue(s) {
+			r.t.Fatalf("member %d: latency average %d ns: not handed off", i, s.wlat.Load())
+		}
+	}
+}
+
 // verifyBlocks reads every block and returns the blocks that failed with
 // EIO; any other error or any data that differs from the model fails.
 func (r *badRig) verifyBlocks(a *Array) []int64 {
@@ -352,21 +377,7 @@ func TestMemberTimeout(t *testing.T) {
 	opts.MemberTimeout = 200 * time.Millisecond
 	r := newBadRig(t, 2, opts)
 	a := r.a
-	for _, f := range r.fs {
-		f.SetLatency(50 * time.Microsecond) // device latency: calls go to workers
-	}
-	p := make([]byte, BlockSize)
-	for i := 0; i < 64; i++ { // let the latency average see it
-		if _, err := a.ReadAt(p, int64(i)*BlockSize); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.WriteAt(r.model[int64(i)*BlockSize:int64(i+1)*BlockSize], int64(i)*BlockSize); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !a.rescue(a.slots[0]) || !a.rescue(a.slots[1]) {
-		t.Fatalf("latency averages %d, %d ns: not handed off", a.slots[0].wlat.Load(), a.slots[1].wlat.Load())
-	}
+	r.withDeviceLatency()
 	r.fs[1].Stall()
 	start := time.Now()
 	w := make([]byte, 8*BlockSize)
@@ -422,18 +433,8 @@ func TestMemberTimeoutSharedStall(t *testing.T) {
 	r := newBadRig(t, 4, opts)
 	a := r.a
 	defer a.Close()
-	for _, f := range r.fs {
-		f.SetLatency(50 * time.Microsecond) // device latency: calls go to workers
-	}
+	r.withDeviceLatency()
 	p := make([]byte, BlockSize)
-	for i := range int64(64) { // let the latency averages see it
-		if _, err := a.ReadAt(p, i*BlockSize); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.WriteAt(r.model[i*BlockSize:(i+1)*BlockSize], i*BlockSize); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Chunk 0 is on members 0 and 1, chunk 1 on members 2 and 3.
 	r.fs[0].Stall()
 	r.fs[1].Stall()
@@ -592,17 +593,7 @@ func TestCheckRangeResumes(t *testing.T) {
 func TestCloseDuringScrub(t *testing.T) {
 	r := newBadRig(t, 2, testOpts())
 	a := r.a
-	for _, f := range r.fs {
-		f.SetLatency(50 * time.Microsecond) // device latency: calls go to workers
-	}
-	for i := 0; i < 64; i++ { // let the latency average see it (a write reaches both copies)
-		if _, err := a.WriteAt(r.model[int64(i)*BlockSize:int64(i+1)*BlockSize], int64(i)*BlockSize); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !a.rescue(a.slots[0]) || !a.rescue(a.slots[1]) {
-		t.Fatalf("latency averages %d, %d ns: not handed off", a.slots[0].wlat.Load(), a.slots[1].wlat.Load())
-	}
+	r.withDeviceLatency()
 	for _, f := range r.fs {
 		f.SetLatency(20 * time.Millisecond) // each scrub chunk takes two slow calls: Close lands between them
 	}

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/raid10-csi/raid10-csi/internal/testenv"
 	"github.com/raid10-csi/raid10-csi/pkg/pool"
 )
 
@@ -21,13 +22,7 @@ func BenchmarkHollowVolumeMemory(b *testing.B) {
 		volumes = 200
 		size    = 256 << 20
 	)
-	heap := func() int64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
+	heap := testenv.HeapAlloc
 	type cost struct{ heap, disk, goroutines float64 }
 	measure := func(pageSize int64) cost {
 		p, disks, err := openMemPool(fmt.Sprintf("mem-%d", pageSize), 4, 64<<30, pageSize)
