@@ -134,7 +134,10 @@ type Array struct {
 	queuesMu      sync.Mutex
 	queues        map[*Queue]struct{} // open Queues, for abandonRing (queuesMu)
 	zombies       map[any]int         // abandoned member calls still running, by storage (zombieMu)
-	events        uint64
+	// events is the superblocks' event count: changed under metaMu, read
+	// without it by Status, which must not wait for a holder of metaMu that
+	// waits for a stalled member.
+	events        atomic.Uint64
 	eventsCleared uint64
 	// Live copies from this array (copy.go, under metaMu): how many are
 	// running (persisted), the copy generation (persisted), how many

@@ -369,7 +369,7 @@ func newAssembledArray(ref *superblock, uuid [16]byte, opts Options) *Array {
 	geo := newGeometry(int(ref.raidDisks), int64(ref.chunkSize), int64(ref.dataOffset), int64(ref.dataSize), int64(ref.arraySize), int64(ref.regionSize), int64(ref.bitmapBytes))
 	a := newArray(geo, uuid, opts)
 	a.ctime = ref.ctime
-	a.events = ref.events
+	a.events.Store(ref.events)
 	a.eventsCleared = ref.eventsCleared
 	a.liveCopies, a.copyGen = ref.liveCopies, ref.copyGen
 	return a

@@ -485,6 +485,31 @@ func TestMemberTimeoutSharedStall(t *testing.T) {
 	r.fs[1].Unstall()
 }
 
+// TestStatusWhileMetadataHeld: Status answers while metaMu is held, as it is
+// while a member failure is recorded in superblocks that a stalled member
+// does not take (the agent's status and the metrics would otherwise wait as
+// long as the stall).
+func TestStatusWhileMetadataHeld(t *testing.T) {
+	r := newBadRig(t, 2, testOpts())
+	a := r.a
+	defer a.Close()
+	want := a.Status().Events
+	a.metaMu.Lock()
+	done := make(chan Status, 1)
+	go func() { done <- a.Status() }()
+	select {
+	case st := <-done:
+		a.metaMu.Unlock()
+		if st.Events != want || st.State != ArrayOptimal {
+			t.Fatalf("status with metaMu held: events %d, state %s; want %d, optimal", st.Events, st.State, want)
+		}
+	case <-time.After(10 * time.Second):
+		a.metaMu.Unlock()
+		<-done
+		t.Fatal("Status waited for metaMu")
+	}
+}
+
 // TestNoCallReachesFailedMember: a member call made after its member was
 // failed fails at once and leaves the member's storage untouched, inline and
 // handed off. A write that loaded the member before it was failed but ran

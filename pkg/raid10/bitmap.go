@@ -387,8 +387,8 @@ func (b *bitmap) sweep() {
 		}
 	}
 	a.metaMu.Lock()
-	if a.eventsCleared != a.events {
-		a.eventsCleared = a.events
+	if e := a.events.Load(); a.eventsCleared != e {
+		a.eventsCleared = e
 		a.writeSuperblocksLocked(false, false)
 	}
 	a.metaMu.Unlock()
@@ -441,7 +441,7 @@ func (b *bitmap) clearAllIfClean() {
 	}
 	clear(b.image)
 	a.metaMu.Lock()
-	a.eventsCleared = a.events
+	a.eventsCleared = a.events.Load()
 	a.writeSuperblocksLocked(false, false)
 	a.metaMu.Unlock()
 	if err := b.writeAll(); err != nil {

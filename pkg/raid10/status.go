@@ -62,9 +62,7 @@ func (a *Array) Status() Status {
 		RegionSize: a.geo.region,
 		RaidDisks:  a.geo.n,
 	}
-	a.metaMu.Lock()
-	st.Events = a.events
-	a.metaMu.Unlock()
+	st.Events = a.events.Load() // not under metaMu: its holder may wait for a stalled member
 	for i := range a.buckets {
 		b := &a.buckets[i]
 		st.ReadOps += b.rOps.Load()

@@ -297,7 +297,7 @@ func unmarshalBitmapBlock(b []byte, idx uint32) ([]byte, error) {
 // writes stop going to them). Caller holds metaMu.
 func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 	if bump {
-		a.events++
+		a.events.Add(1)
 	}
 	recorded := false // the table reached some member durably
 	for attempt := 0; attempt <= len(a.slots); attempt++ {
@@ -307,7 +307,7 @@ func (a *Array) writeSuperblocksLocked(bump, clean bool) {
 			recorded = durable
 			break
 		}
-		a.events++
+		a.events.Add(1)
 	}
 	a.settleFailingLocked(recorded)
 }
@@ -325,7 +325,7 @@ func (a *Array) superblockLocked(clean bool) superblock {
 	sb.dataOffset = uint64(a.geo.dataOffset)
 	sb.dataSize = uint64(a.geo.dataSize)
 	sb.arraySize = uint64(a.geo.size)
-	sb.events = a.events
+	sb.events = a.events.Load()
 	sb.bitmapOffset = bitmapOffset
 	sb.bitmapBytes = uint64(a.geo.bmBytes)
 	sb.regionSize = uint64(a.geo.region)
