@@ -129,11 +129,11 @@ type Array struct {
 	mtimeout atomic.Int64 // Options.MemberTimeout in ns, < 0 disabled (benchmarks switch it)
 
 	// metaMu serialises superblock writes and member state changes.
-	metaMu        sync.Mutex
-	zombieMu      sync.Mutex
-	queuesMu      sync.Mutex
-	queues        map[*Queue]struct{} // open Queues, for abandonRing (queuesMu)
-	zombies       map[any]int         // abandoned member calls still running, by storage (zombieMu)
+	metaMu   sync.Mutex
+	zombieMu sync.Mutex
+	queuesMu sync.Mutex
+	queues   map[*Queue]struct{} // open Queues, for abandonRing (queuesMu)
+	zombies  map[any]int         // abandoned member calls still running, by storage (zombieMu)
 	// events is the superblocks' event count: changed under metaMu, read
 	// without it by Status, which must not wait for a holder of metaMu that
 	// waits for a stalled member.
