@@ -54,7 +54,7 @@ raid10_volume_member_timeouts_total{disk="d0",member="0",volume="clean"} 0
 raid10_volume_member_timeouts_total{disk="d0",member="0",volume="worn"} 1
 raid10_volume_member_timeouts_total{disk="d1",member="1",volume="clean"} 0
 raid10_volume_member_timeouts_total{disk="d1",member="1",volume="worn"} 2
-# HELP raid10_volume_member_slow_last_copy_total Stalls past the member deadline of one member of a volume while it held the last in-sync copy of some chunk: waited for, not failed.
+# HELP raid10_volume_member_slow_last_copy_total Stalls past the member deadline of one member of a volume that were waited for, not failed: it held the last in-sync copy of some chunk, or the other copy was late too.
 # TYPE raid10_volume_member_slow_last_copy_total counter
 raid10_volume_member_slow_last_copy_total{disk="d0",member="0",volume="clean"} 0
 raid10_volume_member_slow_last_copy_total{disk="d0",member="0",volume="worn"} 0
