@@ -155,7 +155,7 @@ func diskErrors(ps pool.Status) []string {
 	var out []string
 	for _, d := range ps.Disks {
 		if e := per[d.UUID]; e != nil && d.Status == pool.StatusActive {
-			out = append(out, fmt.Sprintf("disk %s: %d bad blocks, %d requests past the member deadline, %d stalls while it held the last copy",
+			out = append(out, fmt.Sprintf("disk %s: %d bad blocks, %d requests past the member deadline, %d stalls waited for (it held the last copy, or its mirror was late too)",
 				diskLabel(d), e.bad, e.timedOut, e.stalls))
 		}
 	}
