@@ -27,7 +27,7 @@ type memberRef struct {
 	// failed.
 	out      [epochRing]atomic.Int64
 	timedOut atomic.Bool
-	slowLast atomic.Bool // a request passed the deadline and is waited for (timeoutMayFail)
+	slowLast atomic.Bool // a request passed the deadline and is waited for (timeoutWait)
 	gone     atomic.Bool
 	dead     chan struct{}
 	deadOnce sync.Once
@@ -45,7 +45,7 @@ type slot struct {
 	wlat     atomic.Int64 // moving average of write latency, ns
 
 	timeouts            atomic.Uint64
-	slowLast            atomic.Uint64 // stalls past the deadline waited for, not failed (timeoutMayFail)
+	slowLast            atomic.Uint64 // stalls past the deadline waited for, not failed (timeoutWait)
 	readErrs, writeErrs atomic.Uint64
 	readOps, writeOps   atomic.Uint64
 	readBytes, wrBytes  atomic.Uint64
@@ -108,7 +108,7 @@ type Array struct {
 
 	closed       atomic.Bool
 	monitorOn    bool         // the deadline monitor runs (start, Assemble)
-	serving      atomic.Bool  // started (Create or Assemble returned it); see timeoutMayFail
+	serving      atomic.Bool  // started (Create or Assemble returned it); see timeoutWait
 	slowOps      atomic.Int32 // requests in a slow path outside any bucket
 	largeReads   atomic.Int32 // large reads in flight (readlarge.go)
 	handoffBelow int64        // in-flight count under which the copies go in parallel

@@ -134,6 +134,13 @@ func newBadRig(t *testing.T, n int, opts Options) *badRig {
 	return r
 }
 
+// newDeadlineRig is newBadRig with n members and the member deadline d.
+func newDeadlineRig(t *testing.T, n int, d time.Duration) *badRig {
+	opts := testOpts()
+	opts.MemberTimeout = d
+	return newBadRig(t, n, opts)
+}
+
 // withDeviceLatency gives every member 50µs of latency and makes 64 reads and
 // writes, so that each member's latency average sees it and its calls go to
 // workers (rescue: a stuck call can be abandoned).
@@ -373,9 +380,7 @@ func TestRecoveryResumes(t *testing.T) {
 // the requests complete from the other copy; it cannot be added back while
 // a call to it is still stuck, and can once the call returned.
 func TestMemberTimeout(t *testing.T) {
-	opts := testOpts()
-	opts.MemberTimeout = 200 * time.Millisecond
-	r := newBadRig(t, 2, opts)
+	r := newDeadlineRig(t, 2, 200*time.Millisecond)
 	a := r.a
 	r.withDeviceLatency()
 	r.fs[1].Stall()
@@ -386,7 +391,7 @@ func TestMemberTimeout(t *testing.T) {
 		t.Fatalf("write during the stall: %v", err)
 	}
 	copy(r.model, w)
-	t.Logf("the write took %v with a %v deadline", time.Since(start), opts.MemberTimeout)
+	t.Logf("the write took %v with a %v deadline", time.Since(start), a.timeout())
 	st := a.Status()
 	if st.Members[1].State != MemberFaulty || st.Members[1].TimedOut != 1 {
 		t.Fatalf("member 1: %+v", st.Members[1])
@@ -428,9 +433,8 @@ func TestMemberTimeout(t *testing.T) {
 // stalls are counted; the write completes once the stall ends and the array
 // is still optimal. A stall of one pair leaves the other pair's chunks served.
 func TestMemberTimeoutSharedStall(t *testing.T) {
-	opts := testOpts()
-	opts.MemberTimeout = 200 * time.Millisecond
-	r := newBadRig(t, 4, opts)
+	const deadline = 200 * time.Millisecond
+	r := newDeadlineRig(t, 4, deadline)
 	a := r.a
 	defer a.Close()
 	r.withDeviceLatency()
@@ -442,7 +446,7 @@ func TestMemberTimeoutSharedStall(t *testing.T) {
 	fillRand(rand.New(rand.NewPCG(9, 10)), w)
 	done := make(chan error, 1)
 	go func() { _, err := a.WriteAt(w, 0); done <- err }()
-	time.Sleep(5 * opts.MemberTimeout)
+	time.Sleep(5 * deadline)
 	if _, err := a.ReadAt(p, testChunk); err != nil { // the other pair's chunk
 		t.Errorf("read of chunk 1 during the stall of members 0 and 1: %v", err)
 	}
@@ -517,9 +521,7 @@ func TestStatusWhileMetadataHeld(t *testing.T) {
 // member; no one waits for it, so nothing orders it before the member's
 // re-add.
 func TestNoCallReachesFailedMember(t *testing.T) {
-	opts := testOpts()
-	opts.MemberTimeout = 10 * time.Second
-	r := newBadRig(t, 2, opts)
+	r := newDeadlineRig(t, 2, 10*time.Second)
 	a := r.a
 	defer a.Close()
 	s := a.slots[1]

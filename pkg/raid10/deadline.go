@@ -117,7 +117,7 @@ func (a *Array) deadlineMonitor() {
 				}
 				continue
 			}
-			if why := a.timeoutMayFail(s, e); why != "" {
+			if why := a.timeoutWait(s, e); why != "" {
 				// The last in-sync copy of some chunk, or a stall its
 				// partner shares: wait for it.
 				if !r.slowLast.Swap(true) {
@@ -173,7 +173,7 @@ func (r *memberRef) idle() bool {
 	return true
 }
 
-// timeoutMayFail says why member s, which has a request older than the
+// timeoutWait says why member s, which has a request older than the
 // deadline at epoch e, must not be failed for it, or "" when it may be: when
 // the array is not serving (Create and Assemble refuse a hung member, the
 // caller retries; Close must not wait for a hung disk), when s is not in
@@ -200,7 +200,7 @@ func (r *memberRef) idle() bool {
 // holder of metaMu that waits for a stuck member): a partner failed by an
 // I/O error at the same moment can still leave s broken, which
 // memberFailedLocked decides under the lock.
-func (a *Array) timeoutMayFail(s *slot, e int64) string {
+func (a *Array) timeoutWait(s *slot, e int64) string {
 	if !a.serving.Load() || a.closed.Load() || MemberState(s.state.Load()) != MemberInSync {
 		return ""
 	}
