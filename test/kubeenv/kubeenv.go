@@ -57,6 +57,9 @@ type Env struct {
 	StartupTime time.Duration
 	// AuditLog is the path of the API server's audit log (JSON lines) with WithAudit, or "".
 	AuditLog string
+	// SchedulerURL is kube-scheduler's secure serving URL (/metrics, and /debug/pprof with
+	// SchedulerConfig.Profiling), or "" without WithScheduler. Get reads it.
+	SchedulerURL string
 
 	pki   *pki
 	procs []*process
@@ -70,6 +73,7 @@ type options struct {
 	controllers       []string // kube-controller-manager's --controllers; empty: its defaults
 	kcmFlags          []string // appended to kube-controller-manager's command line
 	scheduler         bool
+	schedulerConfig   SchedulerConfig
 	servingIPs        []net.IP
 	apiServerFlags    []string
 	auditNamespaces   []string
@@ -101,6 +105,29 @@ func WithControllerManagerFlags(flags ...string) Option {
 // (and, with a WaitForFirstConsumer StorageClass, picks the node of a claim).
 func WithScheduler() Option {
 	return func(o *options) { o.scheduler = true }
+}
+
+// SchedulerConfig is what a test may set of kube-scheduler's KubeSchedulerConfiguration
+// (kubescheduler.config.k8s.io/v1); a zero field keeps kube-scheduler's default.
+type SchedulerConfig struct {
+	// PercentageOfNodesToScore: the share of the feasible nodes after which the scheduler
+	// stops filtering (its default is adaptive: 50% less 1% per 125 nodes, at least 5%,
+	// and never fewer than 100 nodes).
+	PercentageOfNodesToScore int32
+	// QPS and Burst of its API client (defaults 50 and 100).
+	QPS   float32
+	Burst int32
+	// Profiling serves /debug/pprof (off by default here).
+	Profiling bool
+}
+
+// WithSchedulerConfig runs kube-scheduler (as WithScheduler) from a configuration file
+// with c's fields set.
+func WithSchedulerConfig(c SchedulerConfig) Option {
+	return func(o *options) {
+		o.scheduler = true
+		o.schedulerConfig = c
+	}
 }
 
 // WithServingIPs adds IP addresses to the API server's serving certificate, besides
@@ -281,14 +308,17 @@ func Start(t testing.TB, opts ...Option) *Env {
 	if o.scheduler {
 		phase = time.Now()
 		schedURL := "https://127.0.0.1:" + strconv.Itoa(ports[4])
+		schedConfig, err := writeSchedulerConfig(env.Dir, env.Kubeconfig, o.schedulerConfig)
+		if err != nil {
+			t.Fatalf("kubeenv: %v", err)
+		}
 		sched, err := env.start("kube-scheduler", binPath["kube-scheduler"],
-			"--kubeconfig="+env.Kubeconfig,
+			"--config="+schedConfig,
 			"--authentication-kubeconfig="+env.Kubeconfig,
 			"--authorization-kubeconfig="+env.Kubeconfig,
 			"--bind-address=127.0.0.1",
 			"--secure-port="+strconv.Itoa(ports[4]),
 			"--leader-elect=false",
-			"--profiling=false",
 		)
 		if err != nil {
 			t.Fatalf("%v", err)
@@ -299,6 +329,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 		if err := waitHTTP(ctx, sched, insecure, schedURL+"/healthz"); err != nil {
 			t.Fatalf("kubeenv: kube-scheduler not healthy: %v", err)
 		}
+		env.SchedulerURL = schedURL
 		t.Logf("kubeenv: kube-scheduler healthy in %v", time.Since(phase).Round(time.Millisecond))
 	}
 

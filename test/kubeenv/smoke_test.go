@@ -2,6 +2,8 @@ package kubeenv_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,4 +235,51 @@ func TestControllerManager(t *testing.T) {
 		t.Fatalf("claim bound to %q, want %q", got.Spec.VolumeName, pv.Name)
 	}
 	t.Logf("claim bound to %s in %v after a startup of %v", got.Spec.VolumeName, time.Since(begin).Round(time.Millisecond), env.StartupTime.Round(time.Millisecond))
+}
+
+// TestSchedulerConfig: kube-scheduler runs from the configuration WithSchedulerConfig
+// writes (its /configz shows the fields set), and Get reads its /metrics and, with
+// Profiling, a CPU profile.
+func TestSchedulerConfig(t *testing.T) {
+	env := kubeenv.Start(t, kubeenv.WithSchedulerConfig(kubeenv.SchedulerConfig{
+		PercentageOfNodesToScore: 7, QPS: 123, Burst: 246, Profiling: true,
+	}))
+	ctx := t.Context()
+	configz, err := env.Get(ctx, env.SchedulerURL+"/configz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Config struct {
+			PercentageOfNodesToScore *int32 `json:"percentageOfNodesToScore"`
+			EnableProfiling          bool   `json:"enableProfiling"`
+			ClientConnection         struct {
+				QPS   float32 `json:"qps"`
+				Burst int32   `json:"burst"`
+			} `json:"clientConnection"`
+		} `json:"componentconfig"`
+	}
+	if err := json.Unmarshal(configz, &got); err != nil {
+		t.Fatalf("/configz: %v: %.300s", err, configz)
+	}
+	c := got.Config
+	if c.PercentageOfNodesToScore == nil || *c.PercentageOfNodesToScore != 7 || !c.EnableProfiling ||
+		c.ClientConnection.QPS != 123 || c.ClientConnection.Burst != 246 {
+		t.Fatalf("kube-scheduler's configuration is not the one given: %.600s", configz)
+	}
+	metrics, err := env.Get(ctx, env.SchedulerURL+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(metrics), "scheduler_pending_pods") {
+		t.Errorf("/metrics has no scheduler_pending_pods: %.300s", metrics)
+	}
+	profile, err := env.Get(ctx, env.SchedulerURL+"/debug/pprof/profile?seconds=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A CPU profile is gzipped protobuf.
+	if len(profile) < 2 || profile[0] != 0x1f || profile[1] != 0x8b {
+		t.Errorf("the CPU profile is not gzip: %.100q", profile)
+	}
 }

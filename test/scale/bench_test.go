@@ -20,16 +20,17 @@ import (
 
 // Environment of TestScaleBench (make scale-bench sets them from its variables).
 const (
-	envSteps   = "RAID10_SCALE_STEPS"   // node counts, comma-separated: 10,100,1000
-	envVolumes = "RAID10_SCALE_VOLUMES" // volumes created and deleted per step (default 200)
-	envWorkers = "RAID10_SCALE_WORKERS" // concurrent CSI calls (default 16)
-	envIdle    = "RAID10_SCALE_IDLE"    // idle window per step (default 60s)
-	envTable   = "RAID10_SCALE_TABLE"   // markdown file the table is written to
-	envPlugin  = "RAID10_SCALE_PLUGIN"  // the raid10-csi binary; empty: controller in process
-	envHold    = "RAID10_SCALE_HOLD"    // volumes created and kept after the last step (memory per volume)
-	envClaims  = "RAID10_SCALE_CLAIMS"  // claims with pods through kube-scheduler per step (claims)
-	envKCMQPS  = "RAID10_SCALE_KCM_QPS" // kube-controller-manager's client QPS (burst twice); empty: its default, 20
-	capPoll    = 15 * time.Second       // the chart's sidecars.provisioner.capacityPollInterval
+	envSteps    = "RAID10_SCALE_STEPS"     // node counts, comma-separated: 10,100,1000
+	envVolumes  = "RAID10_SCALE_VOLUMES"   // volumes created and deleted per step (default 200)
+	envWorkers  = "RAID10_SCALE_WORKERS"   // concurrent CSI calls (default 16)
+	envIdle     = "RAID10_SCALE_IDLE"      // idle window per step (default 60s)
+	envTable    = "RAID10_SCALE_TABLE"     // markdown file the table is written to
+	envPlugin   = "RAID10_SCALE_PLUGIN"    // the raid10-csi binary; empty: controller in process
+	envHold     = "RAID10_SCALE_HOLD"      // volumes created and kept after the last step (memory per volume)
+	envClaims   = "RAID10_SCALE_CLAIMS"    // claims with pods through kube-scheduler per step (claims)
+	envKCMQPS   = "RAID10_SCALE_KCM_QPS"   // kube-controller-manager's client QPS (burst twice); empty: its default, 20
+	envSchedPct = "RAID10_SCALE_SCHED_PCT" // kube-scheduler's percentageOfNodesToScore; empty: its adaptive default
+	capPoll     = 15 * time.Second         // the chart's sidecars.provisioner.capacityPollInterval
 )
 
 // stepResult is one row of the table.
@@ -76,12 +77,15 @@ func TestScaleBench(t *testing.T) {
 	t.Logf("client settings: %s: plugin %v, csi-provisioner %v, agents %v/s burst %d", lim.name, lim.plugin, lim.provisioner, lim.agentQPS, lim.agentBurst)
 	claims := envInt(t, envClaims, 0)
 	var plane []kubeenv.Option
+	var sched kubeenv.SchedulerConfig
 	if claims > 0 {
 		// Each pod counts against its node's CSINode limit (NodeGetInfo's default).
 		if most := steps[0] * driver.DefaultMaxVolumesPerNode; claims > most {
 			t.Fatalf("$%s=%d: %d nodes hold at most %d volumes of pods (%d each)", envClaims, claims, steps[0], most, driver.DefaultMaxVolumesPerNode)
 		}
-		plane = claimsPlane()
+		// With $RAID10_SCALE_PROFILE, kube-scheduler serves a CPU profile of the claims.
+		sched = kubeenv.SchedulerConfig{PercentageOfNodesToScore: int32(envInt(t, envSchedPct, 0)), Profiling: os.Getenv(envProfile) != ""}
+		plane = claimsPlane(sched)
 		if q := envInt(t, envKCMQPS, 0); q > 0 {
 			// The PV binder writes about four times per claim (PV claimRef, the claim's
 			// volumeName, both statuses) through kube-controller-manager's client.
@@ -89,13 +93,15 @@ func TestScaleBench(t *testing.T) {
 		}
 	}
 	cl := startClusterWith(t, capPoll, os.Getenv(envPlugin), lim, plane...)
+	cl.sched = sched
 	var rows []stepResult
 	var claimRows []claimsResult
 	tables := func() string {
 		if len(claimRows) == 0 {
 			return table(rows)
 		}
-		return table(rows) + "\nClaims through kube-scheduler (each with a pod; WaitForFirstConsumer):\n\n" + claimsTable(claimRows)
+		return table(rows) + "\nClaims through kube-scheduler (each with a pod; WaitForFirstConsumer):\n\n" + claimsTable(claimRows) +
+			"\nWhat kube-scheduler spent on the claims' pods (its own metrics; CPU from /proc):\n\n" + schedTable(claimRows)
 	}
 	for _, n := range steps {
 		r := cl.step(t, n, volumes, workers, idle)

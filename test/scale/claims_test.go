@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -26,8 +27,9 @@ const claimsNamespace = "scale-claims"
 // (it picks each pod's node from the CSIStorageCapacity objects, WaitForFirstConsumer) and
 // of kube-controller-manager only the PV binder and the two protection controllers. The
 // node lifecycle controller would taint every hollow node, since none renews its status.
-func claimsPlane() []kubeenv.Option {
-	return []kubeenv.Option{kubeenv.WithScheduler(), kubeenv.WithControllers(
+// sched sets kube-scheduler's configuration.
+func claimsPlane(sched kubeenv.SchedulerConfig) []kubeenv.Option {
+	return []kubeenv.Option{kubeenv.WithSchedulerConfig(sched), kubeenv.WithControllers(
 		"persistentvolume-binder-controller", "persistentvolumeclaim-protection-controller",
 		"persistentvolume-protection-controller")}
 }
@@ -39,6 +41,7 @@ type claimsResult struct {
 	p50, p99      time.Duration // from a claim's creation to Bound with its pod on a node
 	deleteRate    float64       // claims deleted, their PVs and volumes gone, per second
 	perNode       [2]int        // fewest and most claims on one node
+	sched         schedDelta    // what kube-scheduler spent on the claims' pods
 }
 
 // claims creates n claims of the bench's StorageClass, each with a pod that mounts it, with
@@ -63,6 +66,21 @@ func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout tim
 		}
 	}
 	prefix := fmt.Sprintf("c%d-", len(cl.nodes))
+	sched0, cpu0 := cl.schedMetrics(t), cpuSeconds()
+	type profiled struct{ path, top string }
+	profile := make(chan profiled, 1)
+	if dir := os.Getenv(envProfile); dir != "" && cl.sched.Profiling {
+		// Within the claims at any size of interest (at 1,000 nodes they take minutes).
+		go func() {
+			path, top, err := cl.schedProfile(t, dir, 20)
+			if err != nil {
+				t.Errorf("kube-scheduler's CPU profile: %v", err)
+			}
+			profile <- profiled{path, top}
+		}()
+	} else {
+		profile <- profiled{}
+	}
 	created := make([]time.Time, n)
 	var mu sync.Mutex
 	start := time.Now()
@@ -149,6 +167,13 @@ func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout tim
 		return len(boundAt) == n, fmt.Sprintf("%d of %d%s", len(boundAt), n, waiting)
 	})
 	bound := time.Since(start)
+	r.sched = sched0.delta(cl.schedMetrics(t))
+	r.sched.percentageOfScored = cl.sched.PercentageOfNodesToScore
+	if r.sched.attempts > 0 {
+		r.sched.cpuPerPod = time.Duration((cpuSeconds()["kube-scheduler"] - cpu0["kube-scheduler"]) / float64(r.sched.attempts) * float64(time.Second))
+	}
+	p := <-profile
+	r.sched.profile, r.sched.profileTop = p.path, p.top
 	perNode := map[string]int{}
 	var pods corev1.PodList
 	if err := cl.c.List(ctx, &pods, client.InNamespace(claimsNamespace)); err != nil {
@@ -219,11 +244,14 @@ func claimsTable(rows []claimsResult) string {
 // the nodes (the scheduler read the CSIStorageCapacity objects and the CSINodes' limits),
 // then deleted with nothing left.
 func TestHollowClaims(t *testing.T) {
-	cl := startClusterWith(t, 5*time.Second, "", benchLimits(t), claimsPlane()...)
+	cl := startClusterWith(t, 5*time.Second, "", benchLimits(t), claimsPlane(kubeenv.SchedulerConfig{})...)
 	nodes := cl.addNodes(t, 4)
 	cl.reported(t, nodes, 5*time.Minute)
 	r := cl.claims(t, 12, 4, "1Gi", 3*time.Minute)
-	t.Logf("\n%s", claimsTable([]claimsResult{r}))
+	t.Logf("\n%s\n%s", claimsTable([]claimsResult{r}), schedTable([]claimsResult{r}))
+	if r.sched.attempts < 12 || r.sched.filterMean <= 0 || r.sched.algorithmMean < r.sched.filterMean {
+		t.Errorf("kube-scheduler's metrics show %d pods scheduled (Filter %v per pod), want the 12 claims' pods, their algorithm at least their Filter (%v)", r.sched.attempts, r.sched.filterMean, r.sched.algorithmMean)
+	}
 	if r.perNode[1] == 12 {
 		t.Errorf("every claim went to one node: the scheduler did not spread them (%v)", r.perNode)
 	}

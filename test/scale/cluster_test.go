@@ -58,6 +58,7 @@ type cluster struct {
 	agentCfg    *rest.Config  // the hollow agents' client configuration
 	csi         csi.ControllerClient
 	nodes       []*Node
+	sched       kubeenv.SchedulerConfig // kube-scheduler's, with claimsPlane
 }
 
 // startCluster starts etcd and kube-apiserver, the CRDs, a CSIDriver with storage capacity,
