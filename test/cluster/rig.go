@@ -90,10 +90,11 @@ type Rig struct {
 	bootN   int
 	// imageSums are the SHA-256 sums of cfg.Images (images.list); stateCache is the cached
 	// state disk these images are imported into, saveState whether boot 1 must write it.
-	imageSums  []string
-	stateCache string
-	saveState  bool
-	saving     sync.WaitGroup // saveStateDisk
+	imageSums    []string
+	stateCache   string
+	saveState    bool
+	hostImported int            // images prepareState imported on the host
+	saving       sync.WaitGroup // saveStateDisk
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -171,15 +172,16 @@ func New(t testing.TB, cfg Config) *Rig {
 // disk holds before its copy (the containerd configuration, the import).
 const stateRecipe = "state-1"
 
-// prepareState makes the node's state disk. Importing the images is most of a cold node's
-// boot under TCG (about 2.5 of 3 minutes: each layer is decompressed and unpacked by the
-// emulated CPU), so boot 1 of a rig whose images the cache lacks lends its state disk to the
-// host right after the import, before the kubelet first starts (node.sh, STATE_SAVE), and the
-// host keeps a copy in the cache: state-<key>.img, key the recipe, the disk's size and
-// containerd's version, with state-<key>.list, the images' SHA-256 sums it holds. A later
-// rig starts from that copy and imports only the images whose sums changed (usually the
-// plugin image, whose Debian layer containerd already holds). The copy is sparse: about the
-// images' unpacked size.
+// prepareState makes the node's state disk with the images imported. Importing them is
+// most of a cold node's boot under TCG (minutes: each layer is decompressed and unpacked by
+// the emulated CPU), so the host imports them (importOnHost: the same containerd binary,
+// natively, in seconds) and keeps a copy of the disk in the cache: state-<key>.img, key the
+// recipe, the disk's size and containerd's version, with state-<key>.list, the images'
+// SHA-256 sums it holds. A later rig starts from that copy and imports only the images
+// whose sums changed (usually the plugin image, whose Debian layer containerd already
+// holds). The copy is sparse: about the images' unpacked size. Where the host cannot mount
+// the disk, boot 1 imports in the guest and lends its state disk to the host right after
+// the import, before the kubelet first starts (node.sh, STATE_SAVE), for the same copy.
 func (r *Rig) prepareState(base string) error {
 	for _, img := range r.cfg.Images {
 		sum, err := fileSum(img)
@@ -194,32 +196,68 @@ func (r *Rig) prepareState(base string) error {
 	}
 	h := sha256.Sum256([]byte(fmt.Sprintf("%s %d %s", stateRecipe, r.cfg.StateSize, bytes.TrimSpace(ver))))
 	r.stateCache = filepath.Join(base, fmt.Sprintf("state-%x.img", h[:8]))
-	have, _ := os.ReadFile(strings.TrimSuffix(r.stateCache, ".img") + ".list")
-	want := strings.Join(r.imageSums, "\n") + "\n"
+	listed, _ := os.ReadFile(strings.TrimSuffix(r.stateCache, ".img") + ".list")
+	var have []string
 	if _, err := os.Stat(r.stateCache); err == nil {
 		start := time.Now()
 		if out, err := exec.Command("cp", "--sparse=always", "--reflink=auto", r.stateCache, r.state).CombinedOutput(); err != nil {
 			return fmt.Errorf("cluster: copy the cached state disk: %w: %s", err, out)
 		}
+		have = strings.Fields(string(listed))
 		kept := 0
 		for _, s := range r.imageSums {
-			if slices.Contains(strings.Fields(string(have)), s) {
+			if slices.Contains(have, s) {
 				kept++
 			}
 		}
-		r.saveState = string(have) != want
 		r.t.Logf("cluster: state disk copied from the cache in %v (%s): %d of %d images imported already",
 			time.Since(start).Round(time.Millisecond), r.stateCache, kept, len(r.imageSums))
+		if kept == len(r.imageSums) {
+			return nil
+		}
+	} else {
+		if err := truncate(r.state, r.cfg.StateSize); err != nil {
+			return err
+		}
+		if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", "node-state", r.state).CombinedOutput(); err != nil {
+			return fmt.Errorf("cluster: mkfs.ext4 on the state disk: %w: %s", err, out)
+		}
+	}
+	start := time.Now()
+	n, err := r.importOnHost(have)
+	if err != nil {
+		// The disk is as it was (an interrupted import leaves only content node.sh imports
+		// again): the guest imports, and boot 1 lends the disk for the cache's copy.
+		r.t.Logf("cluster: the host could not import the images (the guest will, under TCG): %v", err)
+		r.saveState = true
 		return nil
 	}
-	r.saveState = true
-	if err := truncate(r.state, r.cfg.StateSize); err != nil {
-		return err
-	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", "node-state", r.state).CombinedOutput(); err != nil {
-		return fmt.Errorf("cluster: mkfs.ext4 on the state disk: %w: %s", err, out)
-	}
+	r.hostImported = n
+	r.t.Logf("cluster: %d images imported into the state disk on the host in %v", n, time.Since(start).Round(time.Millisecond))
+	r.keepState()
 	return nil
+}
+
+// keepState copies the state disk, images imported and nothing else yet, to the cache.
+func (r *Rig) keepState() {
+	start := time.Now()
+	// Two rigs at once (two checkouts) each write their own file; the last rename wins. The
+	// list only decides whether to save: what a disk holds is its own /var/lib/images.imported.
+	tmp := fmt.Sprintf("%s.%d.tmp", r.stateCache, os.Getpid())
+	out, err := exec.Command("cp", "--sparse=always", r.state, tmp).CombinedOutput()
+	if err == nil {
+		err = os.Rename(tmp, r.stateCache)
+	}
+	if err == nil {
+		err = os.WriteFile(strings.TrimSuffix(r.stateCache, ".img")+".list", []byte(strings.Join(r.imageSums, "\n")+"\n"), 0o644)
+	}
+	if err != nil {
+		// Not the test's failure: the next rig imports the images again.
+		r.t.Logf("cluster: could not keep the state disk in the cache: %v %s", err, out)
+		_ = os.Remove(tmp)
+		return
+	}
+	r.t.Logf("cluster: state disk with the images kept in the cache in %v (%s)", time.Since(start).Round(time.Millisecond), r.stateCache)
 }
 
 // saveStateDisk waits for node.sh to unmount the state disk after boot 1's import
@@ -236,24 +274,7 @@ func (r *Rig) saveStateDisk(nodeDir string, done <-chan struct{}) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	start := time.Now()
-	// Two rigs at once (two checkouts) each write their own file; the last rename wins. The
-	// list only decides whether to save: what a disk holds is its own /var/lib/images.imported.
-	tmp := fmt.Sprintf("%s.%d.tmp", r.stateCache, os.Getpid())
-	out, err := exec.Command("cp", "--sparse=always", r.state, tmp).CombinedOutput()
-	if err == nil {
-		err = os.Rename(tmp, r.stateCache)
-	}
-	if err == nil {
-		err = os.WriteFile(strings.TrimSuffix(r.stateCache, ".img")+".list", []byte(strings.Join(r.imageSums, "\n")+"\n"), 0o644)
-	}
-	if err != nil {
-		// Not the test's failure: the next rig imports the images again.
-		r.t.Logf("cluster: could not keep the state disk in the cache: %v %s", err, out)
-		_ = os.Remove(tmp)
-	} else {
-		r.t.Logf("cluster: state disk with the images kept in the cache in %v (%s)", time.Since(start).Round(time.Millisecond), r.stateCache)
-	}
+	r.keepState()
 	if err := os.WriteFile(filepath.Join(nodeDir, "state.saved"), nil, 0o644); err != nil {
 		r.t.Logf("cluster: %v", err)
 	}
