@@ -28,17 +28,19 @@
 //     any container run through Rig.Exec (a command file on the shared rig directory).
 //   - Images, without Docker or a registry: `make image` (hack/image.sh) writes the plugin,
 //     pause, csi-provisioner, csi-resizer and csi-snapshotter tarballs; the test adds
-//     raid10-csi/ioverify (test/cluster/ioverify, the workload); node.sh imports them with
+//     raid10-csi/ioverify (test/cluster/ioverify, the workload). The host imports them into
+//     the node's state disk (hostimport.go): it mounts the disk on a loop device and runs
+//     its own containerd on it, the very binary the guest runs (from the host's root), with
 //     `ctr -n k8s.io images import`, each image once per state disk (by its tarball's
-//     SHA-256).
-//   - The state disk's cache: importing is most of a cold node's boot under TCG (about 2.5
-//     minutes: every layer decompressed and unpacked by the emulated CPU). Boot 1 of a rig
-//     whose images the cache lacks lends its state disk to the host right after the import,
-//     before the kubelet ever starts; the host keeps a sparse copy under
-//     ~/.cache/raid10-csi/vm/cluster/state-<key>.img (key: a recipe version, the disk's size,
-//     containerd's version; state-<key>.list names the images' sums). The next rig starts
-//     from that copy and imports only what changed: usually the plugin image, whose Debian
-//     layer containerd already holds, so only its binaries' layer is unpacked.
+//     SHA-256, recorded in the disk's images.imported). Natively that takes about 10 s for
+//     all six; under TCG, in the guest, it took minutes (every layer decompressed and
+//     unpacked by the emulated CPU). node.sh imports in the guest only what the disk's record
+//     lacks: nothing, as the rig makes it.
+//   - The state disk's cache: the host keeps a sparse copy of the disk, images imported and
+//     nothing else yet, under ~/.cache/raid10-csi/vm/cluster/state-<key>.img (key: a recipe
+//     version, the disk's size, containerd's version; state-<key>.list names the images'
+//     sums). The next rig starts from that copy and imports only what changed: usually the
+//     plugin image, whose Debian layer containerd already holds.
 //   - The kubelet authenticates with the admin token (the rig runs RBAC only, no node
 //     authorizer) and lets the API server in anonymously (AlwaysAllow; only the tunnel
 //     reaches it).
@@ -51,10 +53,9 @@
 // the list is logged at the end (docs/install.md, "Verified on a real kubelet", has the
 // times of the last full run). Where the time goes under TCG:
 //
-//   - The node's boot: about 50 s with the state disk from the cache (boot, containerd,
-//     kubelet Ready), about 2 minutes when the plugin image changed (ctr reads its whole
-//     tarball again and unpacks the binaries' layer; the cache is then refreshed, 3 s), 3 to
-//     5 minutes on a cold cache (every image imported).
+//   - The node's boot: 20 to 50 s (boot, containerd, kubelet Ready), the images imported on
+//     the host before it (10 s cold). With the import in the guest it was about 2 minutes
+//     when the plugin image changed and 3 to 6 minutes on a cold cache.
 //   - Pod starts: each pod sandbox and container start takes 10 to 30 s on the emulated
 //     CPUs. The story installs one controller pod (four containers), not the chart's two:
 //     on a one-node rig a second replica adds no availability, only container starts at

@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// hostContainerdConfig runs the host's containerd on the node's state disk, mounted at %[1]s
-// (the guest's /var/lib): the guest's root (containerd.toml's /var/lib/containerd), its
-// own state directory and socket %[2]s/..., the overlayfs snapshotter the guest unpacks
-// for, and no CRI plugin (nothing here runs a container).
+// hostContainerdConfig runs the host's containerd on the node's state disk: its root (%[1]s)
+// is the guest's /var/lib/containerd (containerd.toml) on the mounted disk; its state
+// directory (%[2]s) and sockets (%[3]s, %[4]s) are the host's own; the snapshotters are the
+// guest's (overlayfs unpacks the layers); no CRI plugin (nothing here runs a container).
 const hostContainerdConfig = `version = 2
 root = %[1]q
 state = %[2]q
@@ -32,8 +32,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
 // and node.sh then finds every sum in /var/lib/images.imported and imports nothing. Under
 // TCG the guest's import took minutes (each layer decompressed and unpacked by the emulated
 // CPU); here it takes seconds. It needs a loop mount and an overlay mount (containerd's
-// snapshotter) on the host; its error says which step failed, and the caller leaves the
-// import to the guest then.
+// snapshotter) on the host, as root; its error says which step failed.
 func (r *Rig) importOnHost(have []string) (int, error) {
 	imported := 0
 	err := onStateDisk(r.state, filepath.Join(r.Dir, "host-containerd.log"), func(ctr ctrFunc, varLib string) error {

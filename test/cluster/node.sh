@@ -6,9 +6,9 @@
 #
 # The rig directory $RIG (shared read-write with the host) holds: containerd.toml,
 # cni.conflist, kubelet.yaml, kubelet.kubeconfig, images.list ("SHA256 TARBALL" per image),
-# and receives containerd.log, kubelet.log, node.log (and state.unmounted, which the host
-# answers with state.saved). Commands: the host writes cmd/N.sh; this script runs it and
-# writes cmd/N.out and then cmd/N.rc. The host creates "stop" to end the node.
+# and receives containerd.log, kubelet.log, node.log. Commands: the host writes cmd/N.sh;
+# this script runs it and writes cmd/N.out and then cmd/N.rc. The host creates "stop" to
+# end the node.
 set -u
 RIG=${RAID10_RIG:?RAID10_RIG not set}
 log() { echo "node: [$(cut -d' ' -f1 /proc/uptime)] $*"; }
@@ -58,11 +58,10 @@ start_containerd() {
 }
 start_containerd
 # The images: images.list has one "SHA256 TARBALL" line per image; /var/lib/images.imported
-# the sums already imported on this state disk (an earlier boot, or the host's cached disk,
-# see rig.go). Only the others are imported: a layer containerd already holds (the Debian
-# root filesystem under a rebuilt plugin image) is neither stored nor unpacked again.
+# the sums already imported on this state disk. The host imports every image before the
+# boot (rig.go, hostimport.go: natively, where this emulated CPU takes minutes), so this
+# imports only what a hand-made state disk lacks.
 touch /var/lib/images.imported
-imported=0
 while read -r sum img; do
 	[ -n "$img" ] || continue
 	if grep -qx "$sum" /var/lib/images.imported; then
@@ -70,27 +69,10 @@ while read -r sum img; do
 		continue
 	fi
 	ctr -n k8s.io images import "$img" >/dev/null || die "ctr import $img"
-	imported=$((imported + 1))
 	log "imported $img"
 done <"$RIG/images.list"
 cut -d' ' -f1 "$RIG/images.list" >/var/lib/images.imported
 ctr -n k8s.io images ls -q
-
-# The host keeps this state disk, images imported and nothing else yet, as the start of the
-# next rig's (STATE_SAVE set: the host has no disk with these images). containerd stops and
-# the disk is unmounted while the host copies it; then both come back.
-if [ -n "${STATE_SAVE:-}" ] && [ "$imported" -gt 0 ]; then
-	kill "$CONTAINERD"
-	wait "$CONTAINERD"
-	sync
-	umount /var/lib || die "umount the state disk for the host's copy"
-	echo saving >"$RIG/state.unmounted"
-	log "state disk unmounted for the host's copy"
-	until [ -e "$RIG/state.saved" ]; do sleep 0.2; done
-	mount -t ext4 "$STATE_DEV" /var/lib || die "mount the state disk $STATE_DEV again"
-	log "state disk copied by the host"
-	start_containerd
-fi
 
 mkdir -p /var/lib/log /var/lib/kubelet /var/lib/cni-conf.d
 mount --bind /var/lib/log /var/log || die "bind /var/log"

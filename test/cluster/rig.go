@@ -89,12 +89,11 @@ type Rig struct {
 	state   string
 	bootN   int
 	// imageSums are the SHA-256 sums of cfg.Images (images.list); stateCache is the cached
-	// state disk these images are imported into, saveState whether boot 1 must write it.
+	// state disk these images are imported into; hostImported how many of them
+	// prepareState imported.
 	imageSums    []string
 	stateCache   string
-	saveState    bool
-	hostImported int            // images prepareState imported on the host
-	saving       sync.WaitGroup // saveStateDisk
+	hostImported int
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc
@@ -168,20 +167,18 @@ func New(t testing.TB, cfg Config) *Rig {
 	return r
 }
 
-// stateRecipe is part of the cached state disk's key: bump it when node.sh changes what the
-// disk holds before its copy (the containerd configuration, the import).
+// stateRecipe is part of the cached state disk's key: bump it when the host's import
+// (hostimport.go) changes what the disk holds (the containerd configuration, the import).
 const stateRecipe = "state-1"
 
-// prepareState makes the node's state disk with the images imported. Importing them is
-// most of a cold node's boot under TCG (minutes: each layer is decompressed and unpacked by
-// the emulated CPU), so the host imports them (importOnHost: the same containerd binary,
+// prepareState makes the node's state disk with the images imported. Importing them was
+// most of a cold node's boot under TCG (minutes: each layer decompressed and unpacked by the
+// emulated CPU), so the host imports them (importOnHost: the same containerd binary,
 // natively, in seconds) and keeps a copy of the disk in the cache: state-<key>.img, key the
 // recipe, the disk's size and containerd's version, with state-<key>.list, the images'
 // SHA-256 sums it holds. A later rig starts from that copy and imports only the images
 // whose sums changed (usually the plugin image, whose Debian layer containerd already
-// holds). The copy is sparse: about the images' unpacked size. Where the host cannot mount
-// the disk, boot 1 imports in the guest and lends its state disk to the host right after
-// the import, before the kubelet first starts (node.sh, STATE_SAVE), for the same copy.
+// holds). The copy is sparse: about the images' unpacked size.
 func (r *Rig) prepareState(base string) error {
 	for _, img := range r.cfg.Images {
 		sum, err := fileSum(img)
@@ -226,11 +223,7 @@ func (r *Rig) prepareState(base string) error {
 	start := time.Now()
 	n, err := r.importOnHost(have)
 	if err != nil {
-		// The disk is as it was (an interrupted import leaves only content node.sh imports
-		// again): the guest imports, and boot 1 lends the disk for the cache's copy.
-		r.t.Logf("cluster: the host could not import the images (the guest will, under TCG): %v", err)
-		r.saveState = true
-		return nil
+		return fmt.Errorf("cluster: import the images into the state disk on the host: %w", err)
 	}
 	r.hostImported = n
 	r.t.Logf("cluster: %d images imported into the state disk on the host in %v", n, time.Since(start).Round(time.Millisecond))
@@ -258,26 +251,6 @@ func (r *Rig) keepState() {
 		return
 	}
 	r.t.Logf("cluster: state disk with the images kept in the cache in %v (%s)", time.Since(start).Round(time.Millisecond), r.stateCache)
-}
-
-// saveStateDisk waits for node.sh to unmount the state disk after boot 1's import
-// (state.unmounted in the boot's rig directory), copies it to the cache and answers
-// state.saved, so that the node goes on. It returns when the VM ends first.
-func (r *Rig) saveStateDisk(nodeDir string, done <-chan struct{}) {
-	for {
-		if _, err := os.Stat(filepath.Join(nodeDir, "state.unmounted")); err == nil {
-			break
-		}
-		select {
-		case <-done:
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	r.keepState()
-	if err := os.WriteFile(filepath.Join(nodeDir, "state.saved"), nil, 0o644); err != nil {
-		r.t.Logf("cluster: %v", err)
-	}
 }
 
 // fileSum is the hex SHA-256 of file f.
@@ -362,10 +335,6 @@ func (r *Rig) Boot(ctx context.Context) {
 			"KUBELET=" + filepath.Join(os.Getenv(kubeenv.BinDirEnv), "kubelet"),
 		},
 	}
-	save := r.bootN == 1 && r.saveState
-	if save {
-		opts.Env = append(opts.Env, "STATE_SAVE=1")
-	}
 	logf, err := os.Create(filepath.Join(nodeDir, "node.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -390,13 +359,6 @@ func (r *Rig) Boot(ctx context.Context) {
 		r.res, r.runErr = res, err
 		r.mu.Unlock()
 	}()
-	if save {
-		r.saving.Add(1)
-		go func() {
-			defer r.saving.Done()
-			r.saveStateDisk(nodeDir, done)
-		}()
-	}
 	t.Logf("cluster: booting the node (boot %d, rig %s)", r.bootN, nodeDir)
 	// After a reboot the Node still says Ready (the node controller waits its grace period):
 	// a boot is up once the kubelet reports the new kernel boot ID and Ready.
@@ -583,7 +545,6 @@ func (r *Rig) Exec(ctx context.Context, script string) (string, error) {
 
 // Stop ends the node cleanly (kubelet, containerd, power off) and waits for the VM.
 func (r *Rig) Stop() {
-	defer r.saving.Wait()
 	r.mu.Lock()
 	done, cancel, dir := r.done, r.cancel, r.nodeDir
 	r.mu.Unlock()
