@@ -119,6 +119,9 @@ type SchedulerConfig struct {
 	Burst int32
 	// Profiling serves /debug/pprof (off by default here).
 	Profiling bool
+	// Binary is a kube-scheduler to run instead of $RAID10_KUBE_BIN_DIR's: an
+	// experiment's build (the scale benchmark's SCHEDULER).
+	Binary string
 }
 
 // WithSchedulerConfig runs kube-scheduler (as WithScheduler) from a configuration file
@@ -160,6 +163,9 @@ func Start(t testing.TB, opts ...Option) *Env {
 		bins = append(bins, "kube-scheduler")
 	}
 	binPath := findBinaries(t, bins)
+	if o.schedulerConfig.Binary != "" {
+		binPath["kube-scheduler"] = o.schedulerConfig.Binary
+	}
 
 	begin := time.Now()
 	// t.TempDir registers its removal first, so it runs after the processes are stopped.

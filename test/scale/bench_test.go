@@ -30,6 +30,7 @@ const (
 	envClaims   = "RAID10_SCALE_CLAIMS"    // claims with pods through kube-scheduler per step (claims)
 	envKCMQPS   = "RAID10_SCALE_KCM_QPS"   // kube-controller-manager's client QPS (burst twice); empty: its default, 20
 	envSchedPct = "RAID10_SCALE_SCHED_PCT" // kube-scheduler's percentageOfNodesToScore; empty: its adaptive default
+	envSched    = "RAID10_SCALE_SCHEDULER" // another kube-scheduler binary (an experiment's build); empty: the cached one
 	capPoll     = 15 * time.Second         // the chart's sidecars.provisioner.capacityPollInterval
 )
 
@@ -84,7 +85,8 @@ func TestScaleBench(t *testing.T) {
 			t.Fatalf("$%s=%d: %d nodes hold at most %d volumes of pods (%d each)", envClaims, claims, steps[0], most, driver.DefaultMaxVolumesPerNode)
 		}
 		// With $RAID10_SCALE_PROFILE, kube-scheduler serves a CPU profile of the claims.
-		sched = kubeenv.SchedulerConfig{PercentageOfNodesToScore: int32(envInt(t, envSchedPct, 0)), Profiling: os.Getenv(envProfile) != ""}
+		sched = kubeenv.SchedulerConfig{PercentageOfNodesToScore: int32(envInt(t, envSchedPct, 0)),
+			Profiling: os.Getenv(envProfile) != "", Binary: os.Getenv(envSched)}
 		plane = claimsPlane(sched)
 		if q := envInt(t, envKCMQPS, 0); q > 0 {
 			// The PV binder writes about four times per claim (PV claimRef, the claim's

@@ -168,7 +168,7 @@ func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout tim
 	})
 	bound := time.Since(start)
 	r.sched = sched0.delta(cl.schedMetrics(t))
-	r.sched.percentageOfScored = cl.sched.PercentageOfNodesToScore
+	r.sched.percentageOfScored, r.sched.binary = cl.sched.PercentageOfNodesToScore, cl.sched.Binary
 	if r.sched.attempts > 0 {
 		r.sched.cpuPerPod = time.Duration((cpuSeconds()["kube-scheduler"] - cpu0["kube-scheduler"]) / float64(r.sched.attempts) * float64(time.Second))
 	}

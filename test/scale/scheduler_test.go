@@ -91,6 +91,7 @@ type schedDelta struct {
 	profileTop         string        // its heaviest functions (flat), or ""
 	cpuPerPod          time.Duration // kube-scheduler's CPU seconds over the claims per pod
 	percentageOfScored int32
+	binary             string // another kube-scheduler's path, or ""
 }
 
 func mean(a, b [2]float64) time.Duration {
@@ -162,6 +163,9 @@ func schedTable(rows []claimsResult) string {
 		pct := "default"
 		if s.percentageOfScored > 0 {
 			pct = fmt.Sprintf("%d%%", s.percentageOfScored)
+		}
+		if s.binary != "" {
+			pct += " (kube-scheduler " + s.binary + ")"
 		}
 		fmt.Fprintf(&b, "| %d | %s | %d | %s | %s | %s | %s | %s | %s |\n", r.nodes, pct, s.attempts,
 			ms(s.attemptMean), ms(s.algorithmMean), ms(s.filterMean), ms(s.preBindMean), ms(s.cpuPerPod), s.filterTop)
