@@ -99,8 +99,12 @@ func onStateDisk(state, logPath string, fn func(ctr ctrFunc, varLib string) erro
 	if err := ctrd.Start(); err != nil {
 		return fmt.Errorf("start containerd: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- ctrd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error // set before exited closes
+	go func() {
+		waitErr = ctrd.Wait()
+		close(exited)
+	}()
 	running := true
 	stop := func() {
 		if !running {
@@ -109,7 +113,7 @@ func onStateDisk(state, logPath string, fn func(ctr ctrFunc, varLib string) erro
 		running = false
 		_ = ctrd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case <-exited: // its exit status after SIGTERM says nothing of the import
 		case <-time.After(30 * time.Second):
 			_ = ctrd.Process.Kill()
 			<-exited
@@ -131,9 +135,9 @@ func onStateDisk(state, logPath string, fn func(ctr ctrFunc, varLib string) erro
 			return fmt.Errorf("containerd did not answer in a minute (log %s): %w", logPath, err)
 		}
 		select {
-		case werr := <-exited:
+		case <-exited:
 			running = false
-			return fmt.Errorf("containerd exited: %v (log %s)", werr, logPath)
+			return fmt.Errorf("containerd exited (log %s): %w", logPath, waitErr)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
