@@ -71,7 +71,7 @@ bench-vm: deps ## Run the VM benchmark: md raid10 vs the engine over NBD and ubl
 
 .PHONY: scale-bench
 scale-bench: STEPS ?= 10,100,1000
-scale-bench: deps ## Grow a cluster of hollow nodes on the real kube-apiserver in STEPS (default 10,100,1000; VOLUMES per step 200, WORKERS 16, IDLE 60s); TABLE=file keeps the table; HOLD=N then creates N volumes and keeps them (memory per volume); CLAIMS=N: per step N claims with pods through kube-scheduler (KCM_QPS: kube-controller-manager's client QPS; SCHED_PCT: kube-scheduler's percentageOfNodesToScore; SCHEDULER: another kube-scheduler binary); PROFILE=dir keeps CPU profiles (this process's and kube-scheduler's).
+scale-bench: deps ## Grow a cluster of hollow nodes on the real kube-apiserver in STEPS (default 10,100,1000; VOLUMES per step 200, WORKERS 16, IDLE 60s); TABLE=file keeps the table; HOLD=N then creates N volumes and keeps them (memory per volume); CLAIMS=N: per step N WaitForFirstConsumer claims with pods through kube-scheduler, then N Immediate claims (KCM_QPS: kube-controller-manager's client QPS; SCHED_PCT: kube-scheduler's percentageOfNodesToScore; SCHEDULER: another kube-scheduler binary); PROFILE=dir keeps CPU profiles (this process's and kube-scheduler's).
 	$(GO) build -o $(BIN)/raid10-csi ./cmd/raid10-csi
 	source hack/tool-env.sh && RAID10_SCALE_STEPS=$(STEPS) RAID10_SCALE_VOLUMES=$(or $(VOLUMES),200) \
 	  RAID10_SCALE_WORKERS=$(or $(WORKERS),16) RAID10_SCALE_IDLE=$(or $(IDLE),60s) RAID10_SCALE_PLUGIN=$(abspath $(BIN)/raid10-csi) \

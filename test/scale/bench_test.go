@@ -102,7 +102,7 @@ func TestScaleBench(t *testing.T) {
 		if len(claimRows) == 0 {
 			return table(rows)
 		}
-		return table(rows) + "\nClaims through kube-scheduler (each with a pod; WaitForFirstConsumer):\n\n" + claimsTable(claimRows) +
+		return table(rows) + "\nClaims: WaitForFirstConsumer through kube-scheduler (each with a pod), then Immediate (no pod; the controller picks the node):\n\n" + claimsTable(claimRows) +
 			"\nWhat kube-scheduler spent on the claims' pods (its own metrics; CPU from /proc):\n\n" + schedTable(claimRows)
 	}
 	for _, n := range steps {
@@ -110,9 +110,11 @@ func TestScaleBench(t *testing.T) {
 		rows = append(rows, r)
 		t.Logf("step %d nodes: %+v", n, r)
 		if claims > 0 {
-			c := cl.claims(t, claims, workers, "1Gi", 30*time.Minute)
-			claimRows = append(claimRows, c)
-			t.Logf("step %d nodes, claims: %+v", n, c)
+			for _, immediate := range []bool{false, true} {
+				c := cl.claims(t, immediate, claims, workers, "1Gi", 30*time.Minute)
+				claimRows = append(claimRows, c)
+				t.Logf("step %d nodes, claims (Immediate %v): %+v", n, immediate, c)
+			}
 		}
 		if path := os.Getenv(envTable); path != "" {
 			if err := os.WriteFile(path, []byte(tables()), 0o644); err != nil {

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
+	"github.com/raid10-csi/raid10-csi/pkg/driver"
 	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
 
@@ -34,8 +36,10 @@ func claimsPlane(sched kubeenv.SchedulerConfig) []kubeenv.Option {
 		"persistentvolume-protection-controller")}
 }
 
-// claimsResult is one step's claims: n claims, each with a pod, created and deleted.
+// claimsResult is one step's claims: n claims (WaitForFirstConsumer: each with a pod),
+// created and deleted.
 type claimsResult struct {
+	immediate     bool // Immediate binding, no pods; else WaitForFirstConsumer with pods
 	nodes, claims int
 	boundRate     float64       // claims Bound (and their pods bound) per second
 	p50, p99      time.Duration // from a claim's creation to Bound with its pod on a node
@@ -51,11 +55,28 @@ type claimsResult struct {
 // Ready on the pod's node (the hollow agent allocated it). Then it deletes the pods
 // (nothing runs them: no kubelet) and the claims, and waits until every PV and
 // Raid10Volume is gone (DeleteVolume, reclaim policy Delete). The cluster needs
-// claimsPlane.
-func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout time.Duration) claimsResult {
+// claimsPlane. With immediate the claims are of classImmediate (made for them, deleted
+// after) and have no pods: csi-provisioner provisions each at once, offering every node's
+// topology, and the controller picks the node.
+func (cl *cluster) claims(t *testing.T, immediate bool, n, workers int, size string, timeout time.Duration) claimsResult {
 	t.Helper()
 	ctx := t.Context()
-	r := claimsResult{nodes: len(cl.nodes), claims: n}
+	r := claimsResult{immediate: immediate, nodes: len(cl.nodes), claims: n}
+	sc, prefix := class, fmt.Sprintf("c%d-", len(cl.nodes))
+	if immediate {
+		sc, prefix = classImmediate, fmt.Sprintf("i%d-", len(cl.nodes))
+		bind, del := storagev1.VolumeBindingImmediate, corev1.PersistentVolumeReclaimDelete
+		imm := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: classImmediate}, Provisioner: v1alpha1.DriverName,
+			Parameters: map[string]string{driver.ParamMembers: "4"}, VolumeBindingMode: &bind, ReclaimPolicy: &del}
+		if err := cl.c.Create(ctx, imm); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create StorageClass %s: %v", classImmediate, err)
+		}
+		defer func() {
+			if err := cl.c.Delete(context.Background(), imm); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete StorageClass %s: %v", classImmediate, err)
+			}
+		}()
+	}
 	for _, o := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: claimsNamespace}},
 		// The ServiceAccount admission wants it; its controller does not run here.
@@ -65,11 +86,10 @@ func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout tim
 			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
 		}
 	}
-	prefix := fmt.Sprintf("c%d-", len(cl.nodes))
 	sched0, cpu0 := cl.schedMetrics(t), cpuSeconds()
 	type profiled struct{ path, top string }
 	profile := make(chan profiled, 1)
-	if dir := os.Getenv(envProfile); dir != "" && cl.sched.Profiling {
+	if dir := os.Getenv(envProfile); dir != "" && cl.sched.Profiling && !immediate {
 		// Within the claims at any size of interest (at 1,000 nodes they take minutes).
 		go func() {
 			path, top, err := cl.schedProfile(t, dir, 20)
@@ -86,7 +106,6 @@ func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout tim
 	start := time.Now()
 	parallel(n, workers, func(i int) error {
 		name := fmt.Sprintf("%s%05d", prefix, i)
-		sc := class
 		pvc := &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: claimsNamespace},
 			Spec: corev1.PersistentVolumeClaimSpec{
@@ -111,6 +130,9 @@ func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout tim
 		mu.Unlock()
 		if err := cl.c.Create(ctx, pvc); err != nil {
 			return fmt.Errorf("claim %s: %w", name, err)
+		}
+		if immediate {
+			return nil
 		}
 		if err := cl.c.Create(ctx, pod); err != nil {
 			return fmt.Errorf("pod %s: %w", name, err)
@@ -157,6 +179,9 @@ func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout tim
 				continue
 			}
 			node := podNode[c.Name]
+			if immediate {
+				node = ready[c.Spec.VolumeName] // no pod: the node the controller picked
+			}
 			if c.Status.Phase == corev1.ClaimBound && node != "" && ready[c.Spec.VolumeName] == node {
 				boundAt[c.Name] = now
 			} else if waiting == "" {
@@ -181,6 +206,15 @@ func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout tim
 	}
 	for _, p := range pods.Items {
 		perNode[p.Spec.NodeName]++
+	}
+	if immediate {
+		var vols v1alpha1.Raid10VolumeList
+		if err := cl.c.List(ctx, &vols); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vols.Items {
+			perNode[v.Spec.Node]++
+		}
 	}
 	counts := []int{}
 	for _, nd := range cl.nodes {
@@ -228,12 +262,16 @@ func (cl *cluster) claims(t *testing.T, n, workers int, size string, timeout tim
 // claimsTable is the markdown table of the steps' claims.
 func claimsTable(rows []claimsResult) string {
 	var b strings.Builder
-	b.WriteString("| nodes | claims (each with a pod) | Bound/s | claim to Bound p50 | p99 | deleted/s | claims per node (min-max) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	b.WriteString("| nodes | binding | claims | Bound/s | claim to Bound p50 | p99 | deleted/s | claims per node (min-max) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %d | %d | %.1f | %s | %s | %.1f | %d-%d |\n",
-			r.nodes, r.claims, r.boundRate, ms(r.p50), ms(r.p99), r.deleteRate, r.perNode[0], r.perNode[1])
+		binding := "WaitForFirstConsumer, each with a pod"
+		if r.immediate {
+			binding = "Immediate, no pod"
+		}
+		fmt.Fprintf(&b, "| %d | %s | %d | %.1f | %s | %s | %.1f | %d-%d |\n",
+			r.nodes, binding, r.claims, r.boundRate, ms(r.p50), ms(r.p99), r.deleteRate, r.perNode[0], r.perNode[1])
 	}
 	return b.String()
 }
@@ -247,8 +285,15 @@ func TestHollowClaims(t *testing.T) {
 	cl := startClusterWith(t, 5*time.Second, "", benchLimits(t), claimsPlane(kubeenv.SchedulerConfig{})...)
 	nodes := cl.addNodes(t, 4)
 	cl.reported(t, nodes, 5*time.Minute)
-	r := cl.claims(t, 12, 4, "1Gi", 3*time.Minute)
-	t.Logf("\n%s\n%s", claimsTable([]claimsResult{r}), schedTable([]claimsResult{r}))
+	r := cl.claims(t, false, 12, 4, "1Gi", 3*time.Minute)
+	imm := cl.claims(t, true, 12, 4, "1Gi", 3*time.Minute)
+	t.Logf("\n%s\n%s", claimsTable([]claimsResult{r, imm}), schedTable([]claimsResult{r, imm}))
+	if imm.perNode[1] == 12 {
+		t.Errorf("every Immediate claim went to one node: the controller did not spread them (%v)", imm.perNode)
+	}
+	if imm.sched.attempts != 0 {
+		t.Errorf("kube-scheduler scheduled %d pods for the Immediate claims, which have none", imm.sched.attempts)
+	}
 	if r.sched.attempts < 12 || r.sched.filterMean <= 0 || r.sched.algorithmMean < r.sched.filterMean {
 		t.Errorf("kube-scheduler's metrics show %d pods scheduled (Filter %v per pod), want the 12 claims' pods, their algorithm at least their Filter (%v)", r.sched.attempts, r.sched.filterMean, r.sched.algorithmMean)
 	}

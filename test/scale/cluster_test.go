@@ -44,6 +44,10 @@ const (
 	// class is the StorageClass of the claims: WaitForFirstConsumer, four members, as the
 	// chart's.
 	class = "raid10-scale"
+	// classImmediate is the same with Immediate binding: the claims' Immediate half makes it
+	// and deletes it after (csi-provisioner publishes capacity per class: it would double
+	// the CSIStorageCapacity objects of every other measurement).
+	classImmediate = "raid10-scale-immediate"
 	// provisionerEnv names the csi-provisioner binary (hack/tool-env.sh).
 	provisionerEnv = "RAID10_CSI_PROVISIONER"
 )

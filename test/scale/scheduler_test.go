@@ -159,6 +159,9 @@ func schedTable(rows []claimsResult) string {
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	ms := func(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
 	for _, r := range rows {
+		if r.immediate {
+			continue // no pods
+		}
 		s := r.sched
 		pct := "default"
 		if s.percentageOfScored > 0 {
