@@ -13,7 +13,12 @@
 // the controller plugin in process and the real csi-provisioner with capacity tracking:
 //
 //   - TestHollowNodes (make test): ten nodes, 30 volumes created and deleted.
+//   - TestHollowClaims (make test): four nodes with kube-scheduler and the PV binder;
+//     twelve WaitForFirstConsumer claims, each with a pod, then twelve Immediate claims,
+//     bound and spread over the nodes, then deleted.
 //   - TestScaleBench (make scale-bench, not in make test): the cluster grows in steps
 //     (SCALE_STEPS, default 10,100,1000) and each step measures provisioning, the API
-//     server's request counts and memory; the table is in docs/performance.md, "Scale".
+//     server's request counts and memory; with CLAIMS, claims of both bindings, and what
+//     kube-scheduler spent per pod (its own metrics, and with PROFILE its CPU profile);
+//     the table is in docs/performance.md, "Scale".
 package scale
