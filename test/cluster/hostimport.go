@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,16 +28,22 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
   address = %[4]q
 `
 
-// importOnHost imports the images whose sums are not in have into the state disk with the
-// host's containerd, natively: the guest runs the very same containerd binary (from the
-// host's root), so what it finds under /var/lib/containerd is what it would have written,
-// and node.sh then finds every sum in /var/lib/images.imported and imports nothing. Under
+// importOnHost imports the images the state disk's record (images.imported, node.sh's)
+// lacks, with the host's containerd, natively: the guest runs the very same containerd
+// binary (from the host's root), so what it finds under /var/lib/containerd is what it would
+// have written, and node.sh then finds every sum in the record and imports nothing. Under
 // TCG the guest's import took minutes (each layer decompressed and unpacked by the emulated
 // CPU); here it takes seconds. It needs a loop mount and an overlay mount (containerd's
-// snapshotter) on the host, as root; its error says which step failed.
-func (r *Rig) importOnHost(have []string) (int, error) {
+// snapshotter) on the host, as root; its error says which step failed. It returns how many
+// images it imported.
+func (r *Rig) importOnHost() (int, error) {
 	imported := 0
 	err := onStateDisk(r.state, filepath.Join(r.Dir, "host-containerd.log"), func(ctr ctrFunc, varLib string) error {
+		rec, err := os.ReadFile(filepath.Join(varLib, "images.imported"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		have := strings.Fields(string(rec))
 		for i, img := range r.cfg.Images {
 			if slices.Contains(have, r.imageSums[i]) {
 				continue
@@ -50,7 +58,7 @@ func (r *Rig) importOnHost(have []string) (int, error) {
 		}
 		return nil
 	}, func(varLib string) error {
-		// node.sh's record of what this disk holds, once containerd has stopped.
+		// The record, once containerd has stopped.
 		return os.WriteFile(filepath.Join(varLib, "images.imported"), []byte(strings.Join(r.imageSums, "\n")+"\n"), 0o644)
 	})
 	return imported, err

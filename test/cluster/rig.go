@@ -194,13 +194,12 @@ func (r *Rig) prepareState(base string) error {
 	h := sha256.Sum256([]byte(fmt.Sprintf("%s %d %s", stateRecipe, r.cfg.StateSize, bytes.TrimSpace(ver))))
 	r.stateCache = filepath.Join(base, fmt.Sprintf("state-%x.img", h[:8]))
 	listed, _ := os.ReadFile(strings.TrimSuffix(r.stateCache, ".img") + ".list")
-	var have []string
 	if _, err := os.Stat(r.stateCache); err == nil {
 		start := time.Now()
 		if out, err := exec.Command("cp", "--sparse=always", "--reflink=auto", r.stateCache, r.state).CombinedOutput(); err != nil {
 			return fmt.Errorf("cluster: copy the cached state disk: %w: %s", err, out)
 		}
-		have = strings.Fields(string(listed))
+		have := strings.Fields(string(listed))
 		kept := 0
 		for _, s := range r.imageSums {
 			if slices.Contains(have, s) {
@@ -221,7 +220,7 @@ func (r *Rig) prepareState(base string) error {
 		}
 	}
 	start := time.Now()
-	n, err := r.importOnHost(have)
+	n, err := r.importOnHost()
 	if err != nil {
 		return fmt.Errorf("cluster: import the images into the state disk on the host: %w", err)
 	}
@@ -235,7 +234,8 @@ func (r *Rig) prepareState(base string) error {
 func (r *Rig) keepState() {
 	start := time.Now()
 	// Two rigs at once (two checkouts) each write their own file; the last rename wins. The
-	// list only decides whether to save: what a disk holds is its own /var/lib/images.imported.
+	// list only decides whether to mount the disk: what a disk holds is its own record,
+	// images.imported, which the host's import reads (and node.sh, after it).
 	tmp := fmt.Sprintf("%s.%d.tmp", r.stateCache, os.Getpid())
 	out, err := exec.Command("cp", "--sparse=always", r.state, tmp).CombinedOutput()
 	if err == nil {
