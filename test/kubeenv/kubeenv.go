@@ -2,7 +2,6 @@ package kubeenv
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -301,10 +300,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 			t.Fatalf("%v", err)
 		}
 		// Its serving certificate is self-signed in --cert-dir; /healthz is what matters.
-		insecure := &http.Client{Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health check only
-		}}
-		if err := waitHTTP(ctx, kcm, insecure, kcmURL+"/healthz"); err != nil {
+		if err := waitHTTP(ctx, kcm, selfSignedClient(), kcmURL+"/healthz"); err != nil {
 			t.Fatalf("kubeenv: kube-controller-manager not healthy: %v", err)
 		}
 		t.Logf("kubeenv: kube-controller-manager healthy in %v", time.Since(phase).Round(time.Millisecond))
@@ -329,10 +325,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 		if err != nil {
 			t.Fatalf("%v", err)
 		}
-		insecure := &http.Client{Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback health check only
-		}}
-		if err := waitHTTP(ctx, sched, insecure, schedURL+"/healthz"); err != nil {
+		if err := waitHTTP(ctx, sched, selfSignedClient(), schedURL+"/healthz"); err != nil {
 			t.Fatalf("kubeenv: kube-scheduler not healthy: %v", err)
 		}
 		env.SchedulerURL = schedURL

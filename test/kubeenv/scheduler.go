@@ -44,10 +44,7 @@ func (e *Env) Get(ctx context.Context, url string) ([]byte, error) {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+e.pki.adminToken)
-	c := &http.Client{Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a loopback component's self-signed certificate
-	}}
-	resp, err := c.Do(req)
+	resp, err := selfSignedClient().Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -60,4 +57,13 @@ func (e *Env) Get(ctx context.Context, url string) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s: %s: %.200s", url, resp.Status, body)
 	}
 	return body, nil
+}
+
+// selfSignedClient is an HTTP client for this control plane's loopback components that
+// serve with a self-signed certificate (kube-controller-manager's and kube-scheduler's): it
+// does not verify their certificates.
+func selfSignedClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback components' self-signed certificates
+	}}
 }
