@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/raid10-csi/raid10-csi/pkg/apis/raid10/v1alpha1"
-	"github.com/raid10-csi/raid10-csi/pkg/driver"
 	"github.com/raid10-csi/raid10-csi/test/kubeenv"
 )
 
@@ -65,9 +64,7 @@ func (cl *cluster) claims(t *testing.T, immediate bool, n, workers int, size str
 	sc, prefix := class, fmt.Sprintf("c%d-", len(cl.nodes))
 	if immediate {
 		sc, prefix = classImmediate, fmt.Sprintf("i%d-", len(cl.nodes))
-		bind, del := storagev1.VolumeBindingImmediate, corev1.PersistentVolumeReclaimDelete
-		imm := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: classImmediate}, Provisioner: v1alpha1.DriverName,
-			Parameters: map[string]string{driver.ParamMembers: "4"}, VolumeBindingMode: &bind, ReclaimPolicy: &del}
+		imm := storageClass(classImmediate, storagev1.VolumeBindingImmediate)
 		if err := cl.c.Create(ctx, imm); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("create StorageClass %s: %v", classImmediate, err)
 		}

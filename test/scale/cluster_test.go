@@ -65,6 +65,14 @@ type cluster struct {
 	sched       kubeenv.SchedulerConfig // kube-scheduler's, with claimsPlane
 }
 
+// storageClass is a StorageClass of the driver's with four members, reclaim policy Delete
+// and the binding mode given: class's and classImmediate's.
+func storageClass(name string, binding storagev1.VolumeBindingMode) *storagev1.StorageClass {
+	del := corev1.PersistentVolumeReclaimDelete
+	return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: v1alpha1.DriverName,
+		Parameters: map[string]string{driver.ParamMembers: "4"}, VolumeBindingMode: &binding, ReclaimPolicy: &del}
+}
+
 // startCluster starts etcd and kube-apiserver, the CRDs, a CSIDriver with storage capacity,
 // the StorageClass, the controller plugin (ModeController over a KubeStore, as the chart's
 // Deployment runs it) and csi-provisioner with capacity tracking polling every capPoll.
@@ -97,15 +105,13 @@ func startClusterWith(t *testing.T, capPoll time.Duration, plugin string, lim li
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	yes, wffc := true, storagev1.VolumeBindingWaitForFirstConsumer
-	del := corev1.PersistentVolumeReclaimDelete
+	yes := true
 	for _, o := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}},
 		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.DriverName}, Spec: storagev1.CSIDriverSpec{
 			AttachRequired: new(bool), StorageCapacity: &yes,
 		}},
-		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: v1alpha1.DriverName,
-			Parameters: map[string]string{driver.ParamMembers: "4"}, VolumeBindingMode: &wffc, ReclaimPolicy: &del},
+		storageClass(class, storagev1.VolumeBindingWaitForFirstConsumer),
 	} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
