@@ -56,9 +56,7 @@ func (r *Rig) importOnHost() (int, error) {
 			}
 			imported++
 		}
-		return nil
-	}, func(varLib string) error {
-		// The record, once containerd has stopped.
+		// node.sh's record (a file of its own beside containerd's root).
 		return os.WriteFile(filepath.Join(varLib, "images.imported"), []byte(strings.Join(r.imageSums, "\n")+"\n"), 0o644)
 	})
 	return imported, err
@@ -70,9 +68,9 @@ type ctrFunc func(ctx context.Context, args ...string) ([]byte, error)
 
 // onStateDisk mounts the state disk image (the guest's /var/lib) on a loop device, runs the
 // host's containerd on it as the guest would (hostContainerdConfig; its log goes to
-// logPath) and calls fn with ctr and the mount point; then it stops containerd, calls after
-// (if fn succeeded) and unmounts.
-func onStateDisk(state, logPath string, fn func(ctr ctrFunc, varLib string) error, after func(varLib string) error) (err error) {
+// logPath) and calls fn with ctr and the mount point; then it stops containerd and
+// unmounts.
+func onStateDisk(state, logPath string, fn func(ctr ctrFunc, varLib string) error) (err error) {
 	tmp, err := os.MkdirTemp("", "rig-ctrd-") // short: the socket's path is at most 107 bytes
 	if err != nil {
 		return err
@@ -149,14 +147,7 @@ func onStateDisk(state, logPath string, fn func(ctr ctrFunc, varLib string) erro
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if err := fn(ctr, mnt); err != nil {
-		return err
-	}
-	stop()
-	if after != nil {
-		return after(mnt)
-	}
-	return nil
+	return fn(ctr, mnt)
 }
 
 // trimOut trims a command's output for an error message.

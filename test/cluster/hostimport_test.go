@@ -82,7 +82,7 @@ func TestStateImportOnHost(t *testing.T) {
 				t.Errorf("images.imported = %q, want the sums %q", got, r.imageSums)
 			}
 			return nil
-		}, nil)
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
