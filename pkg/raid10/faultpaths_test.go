@@ -420,21 +420,40 @@ func TestSlowLastCopyWaits(t *testing.T) {
 			t.Fatalf("last copy after its stall: %+v, want in sync, not timed out, one slow stall", m)
 		}
 	})
+	// Both copies stall. Two outcomes follow the deadline rule, and which one
+	// depends on when each copy's write reached its member: if the second copy's
+	// write was not yet in flight when the first passed the deadline, its
+	// partner answered, so the first is failed and the second, then the last
+	// copy, is waited for (1 failed, 1 stall waited); if both were in flight, the
+	// stall is shared and both are waited for (none failed, 2 stalls waited;
+	// TestMemberTimeoutSharedStall makes that case on purpose). Under a loaded
+	// host the second happened in a clean-clone CI run; alone the first.
 	t.Run("both copies", func(t *testing.T) {
 		a, fs := setup(t)
 		stalled(t, fs, []int{0, 1}, func() error { _, err := a.WriteAt(data, 0); return err })
-		waitFor(t, "one member failed", func() bool { return a.State() == ArrayDegraded })
-		st := a.Status()
+		var st Status
 		faulty, slow := 0, uint64(0)
-		for _, m := range st.Members {
-			if m.State == MemberFaulty {
-				faulty++
+		waitFor(t, "one member failed and the other waited for, or both waited for", func() bool {
+			st = a.Status()
+			faulty, slow = 0, 0
+			for _, m := range st.Members {
+				if m.State == MemberFaulty {
+					faulty++
+				}
+				slow += m.SlowLastCopy
 			}
-			slow += m.SlowLastCopy
+			return (faulty == 1 && slow == 1) || (faulty == 0 && slow == 2)
+		})
+		if faulty == 1 {
+			check(t, a)
+			return
 		}
-		if faulty != 1 || slow != 1 {
-			t.Fatalf("both copies stalled: %d failed and %d slow stalls waited for, want 1 and 1; status %+v", faulty, slow, st)
+		p := make([]byte, len(data))
+		if _, err := a.ReadAt(p, 0); err != nil || !bytes.Equal(p, data) {
+			t.Fatalf("read after the shared stall: %v, data equal %v; status %+v", err, bytes.Equal(p, data), st)
 		}
-		check(t, a)
+		if st := a.State(); st != ArrayOptimal {
+			t.Fatalf("state %v after a shared stall, want optimal (no member failed)", st)
+		}
 	})
 }
